@@ -1,0 +1,349 @@
+//! Owned anonymous mappings and the operations usermm performs on them: madvise, copies between
+//! mappings, volatile word access and file I/O straight into or out of mapped pages.
+//! Mirrors the user side of `mm/mmap.c` and `mm/madvise.c`.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::ptr::NonNull;
+
+use super::PAGE_SIZE;
+
+/// An owned, page-aligned, private anonymous mapping (`MAP_NORESERVE`: untouched pages cost no
+/// memory). Unmapped on drop. The memory may be changed behind Rust's back (by userfaultfd
+/// ioctls, the kernel, or application threads), so it is only reached through addresses, copies and
+/// volatile accessors, never through references.
+#[derive(Debug)]
+pub struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a Mapping is an address range owned by this process; every access goes through
+// copies, volatile operations or system calls, so sharing the handle between threads is sound.
+unsafe impl Send for Mapping {}
+// SAFETY: as above; no method hands out references into the memory.
+unsafe impl Sync for Mapping {}
+
+/// madvise(2) advice values usermm uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Advice {
+    /// Drop the pages; the next access sees zeros (or a userfault on a registered range).
+    DontNeed,
+    /// Populate (prefault) the pages writable.
+    PopulateWrite,
+    /// Populate the pages readable (maps the zero page for untouched anonymous memory).
+    PopulateRead,
+    /// Never back this range with transparent huge pages.
+    NoHugePage,
+    /// Back this range with transparent huge pages where possible.
+    HugePage,
+}
+
+impl Advice {
+    fn raw(self) -> libc::c_int {
+        match self {
+            Advice::DontNeed => libc::MADV_DONTNEED,
+            Advice::PopulateWrite => 23, // MADV_POPULATE_WRITE
+            Advice::PopulateRead => 22,  // MADV_POPULATE_READ
+            Advice::NoHugePage => libc::MADV_NOHUGEPAGE,
+            Advice::HugePage => libc::MADV_HUGEPAGE,
+        }
+    }
+}
+
+fn check_range(len: usize, off: usize, n: usize) -> io::Result<()> {
+    if off.checked_add(n).is_none_or(|end| end > len) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("range {off:#x}+{n:#x} outside mapping of {len:#x} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+impl Mapping {
+    /// Maps `len` bytes (rounded up to a page) of private anonymous memory, or `align`-aligned if
+    /// `align` is a power of two larger than a page (used for 2 MiB alignment).
+    pub fn anon(len: usize, align: usize) -> io::Result<Self> {
+        if len == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "mapping length must be greater than zero",
+            ));
+        }
+        let len = len.checked_next_multiple_of(PAGE_SIZE).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, "mapping length overflows")
+        })?;
+        let align = align.max(PAGE_SIZE);
+        if !align.is_power_of_two() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "alignment must be a power of two"));
+        }
+        let over = len
+            .checked_add(align - PAGE_SIZE)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "mapping length overflows"))?;
+        // SAFETY: a fresh anonymous mapping at a kernel-chosen address; no existing memory is
+        // affected. MAP_NORESERVE keeps untouched address space free of commit charge.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                over,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let base = p as usize;
+        let start = base.next_multiple_of(align);
+        let head = start - base;
+        let tail = over - head - len;
+        if head > 0 {
+            // SAFETY: [base, start) is the unaligned head of the mapping we just created.
+            unsafe { libc::munmap(base as *mut libc::c_void, head) };
+        }
+        if tail > 0 {
+            // SAFETY: the tail past start+len belongs to the mapping we just created.
+            unsafe { libc::munmap((start + len) as *mut libc::c_void, tail) };
+        }
+        Ok(Mapping {
+            ptr: NonNull::new(start as *mut u8).expect("mmap returned null"),
+            len,
+        })
+    }
+
+    /// First address of the mapping.
+    pub fn addr(&self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+
+    /// Raw pointer to the first byte.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Length in bytes (a multiple of the page size).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: mappings are never empty.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// madvise(2) over `[off, off+len)`.
+    pub fn advise(&self, off: usize, len: usize, advice: Advice) -> io::Result<()> {
+        check_range(self.len, off, len)?;
+        // SAFETY: the range lies inside this mapping (checked); madvise does not invalidate any
+        // Rust reference because none exist into managed memory.
+        let r = unsafe {
+            libc::madvise(
+                self.ptr.as_ptr().add(off) as *mut libc::c_void,
+                len,
+                advice.raw(),
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Copies `len` bytes from `src` at `src_off` to this mapping at `off` (plain memcpy).
+    pub fn copy_from(&self, off: usize, src: &Mapping, src_off: usize, len: usize) -> io::Result<()> {
+        check_range(self.len, off, len)?;
+        check_range(src.len, src_off, len)?;
+        // SAFETY: both ranges are inside live mappings (checked). Callers own the pages involved
+        // (frames under I/O or device slots), so concurrent writers are excluded by the page lock
+        // protocol; even if not, the bytes copied are merely stale, never out of bounds.
+        unsafe {
+            std::ptr::copy(src.as_ptr().add(src_off), self.as_ptr().add(off), len);
+        }
+        Ok(())
+    }
+
+    /// Copies `buf` into the mapping at `off`.
+    pub fn write_bytes(&self, off: usize, buf: &[u8]) -> io::Result<()> {
+        check_range(self.len, off, buf.len())?;
+        // SAFETY: destination inside the mapping (checked); `buf` is a separate Rust slice.
+        unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), self.as_ptr().add(off), buf.len()) };
+        Ok(())
+    }
+
+    /// Copies from the mapping at `off` into `buf`.
+    pub fn read_bytes(&self, off: usize, buf: &mut [u8]) -> io::Result<()> {
+        check_range(self.len, off, buf.len())?;
+        // SAFETY: source inside the mapping (checked); `buf` is a separate Rust slice.
+        unsafe { std::ptr::copy_nonoverlapping(self.as_ptr().add(off), buf.as_mut_ptr(), buf.len()) };
+        Ok(())
+    }
+
+    /// Fills `[off, off+len)` with `byte`.
+    pub fn fill(&self, off: usize, len: usize, byte: u8) -> io::Result<()> {
+        check_range(self.len, off, len)?;
+        // SAFETY: range inside the mapping (checked).
+        unsafe { std::ptr::write_bytes(self.as_ptr().add(off), byte, len) };
+        Ok(())
+    }
+
+    /// Volatile 64-bit load at `off` (8-byte aligned).
+    pub fn read_u64(&self, off: usize) -> u64 {
+        assert!(off % 8 == 0 && off + 8 <= self.len, "read_u64 at {off:#x} out of range");
+        // SAFETY: aligned and in bounds (asserted); volatile because the page may change.
+        unsafe { std::ptr::read_volatile(self.as_ptr().add(off) as *const u64) }
+    }
+
+    /// Volatile 64-bit store at `off` (8-byte aligned).
+    pub fn write_u64(&self, off: usize, v: u64) {
+        assert!(off % 8 == 0 && off + 8 <= self.len, "write_u64 at {off:#x} out of range");
+        // SAFETY: aligned and in bounds (asserted); volatile because the page may change.
+        unsafe { std::ptr::write_volatile(self.as_ptr().add(off) as *mut u64, v) }
+    }
+
+    /// Writes the pages at mapping offsets `pages` (each PAGE_SIZE long) to `file` at `file_off`,
+    /// consecutively, with one pwritev per up to 512 pages.
+    pub fn pwrite_pages(&self, file: &File, file_off: u64, pages: &[usize]) -> io::Result<()> {
+        self.page_io(file, file_off, pages, true)
+    }
+
+    /// Reads consecutive pages of `file` from `file_off` into the mapping offsets `pages`.
+    pub fn pread_pages(&self, file: &File, file_off: u64, pages: &[usize]) -> io::Result<()> {
+        self.page_io(file, file_off, pages, false)
+    }
+
+    fn page_io(&self, file: &File, mut file_off: u64, pages: &[usize], write: bool) -> io::Result<()> {
+        for &p in pages {
+            check_range(self.len, p, PAGE_SIZE)?;
+        }
+        for chunk in pages.chunks(512) {
+            // Merge physically adjacent pages into one iovec.
+            let mut iov: Vec<libc::iovec> = Vec::with_capacity(chunk.len());
+            for &p in chunk {
+                // SAFETY: p is in bounds (checked above).
+                let base = unsafe { self.as_ptr().add(p) };
+                if let Some(last) = iov.last_mut() {
+                    if last.iov_base as usize + last.iov_len == base as usize {
+                        last.iov_len += PAGE_SIZE;
+                        continue;
+                    }
+                }
+                iov.push(libc::iovec { iov_base: base as *mut libc::c_void, iov_len: PAGE_SIZE });
+            }
+            let mut total = chunk.len() * PAGE_SIZE;
+            let mut idx = 0usize;
+            while total > 0 {
+                // SAFETY: every iovec covers PAGE_SIZE-multiples inside this mapping; the kernel
+                // copies to or from them. Partial transfers advance the iovec array below.
+                let r = unsafe {
+                    if write {
+                        libc::pwritev(
+                            file.as_raw_fd(),
+                            iov.as_ptr().add(idx),
+                            (iov.len() - idx) as libc::c_int,
+                            file_off as libc::off_t,
+                        )
+                    } else {
+                        libc::preadv(
+                            file.as_raw_fd(),
+                            iov.as_ptr().add(idx),
+                            (iov.len() - idx) as libc::c_int,
+                            file_off as libc::off_t,
+                        )
+                    }
+                };
+                if r < 0 {
+                    let e = io::Error::last_os_error();
+                    if e.kind() == io::ErrorKind::Interrupted {
+                        continue;
+                    }
+                    return Err(e);
+                }
+                if r == 0 {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("short {} at file offset {file_off}", if write { "write" } else { "read" }),
+                    ));
+                }
+                let mut done = r as usize;
+                total -= done;
+                file_off += done as u64;
+                while done > 0 {
+                    let v = &mut iov[idx];
+                    if done >= v.iov_len {
+                        done -= v.iov_len;
+                        idx += 1;
+                    } else {
+                        // SAFETY: advancing within the same iovec's range.
+                        v.iov_base = unsafe { (v.iov_base as *mut u8).add(done) } as *mut libc::c_void;
+                        v.iov_len -= done;
+                        done = 0;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: we own [ptr, ptr+len) since creation; no references into it exist.
+        unsafe { libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn anon_aligned_and_accessible() {
+        let m = Mapping::anon(3 * PAGE_SIZE + 1, 2 << 20).unwrap();
+        assert_eq!(m.addr() % (2 << 20), 0);
+        assert_eq!(m.len(), 4 * PAGE_SIZE);
+        m.write_u64(8, 42);
+        assert_eq!(m.read_u64(8), 42);
+        m.advise(0, PAGE_SIZE, Advice::DontNeed).unwrap();
+        assert_eq!(m.read_u64(8), 0);
+    }
+
+    #[test]
+    fn zero_length_is_an_error() {
+        let e = Mapping::anon(0, 0).unwrap_err();
+        assert!(e.to_string().contains("greater than zero"));
+    }
+
+    #[test]
+    fn out_of_range_is_an_error() {
+        let m = Mapping::anon(PAGE_SIZE, 0).unwrap();
+        assert!(m.fill(1, PAGE_SIZE, 0).is_err());
+        assert!(m.advise(PAGE_SIZE, PAGE_SIZE, Advice::DontNeed).is_err());
+    }
+
+    #[test]
+    fn page_io_roundtrip() {
+        let dir = std::env::temp_dir();
+        let path = dir.join(format!("usermm-memtest-{}", std::process::id()));
+        let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let m = Mapping::anon(8 * PAGE_SIZE, 0).unwrap();
+        for i in 0..8 {
+            m.fill(i * PAGE_SIZE, PAGE_SIZE, i as u8 + 1).unwrap();
+        }
+        m.pwrite_pages(&f, 0, &[0, PAGE_SIZE, 5 * PAGE_SIZE]).unwrap();
+        let n = Mapping::anon(8 * PAGE_SIZE, 0).unwrap();
+        n.pread_pages(&f, 0, &[7 * PAGE_SIZE, 2 * PAGE_SIZE, 3 * PAGE_SIZE]).unwrap();
+        let mut b = [0u8; 1];
+        n.read_bytes(7 * PAGE_SIZE, &mut b).unwrap();
+        assert_eq!(b[0], 1);
+        n.read_bytes(2 * PAGE_SIZE + 100, &mut b).unwrap();
+        assert_eq!(b[0], 2);
+        n.read_bytes(3 * PAGE_SIZE + 4095, &mut b).unwrap();
+        assert_eq!(b[0], 6);
+        assert!(n.pread_pages(&f, 100 * PAGE_SIZE as u64, &[0]).is_err());
+    }
+}

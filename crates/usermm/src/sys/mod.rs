@@ -1,0 +1,106 @@
+//! The only place in usermm that holds `unsafe`: thin wrappers over the system calls the memory
+//! manager needs (mmap/madvise, pread/pwrite into mapped memory, fallocate, userfaultfd and
+//! PAGEMAP_SCAN ioctls). Everything above this module is safe Rust.
+//!
+//! Mirrors no single kernel file; it is the user-space edge of `mm/userfaultfd.c`,
+//! `fs/userfaultfd.c`, `mm/madvise.c` and `fs/proc/task_mmu.c` (PAGEMAP_SCAN).
+//!
+//! Memory rule: managed memory (region views, the frame pool, the RAM swap device) is never exposed
+//! as `&[u8]`/`&mut [u8]`, because a fault handler or reclaimer may change or remove it at any
+//! moment. [`Mapping`] hands out addresses and offers copies, volatile word accessors and I/O
+//! that the kernel performs directly on the mapping.
+
+pub mod mem;
+pub mod pagemap;
+pub mod uffd;
+
+pub use mem::{Advice, Mapping};
+
+/// Base page size usermm manages (x86-64 and arm64 4 KiB kernels).
+pub const PAGE_SIZE: usize = 4096;
+/// log2(PAGE_SIZE).
+pub const PAGE_SHIFT: u32 = 12;
+
+/// The calling thread's kernel thread id.
+pub fn gettid() -> i32 {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::gettid() }
+}
+
+/// The CPU the calling thread runs on right now (a hint; it may move at once).
+pub fn current_cpu() -> usize {
+    // SAFETY: sched_getcpu has no arguments; it returns -1 only on kernels without getcpu.
+    let c = unsafe { libc::sched_getcpu() };
+    if c < 0 {
+        0
+    } else {
+        c as usize
+    }
+}
+
+/// Pins the calling thread to one CPU (best effort; errors are ignored by callers).
+pub fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
+    // SAFETY: cpu_set_t is plain data; zeroed is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: CPU_SET writes one bit inside `set`; cpu is bounded by the set size check below.
+    unsafe {
+        if cpu >= libc::CPU_SETSIZE as usize {
+            return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        libc::CPU_SET(cpu, &mut set);
+    }
+    // SAFETY: `set` is a valid cpu_set_t of the size passed; 0 means the calling thread.
+    let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Preallocates `len` bytes of `file` from offset 0 (fallocate mode 0).
+pub fn fallocate(file: &std::fs::File, len: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: plain syscall on a valid, owned file descriptor.
+    let r = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len as libc::off_t) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Deallocates (punches a hole over) `[off, off+len)` of `file`, keeping its size.
+pub fn punch_hole(file: &std::fs::File, off: u64, len: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: plain syscall on a valid, owned file descriptor.
+    let r = unsafe {
+        libc::fallocate(
+            file.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            off as libc::off_t,
+            len as libc::off_t,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Resident set size of this process in bytes (VmRSS from /proc/self/status).
+pub fn process_rss() -> u64 {
+    read_status_kib("VmRSS:") * 1024
+}
+
+/// Peak resident set size of this process in bytes (VmHWM).
+pub fn process_peak_rss() -> u64 {
+    read_status_kib("VmHWM:") * 1024
+}
+
+fn read_status_kib(key: &str) -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    s.lines()
+        .find(|l| l.starts_with(key))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}

@@ -1,0 +1,562 @@
+//! Our own thin userfaultfd wrapper (no libclang, no compile-time feature assumptions).
+//! Mirrors `fs/userfaultfd.c` (the file and its ioctls) and `mm/userfaultfd.c` (COPY, ZEROPAGE,
+//! CONTINUE, WRITEPROTECT, MOVE, POISON).
+//!
+//! Opening order: `userfaultfd(UFFD_USER_MODE_ONLY)` first (works for unprivileged users with the
+//! default `vm.unprivileged_userfaultfd=0`), then `/dev/userfaultfd`, then a full-mode syscall.
+//! Features are learned from a probe UFFDIO_API handshake on a throw-away descriptor, then the
+//! real descriptor asks for the wanted subset: a kernel never sees a feature it lacks.
+
+use std::fs::OpenOptions;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+const UFFD_API: u64 = 0xAA;
+const UFFD_USER_MODE_ONLY: libc::c_int = 1;
+
+const fn iowr(nr: u64, size: u64) -> u64 {
+    (3 << 30) | (size << 16) | (0xAA << 8) | nr
+}
+const fn ior(nr: u64, size: u64) -> u64 {
+    (2 << 30) | (size << 16) | (0xAA << 8) | nr
+}
+
+const UFFDIO_API: u64 = iowr(0x3F, 24);
+const UFFDIO_REGISTER: u64 = iowr(0x00, 32);
+const UFFDIO_UNREGISTER: u64 = ior(0x01, 16);
+const UFFDIO_WAKE: u64 = ior(0x02, 16);
+const UFFDIO_COPY: u64 = iowr(0x03, 40);
+const UFFDIO_ZEROPAGE: u64 = iowr(0x04, 32);
+const UFFDIO_MOVE: u64 = iowr(0x05, 40);
+const UFFDIO_WRITEPROTECT: u64 = iowr(0x06, 24);
+const UFFDIO_CONTINUE: u64 = iowr(0x07, 32);
+const UFFDIO_POISON: u64 = iowr(0x08, 32);
+/// `_IO(0xAA, 0x00)` on /dev/userfaultfd.
+const USERFAULTFD_IOC_NEW: u64 = 0xAA00;
+
+/// UFFDIO_API feature bits (include/uapi/linux/userfaultfd.h).
+pub mod feature {
+    pub const PAGEFAULT_FLAG_WP: u64 = 1 << 0;
+    pub const EVENT_FORK: u64 = 1 << 1;
+    pub const EVENT_REMAP: u64 = 1 << 2;
+    pub const EVENT_REMOVE: u64 = 1 << 3;
+    pub const MISSING_HUGETLBFS: u64 = 1 << 4;
+    pub const MISSING_SHMEM: u64 = 1 << 5;
+    pub const EVENT_UNMAP: u64 = 1 << 6;
+    pub const SIGBUS: u64 = 1 << 7;
+    pub const THREAD_ID: u64 = 1 << 8;
+    pub const MINOR_HUGETLBFS: u64 = 1 << 9;
+    pub const MINOR_SHMEM: u64 = 1 << 10;
+    pub const EXACT_ADDRESS: u64 = 1 << 11;
+    pub const WP_HUGETLBFS_SHMEM: u64 = 1 << 12;
+    pub const WP_UNPOPULATED: u64 = 1 << 13;
+    pub const POISON: u64 = 1 << 14;
+    pub const WP_ASYNC: u64 = 1 << 15;
+    pub const MOVE: u64 = 1 << 16;
+
+    /// Human names, for reports.
+    pub const NAMES: &[(u64, &str)] = &[
+        (PAGEFAULT_FLAG_WP, "PAGEFAULT_FLAG_WP"),
+        (EVENT_FORK, "EVENT_FORK"),
+        (EVENT_REMAP, "EVENT_REMAP"),
+        (EVENT_REMOVE, "EVENT_REMOVE"),
+        (MISSING_HUGETLBFS, "MISSING_HUGETLBFS"),
+        (MISSING_SHMEM, "MISSING_SHMEM"),
+        (EVENT_UNMAP, "EVENT_UNMAP"),
+        (SIGBUS, "SIGBUS"),
+        (THREAD_ID, "THREAD_ID"),
+        (MINOR_HUGETLBFS, "MINOR_HUGETLBFS"),
+        (MINOR_SHMEM, "MINOR_SHMEM"),
+        (EXACT_ADDRESS, "EXACT_ADDRESS"),
+        (WP_HUGETLBFS_SHMEM, "WP_HUGETLBFS_SHMEM"),
+        (WP_UNPOPULATED, "WP_UNPOPULATED"),
+        (POISON, "POISON"),
+        (WP_ASYNC, "WP_ASYNC"),
+        (MOVE, "MOVE"),
+    ];
+}
+
+/// Register modes.
+pub mod mode {
+    pub const MISSING: u64 = 1 << 0;
+    pub const WP: u64 = 1 << 1;
+    pub const MINOR: u64 = 1 << 2;
+}
+
+/// Bits of the `ioctls` masks returned by UFFDIO_API / UFFDIO_REGISTER (`1 << _UFFDIO_x`).
+pub mod ioctl_bit {
+    pub const WAKE: u64 = 1 << 0x02;
+    pub const COPY: u64 = 1 << 0x03;
+    pub const ZEROPAGE: u64 = 1 << 0x04;
+    pub const MOVE: u64 = 1 << 0x05;
+    pub const WRITEPROTECT: u64 = 1 << 0x06;
+    pub const CONTINUE: u64 = 1 << 0x07;
+    pub const POISON: u64 = 1 << 0x08;
+}
+
+/// Event codes of `uffd_msg`.
+pub mod event {
+    pub const PAGEFAULT: u8 = 0x12;
+    pub const FORK: u8 = 0x13;
+    pub const REMAP: u8 = 0x14;
+    pub const REMOVE: u8 = 0x15;
+    pub const UNMAP: u8 = 0x16;
+}
+
+/// `uffd_msg.arg.pagefault.flags`.
+pub mod pf {
+    pub const WRITE: u64 = 1 << 0;
+    pub const WP: u64 = 1 << 1;
+    pub const MINOR: u64 = 1 << 2;
+}
+
+/// `struct uffd_msg` (32 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Msg {
+    pub event: u8,
+    _r1: u8,
+    _r2: u16,
+    _r3: u32,
+    /// pagefault: flags; remove/unmap: start; remap: from
+    pub arg0: u64,
+    /// pagefault: address; remove/unmap: end; remap: to
+    pub arg1: u64,
+    /// pagefault: thread id (with THREAD_ID); remap: len
+    pub arg2: u64,
+}
+
+impl Msg {
+    pub fn is_pagefault(&self) -> bool {
+        self.event == event::PAGEFAULT
+    }
+    pub fn fault_flags(&self) -> u64 {
+        self.arg0
+    }
+    pub fn fault_address(&self) -> usize {
+        self.arg1 as usize
+    }
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct ApiArg {
+    api: u64,
+    features: u64,
+    ioctls: u64,
+}
+#[repr(C)]
+struct Range {
+    start: u64,
+    len: u64,
+}
+#[repr(C)]
+struct RegisterArg {
+    range: Range,
+    mode: u64,
+    ioctls: u64,
+}
+#[repr(C)]
+struct CopyArg {
+    dst: u64,
+    src: u64,
+    len: u64,
+    mode: u64,
+    copy: i64,
+}
+#[repr(C)]
+struct ZeroArg {
+    range: Range,
+    mode: u64,
+    zeropage: i64,
+}
+#[repr(C)]
+struct WpArg {
+    range: Range,
+    mode: u64,
+}
+
+/// How the descriptor was obtained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// `userfaultfd(UFFD_USER_MODE_ONLY)`: faults from kernel mode (a `read(2)` into the range)
+    /// are not delivered; such system calls fail with EFAULT instead.
+    SyscallUserModeOnly,
+    /// `/dev/userfaultfd`: full mode.
+    DevUserfaultfd,
+    /// `userfaultfd(0)` with privilege: full mode.
+    SyscallFull,
+}
+
+/// Which opening paths to try.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OpenPolicy {
+    /// User-mode-only syscall, then /dev/userfaultfd, then full syscall.
+    #[default]
+    Auto,
+    /// Only full-mode paths (/dev/userfaultfd, then the full syscall): kernel-mode accesses are
+    /// delivered as faults.
+    Full,
+}
+
+/// Failed resolving ioctl: the errno and how many bytes were done before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpError {
+    pub errno: i32,
+    pub done: usize,
+}
+
+impl OpError {
+    pub fn is_exists(&self) -> bool {
+        self.errno == libc::EEXIST
+    }
+    pub fn is_again(&self) -> bool {
+        self.errno == libc::EAGAIN
+    }
+}
+
+impl std::fmt::Display for OpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} after {} bytes", io::Error::from_raw_os_error(self.errno), self.done)
+    }
+}
+
+/// An open, handshaken userfaultfd.
+#[derive(Debug)]
+pub struct Uffd {
+    fd: OwnedFd,
+    features: u64,
+    ioctls: u64,
+    origin: Origin,
+}
+
+fn raw_open(flags: libc::c_int) -> io::Result<OwnedFd> {
+    // SAFETY: the userfaultfd syscall takes one int of flags and returns a new descriptor.
+    let r = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: r is a fresh descriptor we now own.
+    Ok(unsafe { OwnedFd::from_raw_fd(r as RawFd) })
+}
+
+fn dev_open(flags: libc::c_int) -> io::Result<OwnedFd> {
+    let dev = OpenOptions::new().read(true).write(true).open("/dev/userfaultfd")?;
+    // SAFETY: USERFAULTFD_IOC_NEW takes the flags as its argument and returns a new descriptor.
+    let r = unsafe { libc::ioctl(dev.as_raw_fd(), USERFAULTFD_IOC_NEW as _, flags) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: r is a fresh descriptor we now own.
+    Ok(unsafe { OwnedFd::from_raw_fd(r) })
+}
+
+fn api(fd: &OwnedFd, features: u64) -> io::Result<ApiArg> {
+    let mut a = ApiArg { api: UFFD_API, features, ioctls: 0 };
+    // SAFETY: UFFDIO_API reads and writes one ApiArg that lives on our stack.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), UFFDIO_API as _, &mut a as *mut ApiArg) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(a)
+}
+
+impl Uffd {
+    /// Opens a non-blocking userfaultfd with `wanted & available` features.
+    pub fn open(wanted: u64, policy: OpenPolicy) -> io::Result<Uffd> {
+        let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
+        type Opener = (Origin, Box<dyn Fn() -> io::Result<OwnedFd>>);
+        let mut tries: Vec<Opener> = Vec::new();
+        if policy == OpenPolicy::Auto {
+            tries.push((Origin::SyscallUserModeOnly, Box::new(move || raw_open(flags | UFFD_USER_MODE_ONLY))));
+        }
+        tries.push((Origin::DevUserfaultfd, Box::new(move || dev_open(flags))));
+        tries.push((Origin::SyscallFull, Box::new(move || raw_open(flags))));
+        let mut errs = Vec::new();
+        for (origin, open) in tries {
+            let probe = match open() {
+                Ok(fd) => fd,
+                Err(e) => {
+                    errs.push(format!("{origin:?}: {e}"));
+                    continue;
+                }
+            };
+            let avail = match api(&probe, 0) {
+                Ok(a) => a.features,
+                Err(e) => {
+                    errs.push(format!("{origin:?} UFFDIO_API: {e}"));
+                    continue;
+                }
+            };
+            drop(probe);
+            let fd = open()?;
+            let want = wanted & avail;
+            let a = api(&fd, want)?;
+            // On success the kernel enables exactly `want` (and reports everything it offers).
+            return Ok(Uffd { fd, features: want, ioctls: a.ioctls, origin });
+        }
+        Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "cannot open a userfaultfd ({}); as root run `sysctl -w vm.unprivileged_userfaultfd=1`, \
+                 or give this user read/write access to /dev/userfaultfd",
+                errs.join("; ")
+            ),
+        ))
+    }
+
+    /// Features negotiated with the kernel.
+    pub fn features(&self) -> u64 {
+        self.features
+    }
+
+    pub fn has(&self, f: u64) -> bool {
+        self.features & f == f
+    }
+
+    /// The API-level ioctl mask.
+    pub fn ioctls(&self) -> u64 {
+        self.ioctls
+    }
+
+    pub fn origin(&self) -> Origin {
+        self.origin
+    }
+
+    pub fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    fn ioctl<T>(&self, req: u64, arg: &mut T) -> Result<(), i32> {
+        // SAFETY: every request code is paired by its caller with the argument struct of the
+        // matching size and layout; the kernel only touches the pages of registered ranges, which
+        // belong to Mappings owned by the memory manager.
+        let r = unsafe { libc::ioctl(self.fd.as_raw_fd(), req as _, arg as *mut T) };
+        if r < 0 {
+            Err(io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// UFFDIO_REGISTER; returns the range's ioctl mask.
+    pub fn register(&self, start: usize, len: usize, mode: u64) -> io::Result<u64> {
+        let mut a = RegisterArg { range: Range { start: start as u64, len: len as u64 }, mode, ioctls: 0 };
+        self.ioctl(UFFDIO_REGISTER, &mut a).map_err(io::Error::from_raw_os_error)?;
+        Ok(a.ioctls)
+    }
+
+    /// UFFDIO_UNREGISTER.
+    pub fn unregister(&self, start: usize, len: usize) -> io::Result<()> {
+        let mut a = Range { start: start as u64, len: len as u64 };
+        self.ioctl(UFFDIO_UNREGISTER, &mut a).map_err(io::Error::from_raw_os_error)
+    }
+
+    /// UFFDIO_WAKE: wakes threads faulting in the range without resolving anything.
+    pub fn wake(&self, start: usize, len: usize) -> io::Result<()> {
+        let mut a = Range { start: start as u64, len: len as u64 };
+        self.ioctl(UFFDIO_WAKE, &mut a).map_err(io::Error::from_raw_os_error)
+    }
+
+    /// UFFDIO_COPY (`wp`: map write-protected; `dontwake`: leave faulting threads asleep).
+    pub fn copy(&self, dst: usize, src: usize, len: usize, wp: bool, dontwake: bool) -> Result<usize, OpError> {
+        let mode = (dontwake as u64) | ((wp as u64) << 1);
+        let mut a = CopyArg { dst: dst as u64, src: src as u64, len: len as u64, mode, copy: 0 };
+        let r = self.ioctl(UFFDIO_COPY, &mut a);
+        finish(r, a.copy)
+    }
+
+    /// UFFDIO_ZEROPAGE: maps the shared zero page.
+    pub fn zeropage(&self, start: usize, len: usize, dontwake: bool) -> Result<usize, OpError> {
+        let mut a = ZeroArg { range: Range { start: start as u64, len: len as u64 }, mode: dontwake as u64, zeropage: 0 };
+        let r = self.ioctl(UFFDIO_ZEROPAGE, &mut a);
+        finish(r, a.zeropage)
+    }
+
+    /// UFFDIO_MOVE: moves present anonymous pages from `src` to the unpopulated `dst`.
+    pub fn move_pages(&self, dst: usize, src: usize, len: usize, allow_src_holes: bool, dontwake: bool) -> Result<usize, OpError> {
+        let mode = (dontwake as u64) | ((allow_src_holes as u64) << 1);
+        let mut a = CopyArg { dst: dst as u64, src: src as u64, len: len as u64, mode, copy: 0 };
+        let r = self.ioctl(UFFDIO_MOVE, &mut a);
+        finish(r, a.copy)
+    }
+
+    /// UFFDIO_CONTINUE: maps existing page-cache pages (MINOR faults on shmem).
+    pub fn continue_(&self, start: usize, len: usize, dontwake: bool) -> Result<usize, OpError> {
+        let mut a = ZeroArg { range: Range { start: start as u64, len: len as u64 }, mode: dontwake as u64, zeropage: 0 };
+        let r = self.ioctl(UFFDIO_CONTINUE, &mut a);
+        finish(r, a.zeropage)
+    }
+
+    /// UFFDIO_POISON: later accesses to the range raise SIGBUS.
+    pub fn poison(&self, start: usize, len: usize, dontwake: bool) -> Result<usize, OpError> {
+        let mut a = ZeroArg { range: Range { start: start as u64, len: len as u64 }, mode: dontwake as u64, zeropage: 0 };
+        let r = self.ioctl(UFFDIO_POISON, &mut a);
+        finish(r, a.zeropage)
+    }
+
+    /// UFFDIO_WRITEPROTECT: set (`wp`) or clear write protection; clearing wakes unless
+    /// `dontwake`.
+    pub fn writeprotect(&self, start: usize, len: usize, wp: bool, dontwake: bool) -> io::Result<()> {
+        let mode = (wp as u64) | ((dontwake as u64) << 1);
+        let mut a = WpArg { range: Range { start: start as u64, len: len as u64 }, mode };
+        self.ioctl(UFFDIO_WRITEPROTECT, &mut a).map_err(io::Error::from_raw_os_error)
+    }
+
+    /// Reads up to `buf.len()` messages without blocking; Ok(0) when none are queued.
+    pub fn read_msgs(&self, buf: &mut [Msg]) -> io::Result<usize> {
+        loop {
+            // SAFETY: the kernel writes whole 32-byte uffd_msg records into `buf`, which is a
+            // properly sized and aligned array of #[repr(C)] Msg.
+            let r = unsafe {
+                libc::read(
+                    self.fd.as_raw_fd(),
+                    buf.as_mut_ptr() as *mut libc::c_void,
+                    std::mem::size_of_val(buf),
+                )
+            };
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EAGAIN) => return Ok(0),
+                    Some(libc::EINTR) => continue,
+                    _ => return Err(e),
+                }
+            }
+            return Ok(r as usize / std::mem::size_of::<Msg>());
+        }
+    }
+
+    /// Waits until a message is readable or `timeout_ms` passes (-1: forever). Also returns when
+    /// `extra` (an eventfd) becomes readable. Returns (uffd_ready, extra_ready).
+    pub fn poll(&self, extra: Option<RawFd>, timeout_ms: i32) -> io::Result<(bool, bool)> {
+        let mut fds = [
+            libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: extra.unwrap_or(-1), events: libc::POLLIN, revents: 0 },
+        ];
+        let n = if extra.is_some() { 2 } else { 1 };
+        // SAFETY: fds is a valid array of `n` pollfd structs on our stack.
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), n, timeout_ms) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                return Ok((false, false));
+            }
+            return Err(e);
+        }
+        Ok((fds[0].revents != 0, n == 2 && fds[1].revents != 0))
+    }
+}
+
+fn finish(r: Result<(), i32>, field: i64) -> Result<usize, OpError> {
+    match r {
+        Ok(()) => Ok(field.max(0) as usize),
+        Err(errno) => Err(OpError { errno, done: field.max(0) as usize }),
+    }
+}
+
+/// A non-blocking eventfd used to kick pollers (shutdown, work available).
+#[derive(Debug)]
+pub struct EventFd(OwnedFd);
+
+impl EventFd {
+    pub fn new() -> io::Result<EventFd> {
+        // SAFETY: plain syscall creating a new descriptor.
+        let r = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fresh descriptor we own.
+        Ok(EventFd(unsafe { OwnedFd::from_raw_fd(r) }))
+    }
+    pub fn raw_fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+    pub fn signal(&self) {
+        let v: u64 = 1;
+        // SAFETY: writes 8 bytes from a local u64 to the eventfd.
+        unsafe { libc::write(self.0.as_raw_fd(), &v as *const u64 as *const libc::c_void, 8) };
+    }
+    pub fn drain(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reads 8 bytes into a local u64; EAGAIN when empty is fine.
+        unsafe { libc::read(self.0.as_raw_fd(), &mut v as *mut u64 as *mut libc::c_void, 8) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::{Mapping, PAGE_SIZE};
+
+    fn uffd() -> Uffd {
+        Uffd::open(feature::MOVE | feature::POISON | feature::PAGEFAULT_FLAG_WP | feature::THREAD_ID, OpenPolicy::Auto)
+            .expect("userfaultfd must be available for these tests")
+    }
+
+    #[test]
+    fn handshake_reports_features() {
+        let u = uffd();
+        assert!(u.ioctls() & (1 << 0) != 0 || u.ioctls() != 0, "API ioctls mask should be non-empty");
+        // The running kernel (6.18 here) offers MOVE; the wrapper learned it at run time.
+        if u.has(feature::MOVE) {
+            assert!(u.features() & feature::MOVE != 0);
+        }
+    }
+
+    #[test]
+    fn register_copy_and_eexist() {
+        let u = uffd();
+        let m = Mapping::anon(4 * PAGE_SIZE, 0).unwrap();
+        let ioctls = u.register(m.addr(), m.len(), mode::MISSING).unwrap();
+        assert!(ioctls & ioctl_bit::COPY != 0);
+        let src = Mapping::anon(PAGE_SIZE, 0).unwrap();
+        src.fill(0, PAGE_SIZE, 7).unwrap();
+        assert_eq!(u.copy(m.addr(), src.addr(), PAGE_SIZE, false, false).unwrap(), PAGE_SIZE);
+        let e = u.copy(m.addr(), src.addr(), PAGE_SIZE, false, false).unwrap_err();
+        assert!(e.is_exists(), "second COPY over a present page is EEXIST: {e}");
+        assert_eq!(m.read_u64(0), 0x0707070707070707);
+        assert_eq!(u.zeropage(m.addr() + PAGE_SIZE, PAGE_SIZE, false).unwrap(), PAGE_SIZE);
+        assert_eq!(m.read_u64(PAGE_SIZE), 0);
+        u.unregister(m.addr(), m.len()).unwrap();
+    }
+
+    #[test]
+    fn move_pages_between_mappings() {
+        let u = uffd();
+        if !u.has(feature::MOVE) {
+            return;
+        }
+        let dst = Mapping::anon(2 * PAGE_SIZE, 0).unwrap();
+        let src = Mapping::anon(2 * PAGE_SIZE, 0).unwrap();
+        u.register(dst.addr(), dst.len(), mode::MISSING).unwrap();
+        src.fill(0, 2 * PAGE_SIZE, 9).unwrap();
+        assert_eq!(u.move_pages(dst.addr(), src.addr(), 2 * PAGE_SIZE, false, false).unwrap(), 2 * PAGE_SIZE);
+        assert_eq!(dst.read_u64(PAGE_SIZE), 0x0909090909090909);
+        // The source is empty now: reads see fresh zero pages.
+        assert_eq!(src.read_u64(0), 0);
+    }
+
+    #[test]
+    fn fault_message_is_delivered() {
+        let u = std::sync::Arc::new(uffd());
+        let m = std::sync::Arc::new(Mapping::anon(PAGE_SIZE, 0).unwrap());
+        u.register(m.addr(), m.len(), mode::MISSING).unwrap();
+        let m2 = m.clone();
+        let t = std::thread::spawn(move || m2.read_u64(16));
+        let mut msgs = [Msg::default(); 4];
+        let n = loop {
+            u.poll(None, 1000).unwrap();
+            let n = u.read_msgs(&mut msgs).unwrap();
+            if n > 0 {
+                break n;
+            }
+        };
+        assert_eq!(n, 1);
+        assert!(msgs[0].is_pagefault());
+        assert_eq!(msgs[0].fault_address() & !(PAGE_SIZE - 1), m.addr());
+        assert_eq!(msgs[0].fault_flags() & pf::WRITE, 0);
+        u.zeropage(m.addr(), PAGE_SIZE, false).unwrap();
+        assert_eq!(t.join().unwrap(), 0);
+    }
+}
