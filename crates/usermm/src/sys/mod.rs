@@ -86,6 +86,49 @@ pub fn punch_hole(file: &std::fs::File, off: u64, len: u64) -> std::io::Result<(
     Ok(())
 }
 
+/// Tells the kernel the page cache of `[off, off+len)` of `file` is not needed
+/// (`posix_fadvise(POSIX_FADV_DONTNEED)`): clean cached pages are dropped, dirty ones are queued
+/// for writeback.
+pub fn fadvise_dontneed(file: &std::fs::File, off: u64, len: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: plain syscall on a valid, owned file descriptor; no memory is passed.
+    let r = unsafe {
+        libc::posix_fadvise(
+            file.as_raw_fd(),
+            off as libc::off_t,
+            len as libc::off_t,
+            libc::POSIX_FADV_DONTNEED,
+        )
+    };
+    // posix_fadvise returns the error number instead of setting errno.
+    if r != 0 {
+        return Err(std::io::Error::from_raw_os_error(r));
+    }
+    Ok(())
+}
+
+/// Writes back the dirty page cache of `[off, off+len)` of `file` and waits for it
+/// (`sync_file_range` with WAIT_BEFORE | WRITE | WAIT_AFTER; data only, no metadata flush).
+pub fn sync_file_range_wait(file: &std::fs::File, off: u64, len: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+        | libc::SYNC_FILE_RANGE_WRITE
+        | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+    // SAFETY: plain syscall on a valid, owned file descriptor; no memory is passed.
+    let r = unsafe {
+        libc::sync_file_range(
+            file.as_raw_fd(),
+            off as libc::off64_t,
+            len as libc::off64_t,
+            flags,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Resident set size of this process in bytes (VmRSS from /proc/self/status).
 pub fn process_rss() -> u64 {
     read_status_kib("VmRSS:") * 1024

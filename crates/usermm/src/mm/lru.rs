@@ -1,0 +1,268 @@
+//! LRU lists and page aging. Mirrors `mm/swap.c` (`lru_cache_add`, `mark_page_accessed`,
+//! `activate_page`, `putback`), `include/linux/mm_inline.h` (`add_page_to_lru_list`) and the
+//! isolation half of `mm/vmscan.c` (`isolate_lru_pages`).
+//!
+//! The lists are intrusive doubly linked lists threaded through the descriptors by frame number,
+//! all under one `lru_lock` per lruvec (Linux's `lruvec->lru_lock`). Head = most recently added;
+//! reclaim takes from the tail, so LRU order holds.
+
+use super::page::{pg, Page, NO_FRAME};
+use crate::sync::{Mutex, Ordering};
+use crate::vmstat::{Counters, Item};
+
+/// The lists (`enum lru_list`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lru {
+    InactiveAnon = 0,
+    ActiveAnon = 1,
+}
+
+pub const NR_LRU: usize = 2;
+
+impl Lru {
+    pub fn active(self) -> bool {
+        matches!(self, Lru::ActiveAnon)
+    }
+    fn item(self) -> Item {
+        match self {
+            Lru::InactiveAnon => Item::NrInactiveAnon,
+            Lru::ActiveAnon => Item::NrActiveAnon,
+        }
+    }
+    /// The list a page with these flags belongs on (`page_lru`).
+    pub fn of(flags: u32) -> Lru {
+        if flags & pg::ACTIVE != 0 {
+            Lru::ActiveAnon
+        } else {
+            Lru::InactiveAnon
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct ListHead {
+    head: u32,
+    tail: u32,
+    len: u64,
+}
+
+const EMPTY: ListHead = ListHead { head: NO_FRAME, tail: NO_FRAME, len: 0 };
+
+/// One lruvec: the lists and their lock.
+pub struct Lruvec {
+    lists: Mutex<[ListHead; NR_LRU]>,
+}
+
+impl Default for Lruvec {
+    fn default() -> Self {
+        Lruvec { lists: Mutex::new([EMPTY; NR_LRU]) }
+    }
+}
+
+fn link_head(pages: &[Page], l: &mut ListHead, f: u32) {
+    let p = &pages[f as usize];
+    p.lru_prev.store(NO_FRAME, Ordering::Relaxed);
+    p.lru_next.store(l.head, Ordering::Relaxed);
+    if l.head != NO_FRAME {
+        pages[l.head as usize].lru_prev.store(f, Ordering::Relaxed);
+    } else {
+        l.tail = f;
+    }
+    l.head = f;
+    l.len += 1;
+}
+
+fn unlink(pages: &[Page], l: &mut ListHead, f: u32) {
+    let p = &pages[f as usize];
+    let prev = p.lru_prev.load(Ordering::Relaxed);
+    let next = p.lru_next.load(Ordering::Relaxed);
+    if prev != NO_FRAME {
+        pages[prev as usize].lru_next.store(next, Ordering::Relaxed);
+    } else {
+        l.head = next;
+    }
+    if next != NO_FRAME {
+        pages[next as usize].lru_prev.store(prev, Ordering::Relaxed);
+    } else {
+        l.tail = prev;
+    }
+    l.len -= 1;
+}
+
+impl Lruvec {
+    pub fn size(&self, lru: Lru) -> u64 {
+        self.lists.lock()[lru as usize].len
+    }
+
+    /// `lru_cache_add` for a batch: puts pages at the head of the list their PG_active says.
+    pub fn add(&self, pages: &[Page], frames: &[u32], vm: &Counters) {
+        if frames.is_empty() {
+            return;
+        }
+        let mut ls = self.lists.lock();
+        for &f in frames {
+            let p = &pages[f as usize];
+            debug_assert!(!p.test(pg::LRU), "frame {f} already on an LRU list");
+            let lru = Lru::of(p.flags());
+            link_head(pages, &mut ls[lru as usize], f);
+            p.set(pg::LRU);
+            vm.inc(lru.item());
+        }
+    }
+
+    /// Removes a page from its list if it is on one (`del_page_from_lru_list`); returns whether it
+    /// was.
+    pub fn del(&self, pages: &[Page], f: u32, vm: &Counters) -> bool {
+        let mut ls = self.lists.lock();
+        let p = &pages[f as usize];
+        if !p.test(pg::LRU) {
+            return false;
+        }
+        let lru = Lru::of(p.flags());
+        unlink(pages, &mut ls[lru as usize], f);
+        p.clear(pg::LRU);
+        vm.sub(lru.item(), 1);
+        true
+    }
+
+    /// `isolate_lru_pages`: takes up to `nr` pages from the tail of `lru`, scanning at most
+    /// `nr_scan` entries. Only pages whose lock can be taken are isolated (the caller owns them,
+    /// locked, off the list); busy pages are rotated to the head. Returns pages scanned.
+    pub fn isolate(&self, pages: &[Page], lru: Lru, nr: usize, nr_scan: usize, out: &mut Vec<u32>, vm: &Counters) -> usize {
+        let mut ls = self.lists.lock();
+        let l = &mut ls[lru as usize];
+        let mut scanned = 0;
+        let mut taken = 0;
+        while scanned < nr_scan && taken < nr && l.tail != NO_FRAME {
+            let f = l.tail;
+            scanned += 1;
+            let p = &pages[f as usize];
+            unlink(pages, l, f);
+            if p.trylock() {
+                p.clear(pg::LRU);
+                out.push(f);
+                taken += 1;
+            } else {
+                link_head(pages, l, f);
+            }
+        }
+        drop(ls);
+        vm.sub(lru.item(), taken as u64);
+        vm.add(Item::NrIsolatedAnon, taken as u64);
+        scanned
+    }
+
+    /// `putback_lru_page` for isolated, locked pages: relinks each on the list its flags say,
+    /// then unlocks it.
+    pub fn putback(&self, pages: &[Page], frames: &[u32], vm: &Counters) {
+        if frames.is_empty() {
+            return;
+        }
+        let mut ls = self.lists.lock();
+        for &f in frames {
+            let p = &pages[f as usize];
+            let lru = Lru::of(p.flags());
+            link_head(pages, &mut ls[lru as usize], f);
+            p.set(pg::LRU);
+            vm.inc(lru.item());
+        }
+        drop(ls);
+        vm.sub(Item::NrIsolatedAnon, frames.len() as u64);
+        for &f in frames {
+            pages[f as usize].unlock();
+        }
+    }
+
+    /// Moves an LRU page to the active list (`activate_page`).
+    pub fn activate(&self, pages: &[Page], f: u32, vm: &Counters) {
+        let mut ls = self.lists.lock();
+        let p = &pages[f as usize];
+        if p.test(pg::LRU) && !p.test(pg::ACTIVE) {
+            unlink(pages, &mut ls[Lru::InactiveAnon as usize], f);
+            p.set(pg::ACTIVE);
+            link_head(pages, &mut ls[Lru::ActiveAnon as usize], f);
+            vm.sub(Item::NrInactiveAnon, 1);
+            vm.inc(Item::NrActiveAnon);
+            vm.inc(Item::Pgactivate);
+        }
+    }
+
+    /// Frames on `lru` from head to tail (tests and debugging).
+    pub fn list(&self, pages: &[Page], lru: Lru) -> Vec<u32> {
+        let ls = self.lists.lock();
+        let mut v = vec![];
+        let mut f = ls[lru as usize].head;
+        while f != NO_FRAME {
+            v.push(f);
+            f = pages[f as usize].lru_next.load(Ordering::Relaxed);
+        }
+        v
+    }
+}
+
+/// `mark_page_accessed`: inactive,unreferenced -> inactive,referenced -> active,unreferenced.
+pub fn mark_page_accessed(lruvec: &Lruvec, pages: &[Page], f: u32, vm: &Counters) {
+    let p = &pages[f as usize];
+    let flags = p.flags();
+    if flags & pg::ACTIVE == 0 && flags & pg::REFERENCED != 0 {
+        if flags & pg::LRU != 0 {
+            lruvec.activate(pages, f, vm);
+        } else {
+            // Not on a list (isolated or not yet added): the flag makes putback activate it.
+            p.set(pg::ACTIVE);
+            vm.inc(Item::Pgactivate);
+        }
+        p.clear(pg::REFERENCED);
+    } else if flags & pg::REFERENCED == 0 {
+        p.set(pg::REFERENCED);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setup(n: usize) -> (Vec<Page>, Lruvec, Counters) {
+        ((0..n).map(|_| Page::default()).collect(), Lruvec::default(), Counters::default())
+    }
+
+    #[test]
+    fn lru_order_and_isolation_from_tail() {
+        let (pages, l, vm) = setup(8);
+        l.add(&pages, &[0, 1, 2, 3], &vm);
+        assert_eq!(l.list(&pages, Lru::InactiveAnon), vec![3, 2, 1, 0]);
+        let mut out = vec![];
+        l.isolate(&pages, Lru::InactiveAnon, 2, 32, &mut out, &vm);
+        assert_eq!(out, vec![0, 1], "oldest first");
+        assert_eq!(vm.get(Item::NrInactiveAnon), 2);
+        assert!(pages[0].test(pg::LOCKED));
+        l.putback(&pages, &out, &vm);
+        assert_eq!(l.list(&pages, Lru::InactiveAnon), vec![1, 0, 3, 2]);
+        assert!(!pages[0].test(pg::LOCKED));
+    }
+
+    #[test]
+    fn locked_pages_are_skipped() {
+        let (pages, l, vm) = setup(4);
+        l.add(&pages, &[0, 1], &vm);
+        assert!(pages[0].trylock());
+        let mut out = vec![];
+        l.isolate(&pages, Lru::InactiveAnon, 2, 2, &mut out, &vm);
+        assert_eq!(out, vec![1]);
+        assert_eq!(l.list(&pages, Lru::InactiveAnon), vec![0]);
+    }
+
+    #[test]
+    fn two_step_promotion() {
+        let (pages, l, vm) = setup(2);
+        l.add(&pages, &[0], &vm);
+        mark_page_accessed(&l, &pages, 0, &vm);
+        assert!(pages[0].test(pg::REFERENCED) && !pages[0].test(pg::ACTIVE));
+        mark_page_accessed(&l, &pages, 0, &vm);
+        assert!(pages[0].test(pg::ACTIVE) && !pages[0].test(pg::REFERENCED));
+        assert_eq!(l.list(&pages, Lru::ActiveAnon), vec![0]);
+        assert_eq!(vm.get(Item::Pgactivate), 1);
+        assert_eq!(vm.get(Item::NrActiveAnon), 1);
+        assert_eq!(vm.get(Item::NrInactiveAnon), 0);
+    }
+}

@@ -1,0 +1,563 @@
+//! Fault handling. Mirrors `mm/memory.c`: `handle_pte_fault` dispatching to `do_anonymous_page`
+//! (zero page on read, fresh zeroed page on write, with fault-around batching for sequential
+//! writers), `do_wp_page` (write to the zero page or to a clean swap-cache page), `do_swap_page`
+//! (major fault with readahead) and the minor fault of a resident page that is not mapped.
+//!
+//! Lock order everywhere: page lock (PG_locked) before pte lock. The fault path only *tries* page
+//! locks; a page locked by reclaim (mid-I/O) makes the fault "deferred": the handler retries it
+//! later instead of blocking, so one stuck page never stalls other faults.
+
+use crate::sync::{Ordering};
+use crate::sys::uffd::{pf, OpError};
+use crate::sys::{Advice, Mapping, PAGE_SIZE};
+use crate::vmstat::Item;
+
+use super::page::pg;
+use super::pgtable::{Pte, PteGuard};
+use super::region::RegionInner;
+use super::swap_state::swapin_nr_pages;
+use super::vmscan;
+use super::MmInner;
+
+/// Outcome of one fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Resolved (or found already resolved) and the faulting thread woken.
+    Done,
+    /// A page it needs is locked (under reclaim I/O); try again shortly.
+    Retry,
+}
+
+/// Largest zero-page fault-around run (pages).
+const ZERO_AROUND: u64 = 16;
+/// Largest minor-fault fault-around run over readahead pages.
+const RA_AROUND: u64 = 16;
+
+/// Handles one userfaultfd page fault at `addr` with uffd fault `flags`.
+pub fn handle_fault(m: &MmInner, addr: usize, flags: u64) -> Fault {
+    let r = {
+        let t = m.regions.read();
+        match t.find(addr) {
+            Some(r) => r.clone(),
+            None => {
+                // Not ours any more (region dropped while a thread touched it): wake it; it will
+                // fault again on an unregistered range or see the kernel's own page.
+                let _ = m.uffd.wake(addr & !(PAGE_SIZE - 1), PAGE_SIZE);
+                return Fault::Done;
+            }
+        }
+    };
+    let idx = ((addr - r.view.addr()) / PAGE_SIZE) as u64;
+    let write = flags & (pf::WRITE | pf::WP) != 0;
+    let wp = flags & pf::WP != 0;
+    loop {
+        if r.dead.load(Ordering::Acquire) {
+            let _ = m.uffd.wake(r.page_addr(idx), PAGE_SIZE);
+            return Fault::Done;
+        }
+        let res = match r.pt.get(idx) {
+            Pte::None if !write => zero_fault(m, &r, idx),
+            Pte::None => anon_write_fault(m, &r, idx),
+            Pte::Zero if wp => zero_wp_fault(m, &r, idx),
+            Pte::Frame(f) => frame_fault(m, &r, idx, f, write, wp),
+            Pte::Swap(s) => swap_fault(m, &r, idx, s, write),
+            Pte::Zero | Pte::Poison => {
+                // Already resolved by another handler (or poisoned: the access raises SIGBUS).
+                let _ = m.uffd.wake(r.page_addr(idx), PAGE_SIZE);
+                Some(Fault::Done)
+            }
+        };
+        if let Some(f) = res {
+            return f;
+        }
+        // The entry changed under us: look again.
+    }
+}
+
+fn wake(m: &MmInner, r: &RegionInner, idx: u64) {
+    if let Err(e) = m.uffd.wake(r.page_addr(idx), PAGE_SIZE) {
+        log::error!("UFFDIO_WAKE at {:#x}: {e}", r.page_addr(idx));
+    }
+}
+
+/// Retries a resolving ioctl on EAGAIN (the kernel is changing the address space); EEXIST means
+/// another thread resolved it: the caller wakes.
+fn retry_again(m: &MmInner, mut op: impl FnMut() -> Result<usize, OpError>) -> Result<usize, OpError> {
+    let mut tries = 0;
+    loop {
+        match op() {
+            Err(e) if e.is_again() && tries < 1000 => {
+                m.vm.inc(Item::UffdEagain);
+                tries += 1;
+                crate::sync::yield_now();
+            }
+            r => return r,
+        }
+    }
+}
+
+/// Locks the entries after `idx` while they match `want`, up to `max` in all (including `idx`,
+/// already held in `first`).
+fn lock_run<'a>(r: &'a RegionInner, idx: u64, max: u64, want: impl Fn(Pte) -> bool) -> Vec<PteGuard<'a>> {
+    let mut v = Vec::new();
+    let mut j = idx + 1;
+    while j < r.npages() && j - idx < max {
+        match r.pt.try_lock(j) {
+            Some(g) if want(g.get()) => v.push(g),
+            _ => break,
+        }
+        j += 1;
+    }
+    v
+}
+
+/// Read of a never-written page: the shared zero page, write-protected so that a later write
+/// comes to us (do_anonymous_page's read branch). Costs no frame.
+fn zero_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
+    let mut g = r.pt.lock(idx);
+    if g.get() != Pte::None {
+        return None;
+    }
+    // Fault-around: neighbours that are also untouched get the zero page too, within an
+    // aligned window of ZERO_AROUND pages.
+    let win_end = ((idx / ZERO_AROUND) + 1) * ZERO_AROUND;
+    let mut rest = lock_run(r, idx, win_end - idx, |p| p == Pte::None);
+    let n = 1 + rest.len() as u64;
+    let addr = r.page_addr(idx);
+    let len = n as usize * PAGE_SIZE;
+    let done = match retry_again(m, || m.uffd.zeropage(addr, len, true)) {
+        Ok(d) => d,
+        Err(e) if e.is_exists() => {
+            m.vm.inc(Item::UffdEexist);
+            e.done
+        }
+        Err(e) => {
+            log::error!("UFFDIO_ZEROPAGE at {addr:#x}: {e}");
+            e.done
+        }
+    };
+    let mapped = (done / PAGE_SIZE) as u64;
+    if mapped > 0 {
+        if let Err(e) = m.uffd.writeprotect(addr, mapped as usize * PAGE_SIZE, true, true) {
+            log::error!("UFFDIO_WRITEPROTECT at {addr:#x}: {e}");
+        }
+    }
+    if mapped >= 1 {
+        g.set(Pte::Zero);
+    }
+    for (k, gr) in rest.iter_mut().enumerate() {
+        if (k as u64 + 1) < mapped {
+            gr.set(Pte::Zero);
+        }
+    }
+    m.vm.add(Item::NrZeroPageMapped, mapped);
+    drop(rest);
+    drop(g);
+    wake(m, r, idx);
+    m.vm.inc(Item::Pgfault);
+    m.vm.inc(Item::ZeroPageFault);
+    Some(Fault::Done)
+}
+
+/// Write of a never-written page: fresh zeroed frames. A sequential run of write faults grows a
+/// window (up to `fault_around_max`) of pages mapped by one UFFDIO_COPY from the zero source.
+fn anon_write_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
+    let win = {
+        let expect = r.next_write.load(Ordering::Relaxed);
+        let w = r.write_win.load(Ordering::Relaxed);
+        let w = if expect == idx { (w * 2).min(m.cfg.fault_around_max) } else { 1 };
+        r.write_win.store(w, Ordering::Relaxed);
+        w as usize
+    };
+    let mut frames = Vec::with_capacity(win);
+    if !vmscan::alloc_frames(m, win, &mut frames) {
+        return Some(oom(m, r, idx));
+    }
+    let mut g = r.pt.lock(idx);
+    if g.get() != Pte::None {
+        drop(g);
+        vmscan::free_frames(m, &frames, false);
+        return None;
+    }
+    let mut rest = lock_run(r, idx, frames.len() as u64, |p| p == Pte::None);
+    let n = 1 + rest.len();
+    let addr = r.page_addr(idx);
+    let res = retry_again(m, || m.uffd.copy(addr, m.zero_src.addr(), n * PAGE_SIZE, false, false));
+    let done = match res {
+        Ok(d) => d / PAGE_SIZE,
+        Err(e) => {
+            if e.is_exists() {
+                m.vm.inc(Item::UffdEexist);
+            } else {
+                log::error!("UFFDIO_COPY of {n} pages at {addr:#x}: {e}");
+            }
+            wake(m, r, idx);
+            e.done / PAGE_SIZE
+        }
+    };
+    let flags = pg::UPTODATE | pg::DIRTY | pg::SWAPBACKED | pg::MAPPED;
+    for k in 0..done {
+        let f = frames[k];
+        m.pages[f as usize].init(r.id, idx + k as u64, flags);
+        if k == 0 {
+            g.set(Pte::Frame(f));
+        } else {
+            rest[k - 1].set(Pte::Frame(f));
+        }
+    }
+    m.lru.add(&m.pages, &frames[..done], &m.vm);
+    drop(rest);
+    drop(g);
+    vmscan::free_frames(m, &frames[done..], false);
+    r.next_write.store(idx + done.max(1) as u64, Ordering::Relaxed);
+    m.vm.inc(Item::Pgfault);
+    m.vm.add(Item::Pgalloc, done as u64);
+    m.vm.add(Item::NrAnonPages, done as u64);
+    m.vm.add(Item::NrMapped, done as u64);
+    m.vm.add(Item::FaultAround, done.saturating_sub(1) as u64);
+    m.note_resident();
+    Some(Fault::Done)
+}
+
+/// Write to the write-protected zero page: charge a frame and let the kernel copy-on-write it
+/// when the thread retries (do_wp_page on the zero pfn).
+fn zero_wp_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
+    let mut frames = Vec::with_capacity(1);
+    if !vmscan::alloc_frames(m, 1, &mut frames) {
+        return Some(oom(m, r, idx));
+    }
+    let f = frames[0];
+    let mut g = r.pt.lock(idx);
+    if g.get() != Pte::Zero {
+        drop(g);
+        vmscan::free_frames(m, &frames, false);
+        return None;
+    }
+    m.pages[f as usize].init(r.id, idx, pg::UPTODATE | pg::DIRTY | pg::SWAPBACKED | pg::MAPPED);
+    g.set(Pte::Frame(f));
+    m.lru.add(&m.pages, &frames, &m.vm);
+    // Clearing write protection wakes the thread; its retry copies the zero page into a fresh
+    // page of its own.
+    if let Err(e) = m.uffd.writeprotect(r.page_addr(idx), PAGE_SIZE, false, false) {
+        log::error!("UFFDIO_WRITEPROTECT clear at {:#x}: {e}", r.page_addr(idx));
+    }
+    drop(g);
+    m.vm.sub(Item::NrZeroPageMapped, 1);
+    m.vm.inc(Item::Pgfault);
+    m.vm.inc(Item::WpFault);
+    m.vm.inc(Item::Pgalloc);
+    m.vm.inc(Item::NrAnonPages);
+    m.vm.inc(Item::NrMapped);
+    m.note_resident();
+    Some(Fault::Done)
+}
+
+/// Drops the swap copy of a page about to be written (`try_to_free_swap` on a write fault).
+fn drop_swap_copy(m: &MmInner, f: u32) {
+    let p = &m.pages[f as usize];
+    if p.test_clear(pg::SWAPCACHE) {
+        if let Some(sw) = &m.swap {
+            sw.free_slot(p.private.load(Ordering::Relaxed), &m.vm);
+        }
+    }
+    p.set(pg::DIRTY);
+}
+
+/// Maps frame `f` (parked in its pool slot) at page `idx`: one UFFDIO_MOVE, write-protected when
+/// the page is clean with a valid swap copy and the access is a read. Returns false if the move
+/// failed (the page stays parked).
+fn map_parked(m: &MmInner, r: &RegionInner, idx: u64, f: u32, write: bool, wake_now: bool) -> bool {
+    let p = &m.pages[f as usize];
+    if write {
+        drop_swap_copy(m, f);
+    }
+    let keep_wp = p.test(pg::SWAPCACHE) && !p.test(pg::DIRTY);
+    let dst = r.page_addr(idx);
+    let src = m.pool.addr() + MmInner::frame_off(f);
+    match retry_again(m, || m.uffd.move_pages(dst, src, PAGE_SIZE, false, true)) {
+        Ok(_) => {}
+        Err(e) if e.errno == libc::ENOENT => {
+            // The pool slot is empty (the page was zapped behind our back): its contents are
+            // zeros.
+            if let Err(e) = retry_again(m, || m.uffd.copy(dst, m.zero_src.addr(), PAGE_SIZE, false, true)) {
+                log::error!("UFFDIO_COPY of zeros to {dst:#x}: {e}");
+                return false;
+            }
+        }
+        Err(e) => {
+            if e.is_exists() {
+                m.vm.inc(Item::UffdEexist);
+            }
+            log::error!("UFFDIO_MOVE of frame {f} to {dst:#x}: {e}");
+            return false;
+        }
+    }
+    if keep_wp {
+        if let Err(e) = m.uffd.writeprotect(dst, PAGE_SIZE, true, true) {
+            log::error!("UFFDIO_WRITEPROTECT at {dst:#x}: {e}");
+            drop_swap_copy(m, f);
+        } else {
+            p.set(pg::WP);
+        }
+    }
+    p.set(pg::MAPPED);
+    m.vm.inc(Item::NrMapped);
+    if wake_now {
+        wake(m, r, idx);
+    }
+    true
+}
+
+/// A resident page: mapped already (stale fault, or a write to a write-protected clean page), or
+/// parked in the pool (minor fault: the analogue of the hardware setting the accessed bit).
+fn frame_fault(m: &MmInner, r: &RegionInner, idx: u64, f: u32, write: bool, wp: bool) -> Option<Fault> {
+    let p = &m.pages[f as usize];
+    if !p.trylock() {
+        m.vm.inc(Item::FaultDeferred);
+        return Some(Fault::Retry);
+    }
+    let g = r.pt.lock(idx);
+    if g.get() != Pte::Frame(f) {
+        drop(g);
+        p.unlock();
+        return None;
+    }
+    if p.test(pg::MAPPED) {
+        if wp && p.test(pg::WP) {
+            // do_wp_page on a clean swap-cache page: it becomes dirty, its swap copy is stale.
+            drop_swap_copy(m, f);
+            p.clear(pg::WP);
+            if let Err(e) = m.uffd.writeprotect(r.page_addr(idx), PAGE_SIZE, false, false) {
+                log::error!("UFFDIO_WRITEPROTECT clear at {:#x}: {e}", r.page_addr(idx));
+            }
+            m.vm.inc(Item::WpFault);
+            m.vm.inc(Item::Pgfault);
+        } else if wp {
+            // Write-protected though we did not ask (a leftover marker): clear it.
+            let _ = m.uffd.writeprotect(r.page_addr(idx), PAGE_SIZE, false, false);
+        } else {
+            wake(m, r, idx);
+        }
+        drop(g);
+        p.unlock();
+        return Some(Fault::Done);
+    }
+    let was_ra = p.test_clear(pg::READAHEAD);
+    if !map_parked(m, r, idx, f, write, false) {
+        drop(g);
+        p.unlock();
+        wake(m, r, idx);
+        return Some(Fault::Retry);
+    }
+    m.vm.inc(Item::Pgfault);
+    m.vm.inc(Item::Pgminfault);
+    if was_ra {
+        m.vm.inc(Item::SwapRaHit);
+        r.ra_hits.fetch_add(1, Ordering::Relaxed);
+    } else {
+        m.vm.inc(Item::RefFault);
+    }
+    // Fault-around over the readahead pages that follow (filemap_map_pages for swap cache).
+    let mut last = idx;
+    if was_ra {
+        let mut j = idx + 1;
+        while j < r.npages() && j - idx < RA_AROUND {
+            let Pte::Frame(f2) = r.pt.get(j) else { break };
+            let p2 = &m.pages[f2 as usize];
+            if !p2.test(pg::READAHEAD) || p2.test(pg::MAPPED) || !p2.trylock() {
+                break;
+            }
+            let g2 = r.pt.try_lock(j);
+            let ok = match &g2 {
+                Some(g2) if g2.get() == Pte::Frame(f2) && p2.test_clear(pg::READAHEAD) => {
+                    map_parked(m, r, j, f2, false, false)
+                }
+                _ => false,
+            };
+            drop(g2);
+            p2.unlock();
+            if !ok {
+                break;
+            }
+            m.vm.inc(Item::SwapRaHit);
+            m.vm.inc(Item::FaultAround);
+            r.ra_hits.fetch_add(1, Ordering::Relaxed);
+            last = j;
+            j += 1;
+        }
+    }
+    drop(g);
+    p.unlock();
+    let _ = m.uffd.wake(r.page_addr(idx), (last - idx + 1) as usize * PAGE_SIZE);
+    Some(Fault::Done)
+}
+
+/// A page on the swap device: allocate frames, read the page and a readahead window of its
+/// virtual neighbours that are also swapped (swap_vma_readahead), map the faulting page, park
+/// the rest in the swap cache.
+fn swap_fault(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) -> Option<Fault> {
+    let Some(sw) = &m.swap else {
+        return Some(oom(m, r, idx));
+    };
+    let last = r.last_major.swap(idx, Ordering::Relaxed);
+    let seq = last != u64::MAX && (idx == last + 1 || idx + 1 == last || idx > last && idx - last <= 2 * r.ra_win.load(Ordering::Relaxed) as u64);
+    let hits = r.ra_hits.swap(0, Ordering::Relaxed);
+    let win = swapin_nr_pages(hits, seq, r.ra_win.load(Ordering::Relaxed), 1 << m.cfg.page_cluster);
+    r.ra_win.store(win, Ordering::Relaxed);
+    let mut frames = Vec::with_capacity(win as usize);
+    if !vmscan::alloc_frames(m, win as usize, &mut frames) {
+        return Some(oom(m, r, idx));
+    }
+    let mut g = r.pt.lock(idx);
+    if g.get() != Pte::Swap(slot) {
+        drop(g);
+        vmscan::free_frames(m, &frames, false);
+        return None;
+    }
+    let mut rest = lock_run(r, idx, frames.len() as u64, |p| matches!(p, Pte::Swap(_)));
+    let n = 1 + rest.len();
+    let slots: Vec<u64> = std::iter::once(slot)
+        .chain(rest.iter().map(|g| match g.get() {
+            Pte::Swap(s) => s,
+            _ => unreachable!(),
+        }))
+        .collect();
+    with_bounce(n, |bounce| {
+        // Read runs of consecutive slots with one device call each, into the bounce buffer
+        // (the pool is registered with userfaultfd, so the kernel must not write into it).
+        let mut ok = vec![true; n];
+        let mut k = 0;
+        while k < n {
+            let mut e = k + 1;
+            while e < n && slots[e] == slots[e - 1] + 1 {
+                e += 1;
+            }
+            let offs: Vec<usize> = (k..e).map(|j| j * PAGE_SIZE).collect();
+            if let Err(err) = sw.dev.read_pages(slots[k], bounce, &offs) {
+                log::error!("swap read of slots {}..{} failed: {err}", slots[k], slots[e - 1] + 1);
+                m.vm.inc(Item::SwapReadError);
+                for o in ok.iter_mut().take(e).skip(k) {
+                    *o = false;
+                }
+            }
+            k = e;
+        }
+        if !ok[0] {
+            // The faulting page's contents are lost: poison it (SIGBUS on access), never hand
+            // out zeros in its place.
+            sw.free_slot(slot, &m.vm);
+            g.set(Pte::Poison);
+            let _ = m.uffd.poison(r.page_addr(idx), PAGE_SIZE, false);
+            drop(rest);
+            drop(g);
+            vmscan::free_frames(m, &frames, false);
+            return;
+        }
+        let keep = !sw.full() && !write;
+        let mut used = Vec::with_capacity(n);
+        let mut unused: Vec<u32> = frames[n..].to_vec();
+        // Readahead pages: copied into their pool slots, parked in the swap cache.
+        for k in 1..n {
+            let f = frames[k];
+            let dst = m.pool.addr() + MmInner::frame_off(f);
+            if !ok[k] || m.uffd.copy(dst, bounce.addr() + k * PAGE_SIZE, PAGE_SIZE, false, true).is_err() {
+                unused.push(f);
+                continue;
+            }
+            let p = &m.pages[f as usize];
+            p.init(r.id, idx + k as u64, pg::UPTODATE | pg::SWAPBACKED | pg::SWAPCACHE | pg::READAHEAD);
+            p.private.store(slots[k], Ordering::Relaxed);
+            sw.add_to_cache(slots[k], f, &m.vm);
+            rest[k - 1].set(Pte::Frame(f));
+            used.push(f);
+        }
+        // The faulting page: copied straight into the view, write-protected while its swap copy
+        // stays valid (a later write is a wp fault that drops the copy).
+        let f0 = frames[0];
+        let p0 = &m.pages[f0 as usize];
+        let mut flags = pg::UPTODATE | pg::SWAPBACKED | pg::MAPPED;
+        if keep {
+            flags |= pg::SWAPCACHE | pg::WP;
+            sw.add_to_cache(slot, f0, &m.vm);
+        } else {
+            sw.free_slot(slot, &m.vm);
+            flags |= pg::DIRTY;
+        }
+        p0.init(r.id, idx, flags);
+        p0.private.store(slot, Ordering::Relaxed);
+        g.set(Pte::Frame(f0));
+        let dst = r.page_addr(idx);
+        if let Err(e) = retry_again(m, || m.uffd.copy(dst, bounce.addr(), PAGE_SIZE, keep, false)) {
+            log::error!("UFFDIO_COPY of a swapped-in page to {dst:#x}: {e}");
+            wake(m, r, idx);
+        }
+        used.push(f0);
+        m.lru.add(&m.pages, &used, &m.vm);
+        drop(rest);
+        drop(g);
+        vmscan::free_frames(m, &unused, false);
+        let read = used.len() as u64;
+        m.vm.inc(Item::Pgfault);
+        m.vm.inc(Item::Pgmajfault);
+        m.vm.inc(Item::NrMapped);
+        m.vm.add(Item::Pswpin, read);
+        m.vm.add(Item::Pgpgin, read * (PAGE_SIZE as u64 / 1024));
+        m.vm.add(Item::SwapRa, read - 1);
+        m.vm.add(Item::NrAnonPages, read);
+        m.note_resident();
+    });
+    Some(Fault::Done)
+}
+
+thread_local! {
+    static BOUNCE: std::cell::RefCell<Option<Mapping>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with this thread's bounce buffer (512 pages, unregistered, reused so its pages stay
+/// populated): device reads land there, then UFFDIO_COPY places them.
+fn with_bounce<R>(pages: usize, f: impl FnOnce(&Mapping) -> R) -> R {
+    assert!(pages <= 512);
+    BOUNCE.with(|b| {
+        let mut b = b.borrow_mut();
+        if b.is_none() {
+            let m = Mapping::anon(512 * PAGE_SIZE, 0).expect("mapping a 2 MiB bounce buffer");
+            let _ = m.advise(0, m.len(), Advice::NoHugePage);
+            *b = Some(m);
+        }
+        f(b.as_ref().expect("bounce buffer"))
+    })
+}
+
+/// No frame can be had (swap full under overcommit, or persistent swap write errors): poison the
+/// page so the access raises SIGBUS instead of hanging.
+fn oom(m: &MmInner, r: &RegionInner, idx: u64) -> Fault {
+    let mut g = r.pt.lock(idx);
+    match g.get() {
+        Pte::Frame(_) | Pte::Zero => {
+            // Resolved meanwhile.
+            drop(g);
+            wake(m, r, idx);
+            return Fault::Done;
+        }
+        Pte::Swap(s) => {
+            if let Some(sw) = &m.swap {
+                sw.free_slot(s, &m.vm);
+            }
+        }
+        _ => {}
+    }
+    g.set(Pte::Poison);
+    let addr = r.page_addr(idx);
+    log::error!(
+        "out of memory: no frame for the page at {addr:#x} (budget {} bytes, swap {}); the page is poisoned and its access raises SIGBUS",
+        m.cfg.budget,
+        m.swap.as_ref().map_or("none".to_string(), |s| format!("{} of {} slots free", s.slots.nr_free(), s.slots.nr_pages()))
+    );
+    if let Err(e) = m.uffd.poison(addr, PAGE_SIZE, false) {
+        log::error!("UFFDIO_POISON at {addr:#x}: {e}");
+        let _ = m.uffd.wake(addr, PAGE_SIZE);
+    }
+    drop(g);
+    m.vm.inc(Item::OomPoison);
+    Fault::Done
+}

@@ -1,0 +1,230 @@
+//! Page descriptors (`struct page`) and the frame allocator. Mirrors `include/linux/page-flags.h`,
+//! `include/linux/mm_types.h` (flags, refcount, mapping/index, private, lru links) and the role
+//! of `mm/page_alloc.c` (free frames, watermark arithmetic lives in `vmscan.rs`).
+//!
+//! Frame N is a 4 KiB slot of the memory manager's frame pool and descriptor N describes the page
+//! that owns it. A resident page is either mapped in its region's view (the pool slot is empty) or
+//! parked in its pool slot (unmapped: being reclaimed, in the swap cache after readahead, or
+//! unmapped to observe its next reference). A descriptor is 32 bytes: 0.78% of the 4 KiB it manages.
+
+use crate::sync::{backoff, AtomicU32, AtomicU64, Mutex, Ordering};
+
+/// Page flags (`PG_*`).
+pub mod pg {
+    pub const LOCKED: u32 = 1 << 0;
+    pub const DIRTY: u32 = 1 << 1;
+    pub const WRITEBACK: u32 = 1 << 2;
+    pub const REFERENCED: u32 = 1 << 3;
+    pub const ACTIVE: u32 = 1 << 4;
+    pub const SWAPCACHE: u32 = 1 << 5;
+    pub const UPTODATE: u32 = 1 << 6;
+    pub const RECLAIM: u32 = 1 << 7;
+    pub const LRU: u32 = 1 << 8;
+    pub const SWAPBACKED: u32 = 1 << 9;
+    /// Readahead page not yet used (PG_readahead); cleared and counted as swap_ra_hit on first use.
+    pub const READAHEAD: u32 = 1 << 10;
+    /// Mapped in the region's view. The user-space analogue of a young pte: a page becomes mapped
+    /// only by a fault, and "clearing the accessed bit" means unmapping it into its pool slot.
+    pub const MAPPED: u32 = 1 << 11;
+    /// Mapped write-protected: a clean page whose swap copy is valid.
+    pub const WP: u32 = 1 << 12;
+    pub const ERROR: u32 = 1 << 13;
+}
+
+/// `struct page`, 32 bytes.
+#[derive(Default)]
+pub struct Page {
+    pub flags: AtomicU32,
+    pub refcount: AtomicU32,
+    /// Owner: region id << 40 | page index in the region.
+    pub mapping: AtomicU64,
+    /// Swap slot while PG_swapcache.
+    pub private: AtomicU64,
+    /// LRU links (frame numbers), protected by the lruvec lock.
+    pub lru_prev: AtomicU32,
+    pub lru_next: AtomicU32,
+}
+
+pub const NO_FRAME: u32 = u32::MAX;
+const INDEX_BITS: u32 = 40;
+
+impl Page {
+    #[inline]
+    pub fn flags(&self) -> u32 {
+        self.flags.load(Ordering::Acquire)
+    }
+    #[inline]
+    pub fn test(&self, f: u32) -> bool {
+        self.flags() & f != 0
+    }
+    #[inline]
+    pub fn set(&self, f: u32) {
+        self.flags.fetch_or(f, Ordering::AcqRel);
+    }
+    #[inline]
+    pub fn clear(&self, f: u32) {
+        self.flags.fetch_and(!f, Ordering::AcqRel);
+    }
+    /// Atomic test-and-clear (`TestClearPageReferenced`).
+    #[inline]
+    pub fn test_clear(&self, f: u32) -> bool {
+        self.flags.fetch_and(!f, Ordering::AcqRel) & f != 0
+    }
+    /// Atomic test-and-set.
+    #[inline]
+    pub fn test_set(&self, f: u32) -> bool {
+        self.flags.fetch_or(f, Ordering::AcqRel) & f != 0
+    }
+    /// `trylock_page`.
+    #[inline]
+    pub fn trylock(&self) -> bool {
+        !self.test_set(pg::LOCKED)
+    }
+    /// `lock_page`: waits for holders, which only hold it across bounded work (one I/O batch).
+    pub fn lock(&self) {
+        let mut it = 0;
+        while !self.trylock() {
+            backoff(&mut it);
+        }
+    }
+    /// `unlock_page`.
+    #[inline]
+    pub fn unlock(&self) {
+        self.clear(pg::LOCKED);
+    }
+    pub fn owner(&self) -> (u32, u64) {
+        let m = self.mapping.load(Ordering::Acquire);
+        ((m >> INDEX_BITS) as u32, m & ((1 << INDEX_BITS) - 1))
+    }
+    pub fn set_owner(&self, region: u32, index: u64) {
+        self.mapping.store(((region as u64) << INDEX_BITS) | index, Ordering::Release);
+    }
+    /// Resets a freshly allocated descriptor with the given flags.
+    pub fn init(&self, region: u32, index: u64, flags: u32) {
+        self.set_owner(region, index);
+        self.private.store(0, Ordering::Relaxed);
+        self.refcount.store(1, Ordering::Relaxed);
+        self.flags.store(flags, Ordering::Release);
+    }
+}
+
+/// The largest page index a region may have (2^40 pages = 4 PiB).
+pub const MAX_REGION_PAGES: u64 = 1 << INDEX_BITS;
+
+/// Free frames: a bitmap (1 = free) scanned from a rotating cursor, so that frames freed in a
+/// batch are handed out again as one ascending run (batched MOVEs into and out of the pool).
+pub struct FrameAlloc {
+    inner: Mutex<Bitmap>,
+    nr_free: AtomicU64,
+    nr: u32,
+}
+
+struct Bitmap {
+    words: Vec<u64>,
+    cursor: usize,
+}
+
+impl FrameAlloc {
+    pub fn new(nr: u32) -> FrameAlloc {
+        let nwords = (nr as usize).div_ceil(64);
+        let mut words = vec![u64::MAX; nwords];
+        let tail = nr as usize % 64;
+        if tail != 0 {
+            words[nwords - 1] = (1u64 << tail) - 1;
+        }
+        FrameAlloc { inner: Mutex::new(Bitmap { words, cursor: 0 }), nr_free: AtomicU64::new(nr as u64), nr }
+    }
+
+    pub fn nr(&self) -> u32 {
+        self.nr
+    }
+
+    pub fn nr_free(&self) -> u64 {
+        self.nr_free.load(Ordering::Relaxed)
+    }
+
+    /// Appends up to `n` free frames (ascending from the cursor) to `out`; returns how many.
+    pub fn alloc(&self, n: usize, out: &mut Vec<u32>) -> usize {
+        if n == 0 || self.nr_free() == 0 {
+            return 0;
+        }
+        let mut b = self.inner.lock();
+        let nwords = b.words.len();
+        let mut got = 0;
+        let start = b.cursor;
+        let mut w = start;
+        for _ in 0..=nwords {
+            let mut word = b.words[w];
+            while word != 0 && got < n {
+                let bit = word.trailing_zeros() as usize;
+                word &= word - 1;
+                out.push((w * 64 + bit) as u32);
+                got += 1;
+            }
+            b.words[w] = word;
+            if got == n {
+                break;
+            }
+            w = (w + 1) % nwords;
+        }
+        b.cursor = w;
+        drop(b);
+        self.nr_free.fetch_sub(got as u64, Ordering::Relaxed);
+        got
+    }
+
+    /// Returns frames to the free pool.
+    pub fn free(&self, frames: &[u32]) {
+        if frames.is_empty() {
+            return;
+        }
+        let mut b = self.inner.lock();
+        for &f in frames {
+            let (w, bit) = (f as usize / 64, f % 64);
+            debug_assert!(b.words[w] & (1 << bit) == 0, "double free of frame {f}");
+            b.words[w] |= 1 << bit;
+        }
+        drop(b);
+        self.nr_free.fetch_add(frames.len() as u64, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descriptor_is_32_bytes() {
+        assert_eq!(std::mem::size_of::<Page>(), 32);
+        assert!(std::mem::size_of::<Page>() * 100 <= 4096);
+    }
+
+    #[test]
+    fn alloc_free_runs() {
+        let a = FrameAlloc::new(130);
+        let mut v = vec![];
+        assert_eq!(a.alloc(100, &mut v), 100);
+        assert_eq!(v, (0..100).collect::<Vec<_>>());
+        assert_eq!(a.nr_free(), 30);
+        let mut w = vec![];
+        assert_eq!(a.alloc(100, &mut w), 30);
+        assert_eq!(a.alloc(1, &mut w), 0);
+        a.free(&v[10..42]);
+        let mut x = vec![];
+        assert_eq!(a.alloc(32, &mut x), 32);
+        assert_eq!(x, (10..42).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn flags_and_lock() {
+        let p = Page::default();
+        p.init(3, 99, pg::UPTODATE);
+        assert_eq!(p.owner(), (3, 99));
+        assert!(p.trylock());
+        assert!(!p.trylock());
+        p.unlock();
+        p.set(pg::REFERENCED);
+        assert!(p.test_clear(pg::REFERENCED));
+        assert!(!p.test(pg::REFERENCED));
+    }
+}

@@ -1,0 +1,279 @@
+//! Regions: the address ranges a manager serves. Mirrors the VMA side of `mm/mmap.c`
+//! (`mmap_region`, `__vm_enough_memory` for strict commit accounting, `unmap_region`) and
+//! `mm/madvise.c` (`MADV_DONTNEED`/`MADV_FREE` semantics of `discard`).
+//!
+//! A region is a private anonymous mapping registered with the manager's userfaultfd for MISSING
+//! and WP faults, plus a page table of where each page lives.
+
+use crate::error::{Error, Result};
+use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, Ordering};
+use crate::sys::uffd::mode;
+use crate::sys::{Advice, Mapping, PAGE_SIZE};
+use crate::vmstat::Item;
+
+use super::page::{pg, MAX_REGION_PAGES};
+use super::pgtable::{PageTable, Pte};
+use super::{Mm, MmHandle, MmInner};
+
+/// The shared part of a region.
+pub struct RegionInner {
+    pub(crate) id: u32,
+    pub(crate) view: Mapping,
+    pub(crate) pt: PageTable,
+    pub(crate) dead: AtomicBool,
+    /// Next page index a sequential write run would fault (write fault-around detection).
+    pub(crate) next_write: AtomicU64,
+    /// Current write fault-around window (pages).
+    pub(crate) write_win: AtomicU32,
+    /// Page index of the last major fault (swap readahead detection).
+    pub(crate) last_major: AtomicU64,
+    /// Readahead pages used since the last major fault.
+    pub(crate) ra_hits: AtomicU32,
+    /// Last readahead window.
+    pub(crate) ra_win: AtomicU32,
+}
+
+impl RegionInner {
+    pub(crate) fn npages(&self) -> u64 {
+        self.pt.npages()
+    }
+    pub(crate) fn page_addr(&self, idx: u64) -> usize {
+        self.view.addr() + idx as usize * PAGE_SIZE
+    }
+}
+
+/// A range of managed anonymous memory. It exposes raw pointers only: its memory changes under
+/// the fault handler and reclaim, so no Rust reference into it is ever handed out.
+pub struct Region {
+    pub(crate) r: Arc<RegionInner>,
+    pub(crate) h: Arc<MmHandle>,
+}
+
+impl std::fmt::Debug for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Region").field("addr", &format_args!("{:#x}", self.r.view.addr())).field("len", &self.r.view.len()).finish()
+    }
+}
+
+pub(crate) fn map_anon(mm: &Mm, len: usize) -> Result<Region> {
+    let m = mm.inner();
+    if len == 0 {
+        return Err(Error::inval("region length must be greater than zero"));
+    }
+    let npages = (len as u64).div_ceil(PAGE_SIZE as u64);
+    if npages > MAX_REGION_PAGES {
+        return Err(Error::inval(format!("region length {len} exceeds the maximum of 4 PiB")));
+    }
+    // Strict commit accounting (`__vm_enough_memory` with overcommit_memory=2).
+    let prev = m.committed.fetch_add(npages, Ordering::AcqRel);
+    if !m.cfg.overcommit && prev + npages > m.commit_limit {
+        m.committed.fetch_sub(npages, Ordering::AcqRel);
+        return Err(Error::CommitLimit {
+            requested: npages * PAGE_SIZE as u64,
+            committed: prev * PAGE_SIZE as u64,
+            limit: m.commit_limit * PAGE_SIZE as u64,
+        });
+    }
+    let undo = |e: Error| {
+        m.committed.fetch_sub(npages, Ordering::AcqRel);
+        e
+    };
+    let view = Mapping::anon(npages as usize * PAGE_SIZE, 0).map_err(|e| undo(Error::io(format!("mmap of {len} bytes"), e)))?;
+    view.advise(0, view.len(), Advice::NoHugePage).map_err(|e| undo(Error::io("madvise(NOHUGEPAGE) on a region", e)))?;
+    m.uffd
+        .register(view.addr(), view.len(), mode::MISSING | mode::WP)
+        .map_err(|e| undo(Error::io("registering the region with userfaultfd", e)))?;
+    let r = m.regions.write().insert(|id| {
+        Arc::new(RegionInner {
+            id,
+            view,
+            pt: PageTable::new(npages),
+            dead: AtomicBool::new(false),
+            next_write: AtomicU64::new(u64::MAX),
+            write_win: AtomicU32::new(1),
+            last_major: AtomicU64::new(u64::MAX),
+            ra_hits: AtomicU32::new(0),
+            ra_win: AtomicU32::new(0),
+        })
+    });
+    Ok(Region { r, h: mm.h.clone() })
+}
+
+impl Region {
+    /// First byte of the region.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.r.view.as_ptr()
+    }
+
+    /// Length in bytes (a multiple of 4 KiB).
+    pub fn len(&self) -> usize {
+        self.r.view.len()
+    }
+
+    /// Always false: regions are never empty.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The manager serving this region.
+    pub fn mm(&self) -> Mm {
+        Mm { h: self.h.clone() }
+    }
+
+    /// Volatile load of the 64-bit word at byte offset `off` (8-byte aligned; panics outside the
+    /// region). Faults are served by the manager's handler threads.
+    pub fn read_u64(&self, off: usize) -> u64 {
+        self.r.view.read_u64(off)
+    }
+
+    /// Volatile store of a 64-bit word at byte offset `off`.
+    pub fn write_u64(&self, off: usize, v: u64) {
+        self.r.view.write_u64(off, v)
+    }
+
+    /// Copies `buf.len()` bytes at `off` out of the region.
+    pub fn read_bytes(&self, off: usize, buf: &mut [u8]) -> Result<()> {
+        self.r.view.read_bytes(off, buf).map_err(|e| Error::inval(e.to_string()))
+    }
+
+    /// Copies `buf` into the region at `off`.
+    pub fn write_bytes(&self, off: usize, buf: &[u8]) -> Result<()> {
+        self.r.view.write_bytes(off, buf).map_err(|e| Error::inval(e.to_string()))
+    }
+
+    /// Pages of this region resident now (in frames).
+    pub fn resident_pages(&self) -> u64 {
+        let mut n = 0;
+        self.r.pt.for_each_used(0, self.r.npages(), |_, p| n += matches!(p, Pte::Frame(_)) as u64);
+        n
+    }
+
+    /// Pages of this region on the swap device now.
+    pub fn swapped_pages(&self) -> u64 {
+        let mut n = 0;
+        self.r.pt.for_each_used(0, self.r.npages(), |_, p| n += matches!(p, Pte::Swap(_)) as u64);
+        n
+    }
+
+    /// Frees the memory and swap space of `[off, off+len)` (4 KiB aligned); reads of it then
+    /// return zeros. Like `MADV_DONTNEED` on private anonymous memory.
+    pub fn discard(&self, off: usize, len: usize) -> Result<()> {
+        if off % PAGE_SIZE != 0 || len % PAGE_SIZE != 0 {
+            return Err(Error::inval(format!(
+                "discard range {off:#x}+{len:#x} is not 4 KiB aligned; align offset and length to 4096"
+            )));
+        }
+        if off.checked_add(len).is_none_or(|e| e > self.len()) {
+            return Err(Error::inval(format!(
+                "discard range {off:#x}+{len:#x} goes past the end of the region ({:#x} bytes)",
+                self.len()
+            )));
+        }
+        let m = &self.h.inner;
+        let first = (off / PAGE_SIZE) as u64;
+        let n = m.vm.get(Item::PgDiscard);
+        release_range(m, &self.r, first, first + (len / PAGE_SIZE) as u64, true);
+        let _ = n;
+        Ok(())
+    }
+}
+
+/// Frees every page in `[from, to)`: frames back to the allocator, slots back to the device,
+/// mapped pages zapped. `count` counts the pages as discarded.
+pub(crate) fn release_range(m: &MmInner, r: &RegionInner, from: u64, to: u64, count: bool) {
+    const CHUNK: u64 = 512;
+    let mut used = Vec::new();
+    let mut start = from;
+    while start < to {
+        let end = (start + CHUNK).min(to);
+        used.clear();
+        r.pt.for_each_used(start, end, |i, _| used.push(i));
+        let mut zap_from = u64::MAX;
+        let mut zap_to = 0;
+        let mut freed = Vec::new();
+        for &i in &used {
+            loop {
+                let pte = r.pt.get(i);
+                let frame = match pte {
+                    Pte::Frame(f) => {
+                        // Page lock before pte lock, as everywhere.
+                        m.pages[f as usize].lock();
+                        Some(f)
+                    }
+                    _ => None,
+                };
+                let mut g = r.pt.lock(i);
+                if let Some(f) = frame {
+                    if g.get() != Pte::Frame(f) {
+                        drop(g);
+                        m.pages[f as usize].unlock();
+                        continue;
+                    }
+                }
+                match g.get() {
+                    Pte::None => {}
+                    Pte::Zero => {
+                        m.vm.sub(Item::NrZeroPageMapped, 1);
+                        zap_from = zap_from.min(i);
+                        zap_to = zap_to.max(i + 1);
+                    }
+                    Pte::Poison => {
+                        zap_from = zap_from.min(i);
+                        zap_to = zap_to.max(i + 1);
+                    }
+                    Pte::Swap(s) => {
+                        if let Some(sw) = &m.swap {
+                            sw.free_slot(s, &m.vm);
+                        }
+                    }
+                    Pte::Frame(f) => {
+                        let p = &m.pages[f as usize];
+                        m.lru.del(&m.pages, f, &m.vm);
+                        if p.test(pg::SWAPCACHE) {
+                            if let Some(sw) = &m.swap {
+                                sw.free_slot(p.private.load(Ordering::Relaxed), &m.vm);
+                            }
+                        }
+                        if p.test(pg::MAPPED) {
+                            m.vm.sub(Item::NrMapped, 1);
+                            zap_from = zap_from.min(i);
+                            zap_to = zap_to.max(i + 1);
+                        } else {
+                            let _ = m.pool.advise(MmInner::frame_off(f), PAGE_SIZE, Advice::DontNeed);
+                        }
+                        m.vm.sub(Item::NrAnonPages, 1);
+                        p.flags.store(0, Ordering::Release);
+                        freed.push(f);
+                    }
+                }
+                if count && g.get() != Pte::None {
+                    m.vm.inc(Item::PgDiscard);
+                }
+                g.set(Pte::None);
+                // Keep the pte lock until the zap below would be ideal; the page lock (held for
+                // frames) already keeps faults away, and None/Zero entries fault into a fresh
+                // zero page either way.
+                drop(g);
+                break;
+            }
+        }
+        if zap_from < zap_to {
+            let _ = r.view.advise(zap_from as usize * PAGE_SIZE, (zap_to - zap_from) as usize * PAGE_SIZE, Advice::DontNeed);
+        }
+        m.frames.free(&freed);
+        m.vm.add(Item::Pgfree, freed.len() as u64);
+        start = end;
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        let m = &self.h.inner;
+        self.r.dead.store(true, Ordering::Release);
+        m.regions.write().remove_addr(self.r.view.addr());
+        release_range(m, &self.r, 0, self.r.npages(), false);
+        let _ = m.uffd.unregister(self.r.view.addr(), self.r.view.len());
+        m.regions.write().remove_id(self.r.id);
+        m.committed.fetch_sub(self.r.npages(), Ordering::AcqRel);
+    }
+}

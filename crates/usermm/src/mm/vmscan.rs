@@ -1,0 +1,557 @@
+//! Page reclaim. Mirrors `mm/vmscan.c`: `scan_control`, `shrink_node`/`shrink_lruvec`,
+//! `shrink_active_list`, `shrink_inactive_list`, `shrink_page_list` with `page_check_references`,
+//! `add_to_swap`, `pageout` and `__remove_mapping`; kswapd (`balance_pgdat` between the low and
+//! high watermarks) and direct reclaim (`try_to_free_pages`, counted as `allocstall`) from the
+//! allocation path, which lives here too (`__alloc_pages` slow path).
+//!
+//! User space cannot read accessed bits, so a page's "young pte" is its being mapped (PG_mapped):
+//! pages become mapped only by a fault, and clearing the accessed bit means unmapping the page
+//! into its pool slot with one batched UFFDIO_MOVE. The next access is a minor fault that maps it
+//! back: that fault is the reference. Unmapping and I/O happen in SWAP_CLUSTER_MAX batches.
+
+use std::time::{Duration, Instant};
+
+use crate::sync::{Ordering};
+use crate::sys::{Advice, PAGE_SIZE};
+use crate::vmstat::Item;
+
+use super::lru::Lru;
+use super::page::pg;
+use super::pgtable::Pte;
+use super::region::RegionInner;
+use super::MmInner;
+
+/// Pages isolated and processed per batch.
+pub const SWAP_CLUSTER_MAX: usize = 32;
+/// Scan priority: a pass scans lru_size >> priority pages.
+pub const DEF_PRIORITY: u32 = 12;
+
+/// `struct scan_control`.
+#[derive(Debug, Clone)]
+pub struct ScanControl {
+    pub nr_to_reclaim: usize,
+    pub nr_reclaimed: usize,
+    pub nr_scanned: usize,
+    pub priority: u32,
+    pub may_writepage: bool,
+    pub may_unmap: bool,
+    pub may_swap: bool,
+    pub kswapd: bool,
+}
+
+impl ScanControl {
+    fn new(nr_to_reclaim: usize, kswapd: bool) -> Self {
+        ScanControl {
+            nr_to_reclaim,
+            nr_reclaimed: 0,
+            nr_scanned: 0,
+            priority: DEF_PRIORITY,
+            may_writepage: true,
+            may_unmap: true,
+            may_swap: true,
+            kswapd,
+        }
+    }
+}
+
+/// Wakes kswapd (`wakeup_kswapd`).
+pub fn wake_kswapd(m: &MmInner) {
+    let mut p = m.kswapd.pending.lock();
+    if !*p {
+        *p = true;
+        m.kswapd.cv.notify_one();
+    }
+}
+
+/// Allocates up to `want` frames into `out` (at least one), reclaiming directly when free frames
+/// are below the min watermark. Returns false when nothing can be freed (out of memory).
+pub fn alloc_frames(m: &MmInner, want: usize, out: &mut Vec<u32>) -> bool {
+    let want = want.max(1);
+    let start = Instant::now();
+    let mut stalled = false;
+    let mut fails = 0u32;
+    loop {
+        let free = m.frames.nr_free();
+        let above_min = free.saturating_sub(m.wmark.min) as usize;
+        // Once direct reclaim has run and failed, dip into the reserve below min.
+        let can = if fails > 2 { free as usize } else { above_min };
+        if can > 0 && m.frames.alloc(want.min(can), out) > 0 {
+            if m.frames.nr_free() < m.wmark.low {
+                wake_kswapd(m);
+            }
+            m.note_resident();
+            return true;
+        }
+        wake_kswapd(m);
+        if !stalled {
+            m.vm.inc(Item::Allocstall);
+            stalled = true;
+        }
+        let got = try_to_free_pages(m, SWAP_CLUSTER_MAX.max(want));
+        if got == 0 {
+            fails += 1;
+            let swap_exhausted = m.swap.as_ref().is_none_or(|s| s.slots.nr_free() == 0);
+            let elapsed = start.elapsed();
+            if (swap_exhausted && fails > 64 && elapsed > Duration::from_millis(50)) || elapsed > Duration::from_secs(10) {
+                return false;
+            }
+            if fails > 8 {
+                std::thread::sleep(Duration::from_micros(200));
+            } else {
+                crate::sync::yield_now();
+            }
+        }
+    }
+}
+
+/// Returns frames to the allocator. `zap`: their pool slots hold pages to drop first.
+pub fn free_frames(m: &MmInner, frames: &[u32], zap: bool) {
+    if frames.is_empty() {
+        return;
+    }
+    if zap {
+        zap_pool(m, frames);
+    }
+    m.frames.free(frames);
+    m.vm.add(Item::Pgfree, frames.len() as u64);
+}
+
+/// MADV_DONTNEED over the pool slots of `frames`, one call per run of consecutive frames.
+fn zap_pool(m: &MmInner, frames: &[u32]) {
+    let mut sorted = frames.to_vec();
+    sorted.sort_unstable();
+    let mut k = 0;
+    while k < sorted.len() {
+        let mut e = k + 1;
+        while e < sorted.len() && sorted[e] == sorted[e - 1] + 1 {
+            e += 1;
+        }
+        let _ = m.pool.advise(MmInner::frame_off(sorted[k]), (e - k) * PAGE_SIZE, Advice::DontNeed);
+        k = e;
+    }
+}
+
+/// `try_to_free_pages`: direct reclaim of at least `nr` pages, raising priority until done.
+pub fn try_to_free_pages(m: &MmInner, nr: usize) -> usize {
+    let mut sc = ScanControl::new(nr, false);
+    loop {
+        shrink_node(m, &mut sc);
+        if sc.nr_reclaimed >= sc.nr_to_reclaim || sc.priority == 0 {
+            break;
+        }
+        sc.priority -= 1;
+    }
+    sc.nr_reclaimed
+}
+
+/// kswapd: sleeps until woken below the low watermark, then reclaims until free frames reach
+/// the high watermark (`balance_pgdat`).
+pub fn kswapd_main(m: std::sync::Arc<MmInner>) {
+    loop {
+        {
+            let mut p = m.kswapd.pending.lock();
+            while !*p && !m.shutdown.load(Ordering::Acquire) {
+                m.kswapd.cv.wait_for(&mut p, Duration::from_millis(200));
+                if m.frames.nr_free() < m.wmark.low {
+                    break;
+                }
+            }
+            *p = false;
+        }
+        if m.shutdown.load(Ordering::Acquire) {
+            return;
+        }
+        if m.frames.nr_free() >= m.wmark.high {
+            m.vm.inc(Item::KswapdHighWmarkHitQuickly);
+            continue;
+        }
+        m.vm.inc(Item::KswapdWake);
+        balance_pgdat(&m);
+    }
+}
+
+fn balance_pgdat(m: &MmInner) {
+    let mut priority = DEF_PRIORITY;
+    let mut failures = 0;
+    while m.frames.nr_free() < m.wmark.high && !m.shutdown.load(Ordering::Acquire) {
+        let want = (m.wmark.high - m.frames.nr_free()) as usize;
+        let mut sc = ScanControl::new(want.max(SWAP_CLUSTER_MAX), true);
+        sc.priority = priority;
+        shrink_node(m, &mut sc);
+        if sc.nr_reclaimed == 0 {
+            if priority > 0 {
+                priority -= 1;
+            } else {
+                failures += 1;
+                if failures > 16 {
+                    // Nothing reclaimable (no swap space, or every page busy): back off and let
+                    // direct reclaim report the shortage.
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+                priority = DEF_PRIORITY;
+            }
+        } else {
+            failures = 0;
+        }
+    }
+}
+
+/// Reclaims until at most `target` pages are resident or no progress is made.
+pub fn reclaim_to(m: &MmInner, target: u64) -> u64 {
+    let mut total = 0u64;
+    let mut idle = 0;
+    while m.resident_pages() > target && idle < 4 {
+        let want = (m.resident_pages() - target) as usize;
+        let mut sc = ScanControl::new(want, true);
+        sc.priority = 0;
+        shrink_node(m, &mut sc);
+        // Pages unmapped on this pass count as referenced once; a second pass reclaims them.
+        if sc.nr_reclaimed == 0 {
+            idle += 1;
+        } else {
+            idle = 0;
+        }
+        total += sc.nr_reclaimed as u64;
+    }
+    total
+}
+
+/// `inactive_is_low`: the inactive list should hold at least 1/ratio of the anon pages, where
+/// ratio = sqrt(10 * GiB of anon) (1 below 1 GiB).
+pub fn inactive_is_low(m: &MmInner) -> bool {
+    let inactive = m.lru.size(Lru::InactiveAnon);
+    let active = m.lru.size(Lru::ActiveAnon);
+    let gb = ((inactive + active) * PAGE_SIZE as u64) >> 30;
+    let ratio = if gb > 0 { ((10 * gb) as f64).sqrt() as u64 } else { 1 };
+    inactive * ratio < active
+}
+
+/// `shrink_node` / `shrink_lruvec` for the anon lists.
+pub fn shrink_node(m: &MmInner, sc: &mut ScanControl) {
+    if m.swap.is_none() || !sc.may_swap {
+        // Without swap, anonymous pages cannot be reclaimed (Linux skips the anon lists).
+        return;
+    }
+    let inactive = m.lru.size(Lru::InactiveAnon) as usize;
+    let active = m.lru.size(Lru::ActiveAnon) as usize;
+    let scan = |size: usize| (size >> sc.priority).max(SWAP_CLUSTER_MAX.min(size));
+    let mut nr_inactive = scan(inactive);
+    let mut nr_active = scan(active);
+    while (nr_inactive > 0 || nr_active > 0) && sc.nr_reclaimed < sc.nr_to_reclaim {
+        if nr_active > 0 {
+            let b = nr_active.min(SWAP_CLUSTER_MAX);
+            if inactive_is_low(m) {
+                shrink_active_list(m, b, sc);
+            }
+            nr_active -= b;
+        }
+        if nr_inactive > 0 {
+            let b = nr_inactive.min(SWAP_CLUSTER_MAX);
+            sc.nr_reclaimed += shrink_inactive_list(m, b, sc);
+            nr_inactive -= b;
+        }
+        if m.shutdown.load(Ordering::Relaxed) {
+            return;
+        }
+    }
+    if inactive_is_low(m) {
+        shrink_active_list(m, SWAP_CLUSTER_MAX, sc);
+    }
+}
+
+/// `shrink_active_list`: ages the tail of the active list. Anonymous pages are deactivated
+/// whether referenced or not; checking references clears them (unmaps the page).
+pub fn shrink_active_list(m: &MmInner, nr: usize, sc: &mut ScanControl) {
+    let mut isolated = Vec::with_capacity(nr);
+    let scanned = m.lru.isolate(&m.pages, Lru::ActiveAnon, nr, nr * 4, &mut isolated, &m.vm);
+    sc.nr_scanned += scanned;
+    m.vm.add(Item::PgrefillActive, scanned as u64);
+    let mapped: Vec<u32> = isolated.iter().copied().filter(|&f| m.pages[f as usize].test(pg::MAPPED)).collect();
+    unmap_pages(m, &mapped);
+    for &f in &isolated {
+        m.pages[f as usize].clear(pg::ACTIVE);
+    }
+    m.vm.add(Item::Pgdeactivate, isolated.len() as u64);
+    m.lru.putback(&m.pages, &isolated, &m.vm);
+}
+
+/// `shrink_inactive_list`: isolates a batch from the inactive tail and reclaims what it can.
+pub fn shrink_inactive_list(m: &MmInner, nr: usize, sc: &mut ScanControl) -> usize {
+    let mut isolated = Vec::with_capacity(nr);
+    let scanned = m.lru.isolate(&m.pages, Lru::InactiveAnon, nr, nr * 4, &mut isolated, &m.vm);
+    sc.nr_scanned += scanned;
+    m.vm.add(if sc.kswapd { Item::PgscanKswapd } else { Item::PgscanDirect }, scanned as u64);
+    if isolated.is_empty() {
+        return 0;
+    }
+    let reclaimed = shrink_page_list(m, isolated, sc);
+    m.vm.add(if sc.kswapd { Item::PgstealKswapd } else { Item::PgstealDirect }, reclaimed as u64);
+    reclaimed
+}
+
+/// What `page_check_references` decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageRef {
+    Activate,
+    Keep,
+    Reclaim,
+}
+
+/// `page_check_references` for an anonymous page: a mapped page was referenced through its pte
+/// (all mapped pages start out young from the instantiating fault, so it takes a second trip
+/// around the inactive list to be reclaimed unless it is referenced again meanwhile).
+pub fn page_check_references(referenced_ptes: bool, referenced_page: bool) -> PageRef {
+    if referenced_ptes {
+        if referenced_page {
+            PageRef::Activate
+        } else {
+            PageRef::Keep
+        }
+    } else {
+        PageRef::Reclaim
+    }
+}
+
+fn region_of(m: &MmInner, id: u32) -> Option<std::sync::Arc<RegionInner>> {
+    m.regions.read().get(id).cloned()
+}
+
+/// Unmaps locked, mapped pages into their pool slots ("clears the young bit"): one UFFDIO_MOVE
+/// per run of pages consecutive both in the view and in the pool.
+pub fn unmap_pages(m: &MmInner, frames: &[u32]) {
+    if frames.is_empty() {
+        return;
+    }
+    let mut v: Vec<(u32, u64, u32)> = frames
+        .iter()
+        .map(|&f| {
+            let (rid, idx) = m.pages[f as usize].owner();
+            (rid, idx, f)
+        })
+        .collect();
+    v.sort_unstable();
+    let mut k = 0;
+    while k < v.len() {
+        let (rid, idx0, f0) = v[k];
+        let mut e = k + 1;
+        while e < v.len() && v[e].0 == rid && v[e].1 == idx0 + (e - k) as u64 && v[e].2 == f0 + (e - k) as u32 {
+            e += 1;
+        }
+        let Some(r) = region_of(m, rid) else {
+            k = e;
+            continue;
+        };
+        let n = e - k;
+        let src = r.page_addr(idx0);
+        let dst = m.pool.addr() + MmInner::frame_off(f0);
+        let ok = m.uffd.move_pages(dst, src, n * PAGE_SIZE, false, true).is_ok();
+        if ok {
+            for &(_, _, f) in &v[k..e] {
+                mark_unmapped(m, f);
+            }
+        } else {
+            // Fall back page by page (a page may be a hole or busy).
+            for &(_, idx, f) in &v[k..e] {
+                let src = r.page_addr(idx);
+                let dst = m.pool.addr() + MmInner::frame_off(f);
+                match m.uffd.move_pages(dst, src, PAGE_SIZE, false, true) {
+                    Ok(_) => mark_unmapped(m, f),
+                    Err(e) if e.errno == libc::ENOENT => {
+                        // Nothing mapped there (zapped behind our back): the contents are zeros.
+                        match m.uffd.copy(dst, m.zero_src.addr(), PAGE_SIZE, false, true) {
+                            Ok(_) => mark_unmapped(m, f),
+                            Err(e) => log::error!("UFFDIO_COPY of zeros into frame {f}: {e}"),
+                        }
+                    }
+                    Err(e) => log::debug!("UFFDIO_MOVE out of {src:#x}: {e}; page stays mapped"),
+                }
+            }
+        }
+        k = e;
+    }
+}
+
+fn mark_unmapped(m: &MmInner, f: u32) {
+    let p = &m.pages[f as usize];
+    p.clear(pg::MAPPED | pg::WP);
+    m.vm.sub(Item::NrMapped, 1);
+    m.vm.inc(Item::PgUnmapRef);
+}
+
+/// `shrink_page_list`: decides each isolated (locked) page's fate, unmaps, adds to swap, writes
+/// dirty pages in batches of consecutive slots, and frees clean pages (`__remove_mapping`).
+/// Returns pages freed.
+pub fn shrink_page_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -> usize {
+    let Some(sw) = &m.swap else {
+        m.lru.putback(&m.pages, &isolated, &m.vm);
+        return 0;
+    };
+    let mut keep = Vec::new();
+    let mut reclaim = Vec::new();
+    let mut to_unmap = Vec::new();
+    for f in isolated {
+        let p = &m.pages[f as usize];
+        let referenced_ptes = p.test(pg::MAPPED);
+        let referenced_page = p.test_clear(pg::REFERENCED);
+        match page_check_references(referenced_ptes, referenced_page) {
+            PageRef::Activate => {
+                p.set(pg::ACTIVE);
+                m.vm.inc(Item::Pgactivate);
+                to_unmap.push(f);
+                keep.push(f);
+            }
+            PageRef::Keep => {
+                p.set(pg::REFERENCED);
+                to_unmap.push(f);
+                keep.push(f);
+            }
+            PageRef::Reclaim => reclaim.push(f),
+        }
+    }
+    unmap_pages(m, &to_unmap);
+    if !sc.may_unmap {
+        keep.append(&mut reclaim);
+    }
+
+    // add_to_swap: pages without a swap slot get consecutive slots in view order.
+    reclaim.sort_unstable_by_key(|&f| m.pages[f as usize].owner());
+    let need: Vec<u32> = reclaim.iter().copied().filter(|&f| !m.pages[f as usize].test(pg::SWAPCACHE)).collect();
+    let mut slots = Vec::with_capacity(need.len());
+    sw.slots.alloc(need.len(), &mut slots);
+    for (k, &f) in need.iter().enumerate() {
+        let p = &m.pages[f as usize];
+        if let Some(&s) = slots.get(k) {
+            p.private.store(s, Ordering::Relaxed);
+            p.set(pg::SWAPCACHE | pg::DIRTY);
+            sw.add_to_cache(s, f, &m.vm);
+        }
+    }
+    let mut ready = Vec::with_capacity(reclaim.len());
+    for f in reclaim {
+        let p = &m.pages[f as usize];
+        if !p.test(pg::SWAPCACHE) {
+            // Swap is full: activate_locked.
+            p.set(pg::ACTIVE);
+            m.vm.inc(Item::Pgactivate);
+            keep.push(f);
+        } else {
+            ready.push(f);
+        }
+    }
+
+    // pageout: dirty pages, in runs of consecutive slots.
+    let mut dirty: Vec<(u64, u32)> = ready
+        .iter()
+        .filter(|&&f| m.pages[f as usize].test(pg::DIRTY))
+        .map(|&f| (m.pages[f as usize].private.load(Ordering::Relaxed), f))
+        .collect();
+    dirty.sort_unstable();
+    let mut failed = Vec::new();
+    if sc.may_writepage {
+        let mut k = 0;
+        while k < dirty.len() {
+            let mut e = k + 1;
+            while e < dirty.len() && dirty[e].0 == dirty[e - 1].0 + 1 {
+                e += 1;
+            }
+            let run = &dirty[k..e];
+            let offs: Vec<usize> = run.iter().map(|&(_, f)| MmInner::frame_off(f)).collect();
+            for &(_, f) in run {
+                m.pages[f as usize].set(pg::WRITEBACK);
+            }
+            m.vm.add(Item::NrWriteback, run.len() as u64);
+            let res = sw.dev.write_pages(run[0].0, &m.pool, &offs);
+            m.vm.sub(Item::NrWriteback, run.len() as u64);
+            for &(_, f) in run {
+                m.pages[f as usize].clear(pg::WRITEBACK);
+            }
+            match res {
+                Ok(()) => {
+                    for &(_, f) in run {
+                        m.pages[f as usize].clear(pg::DIRTY);
+                    }
+                    m.vm.add(Item::Pswpout, run.len() as u64);
+                    m.vm.add(Item::Pgpgout, (run.len() * PAGE_SIZE / 1024) as u64);
+                }
+                Err(err) => {
+                    log::error!(
+                        "swap write of {} pages at slot {} failed: {err}; the pages stay resident and dirty",
+                        run.len(),
+                        run[0].0
+                    );
+                    m.vm.inc(Item::SwapWriteError);
+                    for &(s, f) in run {
+                        let p = &m.pages[f as usize];
+                        p.set(pg::ERROR);
+                        p.clear(pg::SWAPCACHE);
+                        sw.free_slot(s, &m.vm);
+                        p.set(pg::ACTIVE);
+                        failed.push(f);
+                    }
+                }
+            }
+            k = e;
+        }
+    }
+
+    // __remove_mapping: clean pages with a valid swap copy leave memory.
+    let mut freed = Vec::with_capacity(ready.len());
+    let mut cur: Option<std::sync::Arc<RegionInner>> = None;
+    for f in ready {
+        let p = &m.pages[f as usize];
+        if p.test(pg::DIRTY) {
+            if !failed.contains(&f) {
+                keep.push(f);
+            }
+            continue;
+        }
+        let (rid, idx) = p.owner();
+        if cur.as_ref().is_none_or(|r| r.id != rid) {
+            cur = region_of(m, rid);
+        }
+        let slot = p.private.load(Ordering::Relaxed);
+        match &cur {
+            Some(r) => {
+                let mut g = r.pt.lock(idx);
+                debug_assert_eq!(g.get(), Pte::Frame(f));
+                g.set(Pte::Swap(slot));
+                sw.delete_from_cache(slot, &m.vm);
+            }
+            None => sw.free_slot(slot, &m.vm),
+        }
+        p.flags.store(0, Ordering::Release);
+        freed.push(f);
+    }
+    keep.extend(failed);
+    m.vm.sub(Item::NrIsolatedAnon, freed.len() as u64);
+    m.vm.sub(Item::NrAnonPages, freed.len() as u64);
+    free_frames(m, &freed, true);
+    m.lru.putback(&m.pages, &keep, &m.vm);
+    freed.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mm::Watermarks;
+
+    #[test]
+    fn references_follow_linux() {
+        assert_eq!(page_check_references(true, true), PageRef::Activate);
+        assert_eq!(page_check_references(true, false), PageRef::Keep);
+        assert_eq!(page_check_references(false, true), PageRef::Reclaim);
+        assert_eq!(page_check_references(false, false), PageRef::Reclaim);
+    }
+
+    #[test]
+    fn watermarks_scale_like_linux() {
+        // 256 MiB: min_free_kbytes = sqrt(262144*16) = 2048 KiB = 512 pages.
+        let w = Watermarks::scaled(65536);
+        assert_eq!(w.min, 512);
+        assert_eq!(w.low, 640);
+        assert_eq!(w.high, 768);
+        let w = Watermarks::scaled(256);
+        assert!(w.min >= 4 && w.min < w.low && w.low < w.high && w.high < 128);
+    }
+}

@@ -1,0 +1,183 @@
+//! A fault-injecting swap device for tests: wraps any [`SwapDevice`] and fails chosen writes
+//! and/or reads with an injected I/O error. Mirrors nothing in Linux directly; it plays the role
+//! of the block layer's fault injection (`fail_make_request`) for `mm/page_io.c`'s error paths
+//! (`end_swap_bio_write` redirtying the page, `end_swap_bio_read` failing the fault).
+//!
+//! Each direction has its own [`FailMode`]. An operation is one `write_pages`/`read_pages` call;
+//! operations are counted per direction from the moment its mode was set. Discard always passes
+//! through. A failed operation transfers nothing.
+
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::SwapDevice;
+use crate::sys::Mapping;
+
+/// When a [`FaultySwap`] fails operations of one direction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FailMode {
+    /// Never fail (the default).
+    #[default]
+    Never,
+    /// Fail every operation.
+    All,
+    /// Let the first `n` operations succeed, then fail every later one.
+    AfterN(u64),
+    /// Fail operations number `n`, `2n`, `3n`, ... (counting from 1); `EveryNth(0)` never fails.
+    EveryNth(u64),
+    /// Fail operations whose slot range includes this slot.
+    Slot(u64),
+}
+
+#[derive(Debug, Default)]
+struct Rule {
+    mode: FailMode,
+    /// Operations seen since the mode was set.
+    ops: u64,
+}
+
+impl Rule {
+    /// Counts one operation on `[slot, slot+n)`; returns the slot to report if it must fail.
+    fn check(&mut self, slot: u64, n: u64) -> Option<u64> {
+        self.ops += 1;
+        match self.mode {
+            FailMode::Never => None,
+            FailMode::All => Some(slot),
+            FailMode::AfterN(k) => (self.ops > k).then_some(slot),
+            FailMode::EveryNth(k) => (self.ops.checked_rem(k) == Some(0)).then_some(slot),
+            FailMode::Slot(s) => (s >= slot && s - slot < n).then_some(s),
+        }
+    }
+}
+
+/// A swap device that fails chosen operations of the device it wraps (see the module docs).
+///
+/// ```
+/// use std::sync::Arc;
+/// use usermm::swap::{faulty::FailMode, FaultySwap, RamSwap, SwapDevice};
+/// use usermm::sys::Mapping;
+///
+/// let dev = FaultySwap::new(Arc::new(RamSwap::new(1 << 20)?)).fail_writes(FailMode::EveryNth(2));
+/// let pool = Mapping::anon(4096, 0)?;
+/// dev.write_pages(0, &pool, &[0])?;
+/// let e = dev.write_pages(1, &pool, &[0]).unwrap_err();
+/// assert_eq!(e.to_string(), "injected write failure at slot 1");
+/// assert_eq!(dev.injected_write_failures(), 1);
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub struct FaultySwap {
+    inner: Arc<dyn SwapDevice>,
+    write_rule: Mutex<Rule>,
+    read_rule: Mutex<Rule>,
+    write_failures: AtomicU64,
+    read_failures: AtomicU64,
+}
+
+impl std::fmt::Debug for FaultySwap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultySwap")
+            .field("inner", &self.inner.name())
+            .field("write_mode", &self.write_mode())
+            .field("read_mode", &self.read_mode())
+            .field("write_failures", &self.injected_write_failures())
+            .field("read_failures", &self.injected_read_failures())
+            .finish()
+    }
+}
+
+impl FaultySwap {
+    /// Wraps `inner`; nothing fails until a mode is set.
+    pub fn new(inner: Arc<dyn SwapDevice>) -> Self {
+        FaultySwap {
+            inner,
+            write_rule: Mutex::new(Rule::default()),
+            read_rule: Mutex::new(Rule::default()),
+            write_failures: AtomicU64::new(0),
+            read_failures: AtomicU64::new(0),
+        }
+    }
+
+    /// Builder: fail writes according to `mode`.
+    pub fn fail_writes(self, mode: FailMode) -> Self {
+        self.set_write_mode(mode);
+        self
+    }
+
+    /// Builder: fail reads according to `mode`.
+    pub fn fail_reads(self, mode: FailMode) -> Self {
+        self.set_read_mode(mode);
+        self
+    }
+
+    /// Changes the write failure mode at run time and restarts the write operation count.
+    pub fn set_write_mode(&self, mode: FailMode) {
+        *self.write_rule.lock() = Rule { mode, ops: 0 };
+    }
+
+    /// Changes the read failure mode at run time and restarts the read operation count.
+    pub fn set_read_mode(&self, mode: FailMode) {
+        *self.read_rule.lock() = Rule { mode, ops: 0 };
+    }
+
+    /// The current write failure mode.
+    pub fn write_mode(&self) -> FailMode {
+        self.write_rule.lock().mode
+    }
+
+    /// The current read failure mode.
+    pub fn read_mode(&self) -> FailMode {
+        self.read_rule.lock().mode
+    }
+
+    /// Write operations failed so far.
+    pub fn injected_write_failures(&self) -> u64 {
+        self.write_failures.load(Ordering::Relaxed)
+    }
+
+    /// Read operations failed so far.
+    pub fn injected_read_failures(&self) -> u64 {
+        self.read_failures.load(Ordering::Relaxed)
+    }
+
+    /// The wrapped device.
+    pub fn inner(&self) -> &Arc<dyn SwapDevice> {
+        &self.inner
+    }
+}
+
+fn injected(op: &str, slot: u64) -> io::Error {
+    io::Error::other(format!("injected {op} failure at slot {slot}"))
+}
+
+impl SwapDevice for FaultySwap {
+    fn name(&self) -> String {
+        format!("faulty({})", self.inner.name())
+    }
+
+    fn nr_pages(&self) -> u64 {
+        self.inner.nr_pages()
+    }
+
+    fn write_pages(&self, slot: u64, pool: &Mapping, pages: &[usize]) -> io::Result<()> {
+        if let Some(s) = self.write_rule.lock().check(slot, pages.len() as u64) {
+            self.write_failures.fetch_add(1, Ordering::Relaxed);
+            return Err(injected("write", s));
+        }
+        self.inner.write_pages(slot, pool, pages)
+    }
+
+    fn read_pages(&self, slot: u64, pool: &Mapping, pages: &[usize]) -> io::Result<()> {
+        if let Some(s) = self.read_rule.lock().check(slot, pages.len() as u64) {
+            self.read_failures.fetch_add(1, Ordering::Relaxed);
+            return Err(injected("read", s));
+        }
+        self.inner.read_pages(slot, pool, pages)
+    }
+
+    fn discard(&self, slot: u64, n: u64) -> io::Result<()> {
+        self.inner.discard(slot, n)
+    }
+}

@@ -1,0 +1,166 @@
+//! Event and state counters with Linux's names. Mirrors `mm/vmstat.c` and
+//! `include/linux/vm_event_item.h` / `mmzone.h` (NR_* state items).
+//!
+//! Event counters only grow; state counters (`nr_*`) go up and down. [`Vmstat`] is a snapshot
+//! that reads like `/proc/vmstat`.
+
+use crate::sync::{AtomicU64, Ordering};
+
+macro_rules! items {
+    ($($id:ident = $name:literal),* $(,)?) => {
+        /// One counter.
+        #[allow(non_camel_case_types)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        #[repr(usize)]
+        pub enum Item { $($id),* }
+        /// Names in `/proc/vmstat` order of declaration.
+        pub const NAMES: &[&str] = &[$($name),*];
+        const COUNT: usize = NAMES.len();
+    };
+}
+
+items! {
+    NrFree = "nr_free_pages",
+    NrActiveAnon = "nr_active_anon",
+    NrInactiveAnon = "nr_inactive_anon",
+    NrAnonPages = "nr_anon_pages",
+    NrMapped = "nr_mapped",
+    NrSwapcache = "nr_swapcache",
+    NrWriteback = "nr_writeback",
+    NrZeroPageMapped = "nr_zero_page_mapped",
+    NrSwapUsed = "nr_swap_used",
+    NrIsolatedAnon = "nr_isolated_anon",
+    Pgfault = "pgfault",
+    Pgmajfault = "pgmajfault",
+    Pgminfault = "pgminfault",
+    ZeroPageFault = "zero_page_fault",
+    Pgalloc = "pgalloc",
+    Pgfree = "pgfree",
+    Pswpin = "pswpin",
+    Pswpout = "pswpout",
+    Pgpgin = "pgpgin",
+    Pgpgout = "pgpgout",
+    SwapRa = "swap_ra",
+    SwapRaHit = "swap_ra_hit",
+    Pgactivate = "pgactivate",
+    Pgdeactivate = "pgdeactivate",
+    Pgrotated = "pgrotated",
+    PgscanKswapd = "pgscan_kswapd",
+    PgscanDirect = "pgscan_direct",
+    PgstealKswapd = "pgsteal_kswapd",
+    PgstealDirect = "pgsteal_direct",
+    PgrefillActive = "pgrefill",
+    Allocstall = "allocstall",
+    KswapdWake = "kswapd_wake",
+    KswapdLowWmarkHitQuickly = "kswapd_low_wmark_hit_quickly",
+    KswapdHighWmarkHitQuickly = "kswapd_high_wmark_hit_quickly",
+    RefFault = "pgreffault",
+    PgUnmapRef = "pgunmap_ref",
+    FaultAround = "fault_around_pages",
+    WpFault = "wp_fault",
+    PgDiscard = "pgdiscard",
+    SwapSlotFree = "swap_slot_free",
+    SwapWriteError = "swap_write_error",
+    SwapReadError = "swap_read_error",
+    OomPoison = "oom_poison",
+    UffdEexist = "uffd_eexist",
+    UffdEagain = "uffd_eagain",
+    FaultDeferred = "fault_deferred",
+    HandlerSpinHit = "handler_spin_hit",
+    HandlerWakeup = "handler_wakeup",
+}
+
+/// The live counters of one memory manager.
+pub struct Counters {
+    v: [AtomicU64; COUNT],
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters { v: std::array::from_fn(|_| AtomicU64::new(0)) }
+    }
+}
+
+impl Counters {
+    #[inline]
+    pub fn add(&self, i: Item, n: u64) {
+        self.v[i as usize].fetch_add(n, Ordering::Relaxed);
+    }
+    #[inline]
+    pub fn inc(&self, i: Item) {
+        self.add(i, 1);
+    }
+    #[inline]
+    pub fn sub(&self, i: Item, n: u64) {
+        self.v[i as usize].fetch_sub(n, Ordering::Relaxed);
+    }
+    #[inline]
+    pub fn get(&self, i: Item) -> u64 {
+        self.v[i as usize].load(Ordering::Relaxed)
+    }
+    #[inline]
+    pub fn set(&self, i: Item, n: u64) {
+        self.v[i as usize].store(n, Ordering::Relaxed);
+    }
+    pub fn snapshot(&self) -> Vmstat {
+        Vmstat { values: NAMES.iter().zip(self.v.iter()).map(|(n, v)| (*n, v.load(Ordering::Relaxed))).collect() }
+    }
+}
+
+/// A snapshot of all counters, in declaration order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Vmstat {
+    values: Vec<(&'static str, u64)>,
+}
+
+impl Vmstat {
+    /// The value of a counter by its Linux name; None for an unknown name.
+    pub fn get(&self, name: &str) -> Option<u64> {
+        self.values.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+    }
+    /// The value of a counter, 0 if unknown (for terse test code).
+    pub fn val(&self, name: &str) -> u64 {
+        self.get(name).unwrap_or(0)
+    }
+    /// All counters as (name, value).
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        self.values.iter().copied()
+    }
+    /// `after - before` for event counters (state counters show the later value).
+    pub fn delta(&self, before: &Vmstat) -> Vmstat {
+        Vmstat {
+            values: self
+                .values
+                .iter()
+                .map(|(n, v)| if n.starts_with("nr_") { (*n, *v) } else { (*n, v.saturating_sub(before.val(n))) })
+                .collect(),
+        }
+    }
+}
+
+impl std::fmt::Display for Vmstat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (n, v) in &self.values {
+            writeln!(f, "{n} {v}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn names_and_snapshot() {
+        let c = Counters::default();
+        c.add(Item::Pswpout, 3);
+        c.inc(Item::Pgfault);
+        let s = c.snapshot();
+        assert_eq!(s.get("pswpout"), Some(3));
+        assert_eq!(s.get("pgfault"), Some(1));
+        assert_eq!(s.get("nope"), None);
+        assert!(s.to_string().contains("pswpout 3\n"));
+        c.inc(Item::Pgfault);
+        assert_eq!(c.snapshot().delta(&s).val("pgfault"), 1);
+    }
+}
