@@ -158,7 +158,7 @@ impl Region {
     /// Frees the memory and swap space of `[off, off+len)` (4 KiB aligned); reads of it then
     /// return zeros. Like `MADV_DONTNEED` on private anonymous memory.
     pub fn discard(&self, off: usize, len: usize) -> Result<()> {
-        if off % PAGE_SIZE != 0 || len % PAGE_SIZE != 0 {
+        if !off.is_multiple_of(PAGE_SIZE) || !len.is_multiple_of(PAGE_SIZE) {
             return Err(Error::inval(format!(
                 "discard range {off:#x}+{len:#x} is not 4 KiB aligned; align offset and length to 4096"
             )));
@@ -171,9 +171,7 @@ impl Region {
         }
         let m = &self.h.inner;
         let first = (off / PAGE_SIZE) as u64;
-        let n = m.vm.get(Item::PgDiscard);
         release_range(m, &self.r, first, first + (len / PAGE_SIZE) as u64, true);
-        let _ = n;
         Ok(())
     }
 }

@@ -192,14 +192,14 @@ impl Mapping {
 
     /// Volatile 64-bit load at `off` (8-byte aligned).
     pub fn read_u64(&self, off: usize) -> u64 {
-        assert!(off % 8 == 0 && off + 8 <= self.len, "read_u64 at {off:#x} out of range");
+        assert!(off.is_multiple_of(8) && off + 8 <= self.len, "read_u64 at {off:#x} out of range");
         // SAFETY: aligned and in bounds (asserted); volatile because the page may change.
         unsafe { std::ptr::read_volatile(self.as_ptr().add(off) as *const u64) }
     }
 
     /// Volatile 64-bit store at `off` (8-byte aligned).
     pub fn write_u64(&self, off: usize, v: u64) {
-        assert!(off % 8 == 0 && off + 8 <= self.len, "write_u64 at {off:#x} out of range");
+        assert!(off.is_multiple_of(8) && off + 8 <= self.len, "write_u64 at {off:#x} out of range");
         // SAFETY: aligned and in bounds (asserted); volatile because the page may change.
         unsafe { std::ptr::write_volatile(self.as_ptr().add(off) as *mut u64, v) }
     }
