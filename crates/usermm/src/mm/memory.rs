@@ -182,19 +182,45 @@ fn anon_write_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
     let mut rest = lock_run(r, idx, frames.len() as u64, |p| p == Pte::None);
     let n = 1 + rest.len();
     let addr = r.page_addr(idx);
-    let res = retry_again(m, || m.uffd.copy(addr, m.zero_src.addr(), n * PAGE_SIZE, false, false));
-    let done = match res {
-        Ok(d) => d / PAGE_SIZE,
-        Err(e) => {
-            if e.is_exists() {
-                m.vm.inc(Item::UffdEexist);
-            } else {
-                log::error!("UFFDIO_COPY of {n} pages at {addr:#x}: {e}");
-            }
-            wake(m, r, idx);
-            e.done / PAGE_SIZE
+    // Recycled frames are zeroed in place and moved; the others are copied from the zero
+    // source. One ioctl per run.
+    let pooled: Vec<bool> = frames[..n].iter().map(|&f| m.pages[f as usize].test(pg::POOLED)).collect();
+    for (k, &f) in frames[..n].iter().enumerate() {
+        if pooled[k] {
+            let _ = m.pool.fill(MmInner::frame_off(f), PAGE_SIZE, 0);
         }
-    };
+    }
+    let mut done = 0;
+    let mut k = 0;
+    while k < n {
+        let mut e = k + 1;
+        let res = if pooled[k] {
+            while e < n && pooled[e] && frames[e] == frames[e - 1] + 1 {
+                e += 1;
+            }
+            let src = m.pool.addr() + MmInner::frame_off(frames[k]);
+            retry_again(m, || m.uffd.move_pages(addr + k * PAGE_SIZE, src, (e - k) * PAGE_SIZE, false, true))
+        } else {
+            while e < n && !pooled[e] {
+                e += 1;
+            }
+            retry_again(m, || m.uffd.copy(addr + k * PAGE_SIZE, m.zero_src.addr(), (e - k) * PAGE_SIZE, false, true))
+        };
+        match res {
+            Ok(_) => done = e,
+            Err(err) => {
+                if err.is_exists() {
+                    m.vm.inc(Item::UffdEexist);
+                } else {
+                    log::error!("mapping {} fresh pages at {:#x}: {err}", e - k, addr + k * PAGE_SIZE);
+                }
+                done = k + err.done / PAGE_SIZE;
+                break;
+            }
+        }
+        k = e;
+    }
+    wake(m, r, idx);
     let flags = pg::UPTODATE | pg::DIRTY | pg::SWAPBACKED | pg::MAPPED;
     for k in 0..done {
         let f = frames[k];
@@ -227,6 +253,7 @@ fn zero_wp_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
         return Some(oom(m, r, idx));
     }
     let f = frames[0];
+    vmscan::empty_slot(m, f);
     let mut g = r.pt.lock(idx);
     if g.get() != Pte::Zero {
         drop(g);
@@ -459,8 +486,7 @@ fn swap_fault(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) ->
         // Readahead pages: copied into their pool slots, parked in the swap cache.
         for k in 1..n {
             let f = frames[k];
-            let dst = m.pool.addr() + MmInner::frame_off(f);
-            if !ok[k] || m.uffd.copy(dst, bounce.addr() + k * PAGE_SIZE, PAGE_SIZE, false, true).is_err() {
+            if !ok[k] || !fill_slot(m, f, bounce, k * PAGE_SIZE) {
                 unused.push(f);
                 continue;
             }
@@ -483,14 +509,29 @@ fn swap_fault(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) ->
             sw.free_slot(slot, &m.vm);
             flags |= pg::DIRTY;
         }
-        p0.init(r.id, idx, flags);
-        p0.private.store(slot, Ordering::Relaxed);
         g.set(Pte::Frame(f0));
         let dst = r.page_addr(idx);
-        if let Err(e) = retry_again(m, || m.uffd.copy(dst, bounce.addr(), PAGE_SIZE, keep, false)) {
-            log::error!("UFFDIO_COPY of a swapped-in page to {dst:#x}: {e}");
-            wake(m, r, idx);
+        let placed = if p0.test_clear(pg::POOLED) {
+            let src = m.pool.addr() + MmInner::frame_off(f0);
+            let _ = m.pool.copy_from(MmInner::frame_off(f0), bounce, 0, PAGE_SIZE);
+            retry_again(m, || m.uffd.move_pages(dst, src, PAGE_SIZE, false, true)).and_then(|n| {
+                if keep {
+                    m.uffd.writeprotect(dst, PAGE_SIZE, true, true).map_err(|e| OpError {
+                        errno: e.raw_os_error().unwrap_or(libc::EIO),
+                        done: 0,
+                    })?;
+                }
+                Ok(n)
+            })
+        } else {
+            retry_again(m, || m.uffd.copy(dst, bounce.addr(), PAGE_SIZE, keep, true))
+        };
+        if let Err(e) = placed {
+            log::error!("placing a swapped-in page at {dst:#x}: {e}");
         }
+        p0.init(r.id, idx, flags);
+        p0.private.store(slot, Ordering::Relaxed);
+        wake(m, r, idx);
         used.push(f0);
         m.lru.add(&m.pages, &used, &m.vm);
         drop(rest);
@@ -507,6 +548,17 @@ fn swap_fault(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) ->
         m.note_resident();
     });
     Some(Fault::Done)
+}
+
+/// Puts the page at `off` of `bounce` into frame `f`'s pool slot: a plain copy into a recycled
+/// page, or UFFDIO_COPY into an empty slot.
+fn fill_slot(m: &MmInner, f: u32, bounce: &Mapping, off: usize) -> bool {
+    if m.pages[f as usize].test_clear(pg::POOLED) {
+        m.pool.copy_from(MmInner::frame_off(f), bounce, off, PAGE_SIZE).is_ok()
+    } else {
+        let dst = m.pool.addr() + MmInner::frame_off(f);
+        m.uffd.copy(dst, bounce.addr() + off, PAGE_SIZE, false, true).is_ok()
+    }
 }
 
 thread_local! {

@@ -29,6 +29,10 @@ pub mod pg {
     /// Mapped write-protected: a clean page whose swap copy is valid.
     pub const WP: u32 = 1 << 12;
     pub const ERROR: u32 = 1 << 13;
+    /// On a free frame: its pool slot still holds a page (left there by reclaim), so the next
+    /// user can zero or fill it in place and UFFDIO_MOVE it, instead of the kernel allocating,
+    /// zeroing and copying a fresh one.
+    pub const POOLED: u32 = 1 << 14;
 }
 
 /// `struct page`, 32 bytes.

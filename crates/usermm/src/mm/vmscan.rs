@@ -104,16 +104,38 @@ pub fn alloc_frames(m: &MmInner, want: usize, out: &mut Vec<u32>) -> bool {
     }
 }
 
-/// Returns frames to the allocator. `zap`: their pool slots hold pages to drop first.
+/// Returns frames to the allocator. `zap`: drop the pages their pool slots hold first;
+/// otherwise each frame's PG_pooled says whether its slot still holds a page.
 pub fn free_frames(m: &MmInner, frames: &[u32], zap: bool) {
     if frames.is_empty() {
         return;
     }
     if zap {
         zap_pool(m, frames);
+        for &f in frames {
+            m.pages[f as usize].flags.store(0, Ordering::Release);
+        }
     }
     m.frames.free(frames);
     m.vm.add(Item::Pgfree, frames.len() as u64);
+}
+
+/// Frees frames whose pool slots hold reclaimed pages, keeping those pages for reuse: the next
+/// allocation zeroes or fills them in user space and moves them, which is cheaper than the
+/// kernel's allocate-zero-copy of UFFDIO_COPY and than MADV_DONTNEED now.
+pub fn recycle_frames(m: &MmInner, frames: &[u32]) {
+    for &f in frames {
+        m.pages[f as usize].flags.store(pg::POOLED, Ordering::Release);
+    }
+    m.frames.free(frames);
+    m.vm.add(Item::Pgfree, frames.len() as u64);
+}
+
+/// Empties the pool slot of a freshly allocated frame that will not use the page parked there.
+pub fn empty_slot(m: &MmInner, f: u32) {
+    if m.pages[f as usize].test_clear(pg::POOLED) {
+        let _ = m.pool.advise(MmInner::frame_off(f), PAGE_SIZE, Advice::DontNeed);
+    }
 }
 
 /// MADV_DONTNEED over the pool slots of `frames`, one call per run of consecutive frames.
@@ -520,13 +542,12 @@ pub fn shrink_page_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -
             }
             None => sw.free_slot(slot, &m.vm),
         }
-        p.flags.store(0, Ordering::Release);
         freed.push(f);
     }
     keep.extend(failed);
     m.vm.sub(Item::NrIsolatedAnon, freed.len() as u64);
     m.vm.sub(Item::NrAnonPages, freed.len() as u64);
-    free_frames(m, &freed, true);
+    recycle_frames(m, &freed);
     m.lru.putback(&m.pages, &keep, &m.vm);
     freed.len()
 }
