@@ -8,7 +8,11 @@ pub enum Error {
     /// A caller-supplied value is out of range or malformed.
     InvalidArgument(String),
     /// Mapping would exceed the commit limit (strict accounting).
-    CommitLimit { requested: u64, committed: u64, limit: u64 },
+    CommitLimit {
+        requested: u64,
+        committed: u64,
+        limit: u64,
+    },
     /// userfaultfd could not be opened or used.
     Userfaultfd(String),
     /// An operating-system call failed.
@@ -19,7 +23,10 @@ pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
     pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Error {
-        Error::Io { context: context.into(), source }
+        Error::Io {
+            context: context.into(),
+            source,
+        }
     }
     pub(crate) fn inval(msg: impl Into<String>) -> Error {
         Error::InvalidArgument(msg.into())

@@ -5,24 +5,36 @@
 //! the budget by reclaiming pages to swap with Linux's LRU and watermark design, and faults them
 //! back in. See ARCHITECTURE.md for the whole picture.
 
+#[cfg(not(loom))]
 pub mod error;
 pub mod mm;
+#[cfg(not(loom))]
 pub mod swap;
 pub mod sync;
+#[cfg(not(loom))]
 pub mod sys;
 pub mod vmstat;
 
+#[cfg(not(loom))]
 pub use error::{Error, Result};
+#[cfg(not(loom))]
 pub use mm::region::Region;
+#[cfg(not(loom))]
 pub use mm::{Mm, MmConfig, UffdInfo, Watermarks};
+#[cfg(not(loom))]
 pub use swap::{SwapConfig, SwapDevice};
 pub use vmstat::Vmstat;
 
+#[cfg(not(loom))]
 /// Parses a size such as `4096`, `64k`, `256M`, `1.5G` or `2T` (binary units, case-insensitive,
 /// optional trailing `B`/`iB`).
 pub fn parse_size(s: &str) -> Result<u64> {
     let t = s.trim();
-    let err = || Error::inval(format!("cannot parse size {s:?}: use a number with an optional k, M, G or T suffix, e.g. 256M"));
+    let err = || {
+        Error::inval(format!(
+            "cannot parse size {s:?}: use a number with an optional k, M, G or T suffix, e.g. 256M"
+        ))
+    };
     if t.is_empty() {
         return Err(err());
     }
@@ -43,7 +55,7 @@ pub fn parse_size(s: &str) -> Result<u64> {
     Ok((v * mult as f64) as u64)
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     #[test]
     fn sizes() {

@@ -6,7 +6,22 @@
 #[cfg(loom)]
 pub use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 #[cfg(loom)]
-pub use loom::sync::{Arc, Condvar, Mutex, MutexGuard};
+pub use loom::sync::{Arc, MutexGuard};
+
+/// loom's mutex behind parking_lot's API (`lock()` without poisoning).
+#[cfg(loom)]
+#[derive(Debug)]
+pub struct Mutex<T>(loom::sync::Mutex<T>);
+
+#[cfg(loom)]
+impl<T> Mutex<T> {
+    pub fn new(t: T) -> Self {
+        Mutex(loom::sync::Mutex::new(t))
+    }
+    pub fn lock(&self) -> MutexGuard<'_, T> {
+        self.0.lock().expect("loom mutex poisoned")
+    }
+}
 #[cfg(loom)]
 pub use loom::thread::yield_now;
 
@@ -23,7 +38,7 @@ pub use std::thread::yield_now;
 /// holding them (pte locks) or sleep only for bounded I/O (page locks held by reclaim).
 #[inline]
 pub fn backoff(iter: &mut u32) {
-    if *iter < 64 {
+    if *iter < 64 && !cfg!(loom) {
         std::hint::spin_loop();
     } else {
         yield_now();

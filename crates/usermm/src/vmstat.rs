@@ -77,7 +77,9 @@ pub struct Counters {
 
 impl Default for Counters {
     fn default() -> Self {
-        Counters { v: std::array::from_fn(|_| AtomicU64::new(0)) }
+        Counters {
+            v: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
     }
 }
 
@@ -103,7 +105,13 @@ impl Counters {
         self.v[i as usize].store(n, Ordering::Relaxed);
     }
     pub fn snapshot(&self) -> Vmstat {
-        Vmstat { values: NAMES.iter().zip(self.v.iter()).map(|(n, v)| (*n, v.load(Ordering::Relaxed))).collect() }
+        Vmstat {
+            values: NAMES
+                .iter()
+                .zip(self.v.iter())
+                .map(|(n, v)| (*n, v.load(Ordering::Relaxed)))
+                .collect(),
+        }
     }
 }
 
@@ -116,7 +124,10 @@ pub struct Vmstat {
 impl Vmstat {
     /// The value of a counter by its Linux name; None for an unknown name.
     pub fn get(&self, name: &str) -> Option<u64> {
-        self.values.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+        self.values
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| *v)
     }
     /// The value of a counter, 0 if unknown (for terse test code).
     pub fn val(&self, name: &str) -> u64 {
@@ -132,7 +143,13 @@ impl Vmstat {
             values: self
                 .values
                 .iter()
-                .map(|(n, v)| if n.starts_with("nr_") { (*n, *v) } else { (*n, v.saturating_sub(before.val(n))) })
+                .map(|(n, v)| {
+                    if n.starts_with("nr_") {
+                        (*n, *v)
+                    } else {
+                        (*n, v.saturating_sub(before.val(n)))
+                    }
+                })
                 .collect(),
         }
     }

@@ -60,7 +60,9 @@ pub fn handler_main(m: Arc<MmInner>) {
             continue;
         }
         if last_work.elapsed() < spin
-            && m.spinners.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+            && m.spinners
+                .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
         {
             // Spin (as the only spinner) until a message arrives or the window closes.
             let mut hit = false;
@@ -70,7 +72,8 @@ pub fn handler_main(m: Arc<MmInner>) {
                         hit = true;
                         m.vm.inc(Item::HandlerSpinHit);
                         if msgs[0].event == event::PAGEFAULT
-                            && handle_fault(&m, msgs[0].fault_address(), msgs[0].fault_flags()) == Fault::Retry
+                            && handle_fault(&m, msgs[0].fault_address(), msgs[0].fault_flags())
+                                == Fault::Retry
                         {
                             deferred.push((msgs[0].fault_address(), msgs[0].fault_flags()));
                         }

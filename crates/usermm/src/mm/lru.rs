@@ -46,7 +46,11 @@ struct ListHead {
     len: u64,
 }
 
-const EMPTY: ListHead = ListHead { head: NO_FRAME, tail: NO_FRAME, len: 0 };
+const EMPTY: ListHead = ListHead {
+    head: NO_FRAME,
+    tail: NO_FRAME,
+    len: 0,
+};
 
 /// One lruvec: the lists and their lock.
 pub struct Lruvec {
@@ -55,7 +59,9 @@ pub struct Lruvec {
 
 impl Default for Lruvec {
     fn default() -> Self {
-        Lruvec { lists: Mutex::new([EMPTY; NR_LRU]) }
+        Lruvec {
+            lists: Mutex::new([EMPTY; NR_LRU]),
+        }
     }
 }
 
@@ -128,7 +134,15 @@ impl Lruvec {
     /// `isolate_lru_pages`: takes up to `nr` pages from the tail of `lru`, scanning at most
     /// `nr_scan` entries. Only pages whose lock can be taken are isolated (the caller owns them,
     /// locked, off the list); busy pages are rotated to the head. Returns pages scanned.
-    pub fn isolate(&self, pages: &[Page], lru: Lru, nr: usize, nr_scan: usize, out: &mut Vec<u32>, vm: &Counters) -> usize {
+    pub fn isolate(
+        &self,
+        pages: &[Page],
+        lru: Lru,
+        nr: usize,
+        nr_scan: usize,
+        out: &mut Vec<u32>,
+        vm: &Counters,
+    ) -> usize {
         let mut ls = self.lists.lock();
         let l = &mut ls[lru as usize];
         let mut scanned = 0;
@@ -223,7 +237,11 @@ mod tests {
     use super::*;
 
     fn setup(n: usize) -> (Vec<Page>, Lruvec, Counters) {
-        ((0..n).map(|_| Page::default()).collect(), Lruvec::default(), Counters::default())
+        (
+            (0..n).map(|_| Page::default()).collect(),
+            Lruvec::default(),
+            Counters::default(),
+        )
     }
 
     #[test]

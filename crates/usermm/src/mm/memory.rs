@@ -7,7 +7,7 @@
 //! locks; a page locked by reclaim (mid-I/O) makes the fault "deferred": the handler retries it
 //! later instead of blocking, so one stuck page never stalls other faults.
 
-use crate::sync::{Ordering};
+use crate::sync::Ordering;
 use crate::sys::uffd::{pf, OpError};
 use crate::sys::{Advice, Mapping, PAGE_SIZE};
 use crate::vmstat::Item;
@@ -82,7 +82,10 @@ fn wake(m: &MmInner, r: &RegionInner, idx: u64) {
 
 /// Retries a resolving ioctl on EAGAIN (the kernel is changing the address space); EEXIST means
 /// another thread resolved it: the caller wakes.
-fn retry_again(m: &MmInner, mut op: impl FnMut() -> Result<usize, OpError>) -> Result<usize, OpError> {
+fn retry_again(
+    m: &MmInner,
+    mut op: impl FnMut() -> Result<usize, OpError>,
+) -> Result<usize, OpError> {
     let mut tries = 0;
     loop {
         match op() {
@@ -98,7 +101,12 @@ fn retry_again(m: &MmInner, mut op: impl FnMut() -> Result<usize, OpError>) -> R
 
 /// Locks the entries after `idx` while they match `want`, up to `max` in all (including `idx`,
 /// already held in `first`).
-fn lock_run<'a>(r: &'a RegionInner, idx: u64, max: u64, want: impl Fn(Pte) -> bool) -> Vec<PteGuard<'a>> {
+fn lock_run<'a>(
+    r: &'a RegionInner,
+    idx: u64,
+    max: u64,
+    want: impl Fn(Pte) -> bool,
+) -> Vec<PteGuard<'a>> {
     let mut v = Vec::new();
     let mut j = idx + 1;
     while j < r.npages() && j - idx < max {
@@ -138,7 +146,10 @@ fn zero_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
     };
     let mapped = (done / PAGE_SIZE) as u64;
     if mapped > 0 {
-        if let Err(e) = m.uffd.writeprotect(addr, mapped as usize * PAGE_SIZE, true, true) {
+        if let Err(e) = m
+            .uffd
+            .writeprotect(addr, mapped as usize * PAGE_SIZE, true, true)
+        {
             log::error!("UFFDIO_WRITEPROTECT at {addr:#x}: {e}");
         }
     }
@@ -165,7 +176,11 @@ fn anon_write_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
     let win = {
         let expect = r.next_write.load(Ordering::Relaxed);
         let w = r.write_win.load(Ordering::Relaxed);
-        let w = if expect == idx { (w * 2).min(m.cfg.fault_around_max) } else { 1 };
+        let w = if expect == idx {
+            (w * 2).min(m.cfg.fault_around_max)
+        } else {
+            1
+        };
         r.write_win.store(w, Ordering::Relaxed);
         w as usize
     };
@@ -184,7 +199,10 @@ fn anon_write_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
     let addr = r.page_addr(idx);
     // Recycled frames are zeroed in place and moved; the others are copied from the zero
     // source. One ioctl per run.
-    let pooled: Vec<bool> = frames[..n].iter().map(|&f| m.pages[f as usize].test(pg::POOLED)).collect();
+    let pooled: Vec<bool> = frames[..n]
+        .iter()
+        .map(|&f| m.pages[f as usize].test(pg::POOLED))
+        .collect();
     for (k, &f) in frames[..n].iter().enumerate() {
         if pooled[k] {
             let _ = m.pool.fill(MmInner::frame_off(f), PAGE_SIZE, 0);
@@ -199,12 +217,23 @@ fn anon_write_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
                 e += 1;
             }
             let src = m.pool.addr() + MmInner::frame_off(frames[k]);
-            retry_again(m, || m.uffd.move_pages(addr + k * PAGE_SIZE, src, (e - k) * PAGE_SIZE, false, true))
+            retry_again(m, || {
+                m.uffd
+                    .move_pages(addr + k * PAGE_SIZE, src, (e - k) * PAGE_SIZE, false, true)
+            })
         } else {
             while e < n && !pooled[e] {
                 e += 1;
             }
-            retry_again(m, || m.uffd.copy(addr + k * PAGE_SIZE, m.zero_src.addr(), (e - k) * PAGE_SIZE, false, true))
+            retry_again(m, || {
+                m.uffd.copy(
+                    addr + k * PAGE_SIZE,
+                    m.zero_src.addr(),
+                    (e - k) * PAGE_SIZE,
+                    false,
+                    true,
+                )
+            })
         };
         match res {
             Ok(_) => done = e,
@@ -212,7 +241,11 @@ fn anon_write_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
                 if err.is_exists() {
                     m.vm.inc(Item::UffdEexist);
                 } else {
-                    log::error!("mapping {} fresh pages at {:#x}: {err}", e - k, addr + k * PAGE_SIZE);
+                    log::error!(
+                        "mapping {} fresh pages at {:#x}: {err}",
+                        e - k,
+                        addr + k * PAGE_SIZE
+                    );
                 }
                 done = k + err.done / PAGE_SIZE;
                 break;
@@ -235,7 +268,8 @@ fn anon_write_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
     drop(rest);
     drop(g);
     vmscan::free_frames(m, &frames[done..], false);
-    r.next_write.store(idx + done.max(1) as u64, Ordering::Relaxed);
+    r.next_write
+        .store(idx + done.max(1) as u64, Ordering::Relaxed);
     m.vm.inc(Item::Pgfault);
     m.vm.add(Item::Pgalloc, done as u64);
     m.vm.add(Item::NrAnonPages, done as u64);
@@ -260,12 +294,19 @@ fn zero_wp_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
         vmscan::free_frames(m, &frames, false);
         return None;
     }
-    m.pages[f as usize].init(r.id, idx, pg::UPTODATE | pg::DIRTY | pg::SWAPBACKED | pg::MAPPED);
+    m.pages[f as usize].init(
+        r.id,
+        idx,
+        pg::UPTODATE | pg::DIRTY | pg::SWAPBACKED | pg::MAPPED,
+    );
     g.set(Pte::Frame(f));
     m.lru.add(&m.pages, &frames, &m.vm);
     // Clearing write protection wakes the thread; its retry copies the zero page into a fresh
     // page of its own.
-    if let Err(e) = m.uffd.writeprotect(r.page_addr(idx), PAGE_SIZE, false, false) {
+    if let Err(e) = m
+        .uffd
+        .writeprotect(r.page_addr(idx), PAGE_SIZE, false, false)
+    {
         log::error!("UFFDIO_WRITEPROTECT clear at {:#x}: {e}", r.page_addr(idx));
     }
     drop(g);
@@ -306,7 +347,9 @@ fn map_parked(m: &MmInner, r: &RegionInner, idx: u64, f: u32, write: bool, wake_
         Err(e) if e.errno == libc::ENOENT => {
             // The pool slot is empty (the page was zapped behind our back): its contents are
             // zeros.
-            if let Err(e) = retry_again(m, || m.uffd.copy(dst, m.zero_src.addr(), PAGE_SIZE, false, true)) {
+            if let Err(e) = retry_again(m, || {
+                m.uffd.copy(dst, m.zero_src.addr(), PAGE_SIZE, false, true)
+            }) {
                 log::error!("UFFDIO_COPY of zeros to {dst:#x}: {e}");
                 return false;
             }
@@ -337,7 +380,14 @@ fn map_parked(m: &MmInner, r: &RegionInner, idx: u64, f: u32, write: bool, wake_
 
 /// A resident page: mapped already (stale fault, or a write to a write-protected clean page), or
 /// parked in the pool (minor fault: the analogue of the hardware setting the accessed bit).
-fn frame_fault(m: &MmInner, r: &RegionInner, idx: u64, f: u32, write: bool, wp: bool) -> Option<Fault> {
+fn frame_fault(
+    m: &MmInner,
+    r: &RegionInner,
+    idx: u64,
+    f: u32,
+    write: bool,
+    wp: bool,
+) -> Option<Fault> {
     let p = &m.pages[f as usize];
     if !p.trylock() {
         m.vm.inc(Item::FaultDeferred);
@@ -354,14 +404,19 @@ fn frame_fault(m: &MmInner, r: &RegionInner, idx: u64, f: u32, write: bool, wp: 
             // do_wp_page on a clean swap-cache page: it becomes dirty, its swap copy is stale.
             drop_swap_copy(m, f);
             p.clear(pg::WP);
-            if let Err(e) = m.uffd.writeprotect(r.page_addr(idx), PAGE_SIZE, false, false) {
+            if let Err(e) = m
+                .uffd
+                .writeprotect(r.page_addr(idx), PAGE_SIZE, false, false)
+            {
                 log::error!("UFFDIO_WRITEPROTECT clear at {:#x}: {e}", r.page_addr(idx));
             }
             m.vm.inc(Item::WpFault);
             m.vm.inc(Item::Pgfault);
         } else if wp {
             // Write-protected though we did not ask (a leftover marker): clear it.
-            let _ = m.uffd.writeprotect(r.page_addr(idx), PAGE_SIZE, false, false);
+            let _ = m
+                .uffd
+                .writeprotect(r.page_addr(idx), PAGE_SIZE, false, false);
         } else {
             wake(m, r, idx);
         }
@@ -415,7 +470,9 @@ fn frame_fault(m: &MmInner, r: &RegionInner, idx: u64, f: u32, write: bool, wp: 
     }
     drop(g);
     p.unlock();
-    let _ = m.uffd.wake(r.page_addr(idx), (last - idx + 1) as usize * PAGE_SIZE);
+    let _ = m
+        .uffd
+        .wake(r.page_addr(idx), (last - idx + 1) as usize * PAGE_SIZE);
     Some(Fault::Done)
 }
 
@@ -427,9 +484,17 @@ fn swap_fault(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) ->
         return Some(oom(m, r, idx));
     };
     let last = r.last_major.swap(idx, Ordering::Relaxed);
-    let seq = last != u64::MAX && (idx == last + 1 || idx + 1 == last || idx > last && idx - last <= 2 * r.ra_win.load(Ordering::Relaxed) as u64);
+    let seq = last != u64::MAX
+        && (idx == last + 1
+            || idx + 1 == last
+            || idx > last && idx - last <= 2 * r.ra_win.load(Ordering::Relaxed) as u64);
     let hits = r.ra_hits.swap(0, Ordering::Relaxed);
-    let win = swapin_nr_pages(hits, seq, r.ra_win.load(Ordering::Relaxed), 1 << m.cfg.page_cluster);
+    let win = swapin_nr_pages(
+        hits,
+        seq,
+        r.ra_win.load(Ordering::Relaxed),
+        1 << m.cfg.page_cluster,
+    );
     r.ra_win.store(win, Ordering::Relaxed);
     let mut frames = Vec::with_capacity(win as usize);
     if !vmscan::alloc_frames(m, win as usize, &mut frames) {
@@ -461,7 +526,11 @@ fn swap_fault(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) ->
             }
             let offs: Vec<usize> = (k..e).map(|j| j * PAGE_SIZE).collect();
             if let Err(err) = sw.dev.read_pages(slots[k], bounce, &offs) {
-                log::error!("swap read of slots {}..{} failed: {err}", slots[k], slots[e - 1] + 1);
+                log::error!(
+                    "swap read of slots {}..{} failed: {err}",
+                    slots[k],
+                    slots[e - 1] + 1
+                );
                 m.vm.inc(Item::SwapReadError);
                 for o in ok.iter_mut().take(e).skip(k) {
                     *o = false;
@@ -491,7 +560,11 @@ fn swap_fault(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) ->
                 continue;
             }
             let p = &m.pages[f as usize];
-            p.init(r.id, idx + k as u64, pg::UPTODATE | pg::SWAPBACKED | pg::SWAPCACHE | pg::READAHEAD);
+            p.init(
+                r.id,
+                idx + k as u64,
+                pg::UPTODATE | pg::SWAPBACKED | pg::SWAPCACHE | pg::READAHEAD,
+            );
             p.private.store(slots[k], Ordering::Relaxed);
             sw.add_to_cache(slots[k], f, &m.vm);
             rest[k - 1].set(Pte::Frame(f));
@@ -513,13 +586,17 @@ fn swap_fault(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) ->
         let dst = r.page_addr(idx);
         let placed = if p0.test_clear(pg::POOLED) {
             let src = m.pool.addr() + MmInner::frame_off(f0);
-            let _ = m.pool.copy_from(MmInner::frame_off(f0), bounce, 0, PAGE_SIZE);
+            let _ = m
+                .pool
+                .copy_from(MmInner::frame_off(f0), bounce, 0, PAGE_SIZE);
             retry_again(m, || m.uffd.move_pages(dst, src, PAGE_SIZE, false, true)).and_then(|n| {
                 if keep {
-                    m.uffd.writeprotect(dst, PAGE_SIZE, true, true).map_err(|e| OpError {
-                        errno: e.raw_os_error().unwrap_or(libc::EIO),
-                        done: 0,
-                    })?;
+                    m.uffd
+                        .writeprotect(dst, PAGE_SIZE, true, true)
+                        .map_err(|e| OpError {
+                            errno: e.raw_os_error().unwrap_or(libc::EIO),
+                            done: 0,
+                        })?;
                 }
                 Ok(n)
             })
@@ -554,10 +631,14 @@ fn swap_fault(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) ->
 /// page, or UFFDIO_COPY into an empty slot.
 fn fill_slot(m: &MmInner, f: u32, bounce: &Mapping, off: usize) -> bool {
     if m.pages[f as usize].test_clear(pg::POOLED) {
-        m.pool.copy_from(MmInner::frame_off(f), bounce, off, PAGE_SIZE).is_ok()
+        m.pool
+            .copy_from(MmInner::frame_off(f), bounce, off, PAGE_SIZE)
+            .is_ok()
     } else {
         let dst = m.pool.addr() + MmInner::frame_off(f);
-        m.uffd.copy(dst, bounce.addr() + off, PAGE_SIZE, false, true).is_ok()
+        m.uffd
+            .copy(dst, bounce.addr() + off, PAGE_SIZE, false, true)
+            .is_ok()
     }
 }
 

@@ -101,7 +101,8 @@ impl Page {
         ((m >> INDEX_BITS) as u32, m & ((1 << INDEX_BITS) - 1))
     }
     pub fn set_owner(&self, region: u32, index: u64) {
-        self.mapping.store(((region as u64) << INDEX_BITS) | index, Ordering::Release);
+        self.mapping
+            .store(((region as u64) << INDEX_BITS) | index, Ordering::Release);
     }
     /// Resets a freshly allocated descriptor with the given flags.
     pub fn init(&self, region: u32, index: u64, flags: u32) {
@@ -136,7 +137,11 @@ impl FrameAlloc {
         if tail != 0 {
             words[nwords - 1] = (1u64 << tail) - 1;
         }
-        FrameAlloc { inner: Mutex::new(Bitmap { words, cursor: 0 }), nr_free: AtomicU64::new(nr as u64), nr }
+        FrameAlloc {
+            inner: Mutex::new(Bitmap { words, cursor: 0 }),
+            nr_free: AtomicU64::new(nr as u64),
+            nr,
+        }
     }
 
     pub fn nr(&self) -> u32 {
@@ -189,7 +194,8 @@ impl FrameAlloc {
             b.words[w] |= 1 << bit;
         }
         drop(b);
-        self.nr_free.fetch_add(frames.len() as u64, Ordering::Relaxed);
+        self.nr_free
+            .fetch_add(frames.len() as u64, Ordering::Relaxed);
     }
 }
 

@@ -93,7 +93,10 @@ impl PageTable {
     pub fn new(npages: u64) -> PageTable {
         let per_top = (FANOUT * FANOUT) as u64;
         let ntop = npages.div_ceil(per_top).max(1) as usize;
-        PageTable { top: (0..ntop).map(|_| OnceLock::new()).collect(), npages }
+        PageTable {
+            top: (0..ntop).map(|_| OnceLock::new()).collect(),
+            npages,
+        }
     }
 
     pub fn npages(&self) -> u64 {
@@ -115,7 +118,11 @@ impl PageTable {
     }
 
     fn slot(&self, idx: u64) -> &AtomicU64 {
-        assert!(idx < self.npages, "page index {idx} beyond region of {} pages", self.npages);
+        assert!(
+            idx < self.npages,
+            "page index {idx} beyond region of {} pages",
+            self.npages
+        );
         let (t, m, l) = Self::split(idx);
         let mid = self.top[t].get_or_init(|| Box::new(std::array::from_fn(|_| OnceLock::new())));
         let leaf = mid[m].get_or_init(|| Box::new(std::array::from_fn(|_| AtomicU64::new(0))));
@@ -154,7 +161,10 @@ impl PageTable {
         }
         slot.compare_exchange_weak(cur, cur | LOCK, Ordering::Acquire, Ordering::Relaxed)
             .ok()
-            .map(|_| PteGuard { slot, val: Pte::decode(cur) })
+            .map(|_| PteGuard {
+                slot,
+                val: Pte::decode(cur),
+            })
     }
 
     /// Calls `f(index, entry)` for every entry that is not `None` in `[from, to)`, skipping
@@ -174,7 +184,9 @@ impl PageTable {
             };
             let end = (((idx >> FANOUT_SHIFT) + 1) << FANOUT_SHIFT).min(to);
             while idx < end {
-                let v = Pte::decode(leaf[(idx as usize) & (FANOUT - 1)].load(Ordering::Acquire) & !LOCK);
+                let v = Pte::decode(
+                    leaf[(idx as usize) & (FANOUT - 1)].load(Ordering::Acquire) & !LOCK,
+                );
                 if v != Pte::None {
                     f(idx, v);
                 }
@@ -200,7 +212,14 @@ mod tests {
 
     #[test]
     fn encode_roundtrip() {
-        for p in [Pte::None, Pte::Zero, Pte::Frame(7), Pte::Frame(u32::MAX), Pte::Swap(1 << 40), Pte::Poison] {
+        for p in [
+            Pte::None,
+            Pte::Zero,
+            Pte::Frame(7),
+            Pte::Frame(u32::MAX),
+            Pte::Swap(1 << 40),
+            Pte::Poison,
+        ] {
             assert_eq!(Pte::decode(p.encode()), p);
         }
     }

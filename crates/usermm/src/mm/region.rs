@@ -51,7 +51,10 @@ pub struct Region {
 
 impl std::fmt::Debug for Region {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Region").field("addr", &format_args!("{:#x}", self.r.view.addr())).field("len", &self.r.view.len()).finish()
+        f.debug_struct("Region")
+            .field("addr", &format_args!("{:#x}", self.r.view.addr()))
+            .field("len", &self.r.view.len())
+            .finish()
     }
 }
 
@@ -62,7 +65,9 @@ pub(crate) fn map_anon(mm: &Mm, len: usize) -> Result<Region> {
     }
     let npages = (len as u64).div_ceil(PAGE_SIZE as u64);
     if npages > MAX_REGION_PAGES {
-        return Err(Error::inval(format!("region length {len} exceeds the maximum of 4 PiB")));
+        return Err(Error::inval(format!(
+            "region length {len} exceeds the maximum of 4 PiB"
+        )));
     }
     // Strict commit accounting (`__vm_enough_memory` with overcommit_memory=2).
     let prev = m.committed.fetch_add(npages, Ordering::AcqRel);
@@ -78,8 +83,10 @@ pub(crate) fn map_anon(mm: &Mm, len: usize) -> Result<Region> {
         m.committed.fetch_sub(npages, Ordering::AcqRel);
         e
     };
-    let view = Mapping::anon(npages as usize * PAGE_SIZE, 0).map_err(|e| undo(Error::io(format!("mmap of {len} bytes"), e)))?;
-    view.advise(0, view.len(), Advice::NoHugePage).map_err(|e| undo(Error::io("madvise(NOHUGEPAGE) on a region", e)))?;
+    let view = Mapping::anon(npages as usize * PAGE_SIZE, 0)
+        .map_err(|e| undo(Error::io(format!("mmap of {len} bytes"), e)))?;
+    view.advise(0, view.len(), Advice::NoHugePage)
+        .map_err(|e| undo(Error::io("madvise(NOHUGEPAGE) on a region", e)))?;
     m.uffd
         .register(view.addr(), view.len(), mode::MISSING | mode::WP)
         .map_err(|e| undo(Error::io("registering the region with userfaultfd", e)))?;
@@ -133,25 +140,35 @@ impl Region {
 
     /// Copies `buf.len()` bytes at `off` out of the region.
     pub fn read_bytes(&self, off: usize, buf: &mut [u8]) -> Result<()> {
-        self.r.view.read_bytes(off, buf).map_err(|e| Error::inval(e.to_string()))
+        self.r
+            .view
+            .read_bytes(off, buf)
+            .map_err(|e| Error::inval(e.to_string()))
     }
 
     /// Copies `buf` into the region at `off`.
     pub fn write_bytes(&self, off: usize, buf: &[u8]) -> Result<()> {
-        self.r.view.write_bytes(off, buf).map_err(|e| Error::inval(e.to_string()))
+        self.r
+            .view
+            .write_bytes(off, buf)
+            .map_err(|e| Error::inval(e.to_string()))
     }
 
     /// Pages of this region resident now (in frames).
     pub fn resident_pages(&self) -> u64 {
         let mut n = 0;
-        self.r.pt.for_each_used(0, self.r.npages(), |_, p| n += matches!(p, Pte::Frame(_)) as u64);
+        self.r.pt.for_each_used(0, self.r.npages(), |_, p| {
+            n += matches!(p, Pte::Frame(_)) as u64
+        });
         n
     }
 
     /// Pages of this region on the swap device now.
     pub fn swapped_pages(&self) -> u64 {
         let mut n = 0;
-        self.r.pt.for_each_used(0, self.r.npages(), |_, p| n += matches!(p, Pte::Swap(_)) as u64);
+        self.r.pt.for_each_used(0, self.r.npages(), |_, p| {
+            n += matches!(p, Pte::Swap(_)) as u64
+        });
         n
     }
 
@@ -237,7 +254,9 @@ pub(crate) fn release_range(m: &MmInner, r: &RegionInner, from: u64, to: u64, co
                             zap_from = zap_from.min(i);
                             zap_to = zap_to.max(i + 1);
                         } else {
-                            let _ = m.pool.advise(MmInner::frame_off(f), PAGE_SIZE, Advice::DontNeed);
+                            let _ =
+                                m.pool
+                                    .advise(MmInner::frame_off(f), PAGE_SIZE, Advice::DontNeed);
                         }
                         m.vm.sub(Item::NrAnonPages, 1);
                         p.flags.store(0, Ordering::Release);
@@ -256,7 +275,11 @@ pub(crate) fn release_range(m: &MmInner, r: &RegionInner, from: u64, to: u64, co
             }
         }
         if zap_from < zap_to {
-            let _ = r.view.advise(zap_from as usize * PAGE_SIZE, (zap_to - zap_from) as usize * PAGE_SIZE, Advice::DontNeed);
+            let _ = r.view.advise(
+                zap_from as usize * PAGE_SIZE,
+                (zap_to - zap_from) as usize * PAGE_SIZE,
+                Advice::DontNeed,
+            );
         }
         m.frames.free(&freed);
         m.vm.add(Item::Pgfree, freed.len() as u64);

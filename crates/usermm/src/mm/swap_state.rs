@@ -22,7 +22,9 @@ pub struct SwapCache {
 
 impl Default for SwapCache {
     fn default() -> Self {
-        SwapCache { shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect() }
+        SwapCache {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+        }
     }
 }
 
@@ -57,7 +59,11 @@ pub struct SwapState {
 impl SwapState {
     pub fn new(dev: Arc<dyn SwapDevice>) -> SwapState {
         let slots = SwapSlots::new(dev.nr_pages());
-        SwapState { dev, slots, cache: SwapCache::default() }
+        SwapState {
+            dev,
+            slots,
+            cache: SwapCache::default(),
+        }
     }
 
     /// `vm_swap_full`: more than half the slots are in use, so swap-in should free slots rather

@@ -11,7 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::sync::{Ordering};
+use crate::sync::Ordering;
 use crate::sys::{Advice, PAGE_SIZE};
 use crate::vmstat::Item;
 
@@ -92,7 +92,9 @@ pub fn alloc_frames(m: &MmInner, want: usize, out: &mut Vec<u32>) -> bool {
             fails += 1;
             let swap_exhausted = m.swap.as_ref().is_none_or(|s| s.slots.nr_free() == 0);
             let elapsed = start.elapsed();
-            if (swap_exhausted && fails > 64 && elapsed > Duration::from_millis(50)) || elapsed > Duration::from_secs(10) {
+            if (swap_exhausted && fails > 64 && elapsed > Duration::from_millis(50))
+                || elapsed > Duration::from_secs(10)
+            {
                 return false;
             }
             if fails > 8 {
@@ -125,7 +127,9 @@ pub fn free_frames(m: &MmInner, frames: &[u32], zap: bool) {
 /// kernel's allocate-zero-copy of UFFDIO_COPY and than MADV_DONTNEED now.
 pub fn recycle_frames(m: &MmInner, frames: &[u32]) {
     for &f in frames {
-        m.pages[f as usize].flags.store(pg::POOLED, Ordering::Release);
+        m.pages[f as usize]
+            .flags
+            .store(pg::POOLED, Ordering::Release);
     }
     m.frames.free(frames);
     m.vm.add(Item::Pgfree, frames.len() as u64);
@@ -134,7 +138,9 @@ pub fn recycle_frames(m: &MmInner, frames: &[u32]) {
 /// Empties the pool slot of a freshly allocated frame that will not use the page parked there.
 pub fn empty_slot(m: &MmInner, f: u32) {
     if m.pages[f as usize].test_clear(pg::POOLED) {
-        let _ = m.pool.advise(MmInner::frame_off(f), PAGE_SIZE, Advice::DontNeed);
+        let _ = m
+            .pool
+            .advise(MmInner::frame_off(f), PAGE_SIZE, Advice::DontNeed);
     }
 }
 
@@ -148,7 +154,11 @@ fn zap_pool(m: &MmInner, frames: &[u32]) {
         while e < sorted.len() && sorted[e] == sorted[e - 1] + 1 {
             e += 1;
         }
-        let _ = m.pool.advise(MmInner::frame_off(sorted[k]), (e - k) * PAGE_SIZE, Advice::DontNeed);
+        let _ = m.pool.advise(
+            MmInner::frame_off(sorted[k]),
+            (e - k) * PAGE_SIZE,
+            Advice::DontNeed,
+        );
         k = e;
     }
 }
@@ -245,7 +255,11 @@ pub fn inactive_is_low(m: &MmInner) -> bool {
     let inactive = m.lru.size(Lru::InactiveAnon);
     let active = m.lru.size(Lru::ActiveAnon);
     let gb = ((inactive + active) * PAGE_SIZE as u64) >> 30;
-    let ratio = if gb > 0 { ((10 * gb) as f64).sqrt() as u64 } else { 1 };
+    let ratio = if gb > 0 {
+        ((10 * gb) as f64).sqrt() as u64
+    } else {
+        1
+    };
     inactive * ratio < active
 }
 
@@ -286,10 +300,16 @@ pub fn shrink_node(m: &MmInner, sc: &mut ScanControl) {
 /// whether referenced or not; checking references clears them (unmaps the page).
 pub fn shrink_active_list(m: &MmInner, nr: usize, sc: &mut ScanControl) {
     let mut isolated = Vec::with_capacity(nr);
-    let scanned = m.lru.isolate(&m.pages, Lru::ActiveAnon, nr, nr * 4, &mut isolated, &m.vm);
+    let scanned = m
+        .lru
+        .isolate(&m.pages, Lru::ActiveAnon, nr, nr * 4, &mut isolated, &m.vm);
     sc.nr_scanned += scanned;
     m.vm.add(Item::PgrefillActive, scanned as u64);
-    let mapped: Vec<u32> = isolated.iter().copied().filter(|&f| m.pages[f as usize].test(pg::MAPPED)).collect();
+    let mapped: Vec<u32> = isolated
+        .iter()
+        .copied()
+        .filter(|&f| m.pages[f as usize].test(pg::MAPPED))
+        .collect();
     unmap_pages(m, &mapped);
     for &f in &isolated {
         m.pages[f as usize].clear(pg::ACTIVE);
@@ -301,14 +321,35 @@ pub fn shrink_active_list(m: &MmInner, nr: usize, sc: &mut ScanControl) {
 /// `shrink_inactive_list`: isolates a batch from the inactive tail and reclaims what it can.
 pub fn shrink_inactive_list(m: &MmInner, nr: usize, sc: &mut ScanControl) -> usize {
     let mut isolated = Vec::with_capacity(nr);
-    let scanned = m.lru.isolate(&m.pages, Lru::InactiveAnon, nr, nr * 4, &mut isolated, &m.vm);
+    let scanned = m.lru.isolate(
+        &m.pages,
+        Lru::InactiveAnon,
+        nr,
+        nr * 4,
+        &mut isolated,
+        &m.vm,
+    );
     sc.nr_scanned += scanned;
-    m.vm.add(if sc.kswapd { Item::PgscanKswapd } else { Item::PgscanDirect }, scanned as u64);
+    m.vm.add(
+        if sc.kswapd {
+            Item::PgscanKswapd
+        } else {
+            Item::PgscanDirect
+        },
+        scanned as u64,
+    );
     if isolated.is_empty() {
         return 0;
     }
     let reclaimed = shrink_page_list(m, isolated, sc);
-    m.vm.add(if sc.kswapd { Item::PgstealKswapd } else { Item::PgstealDirect }, reclaimed as u64);
+    m.vm.add(
+        if sc.kswapd {
+            Item::PgstealKswapd
+        } else {
+            Item::PgstealDirect
+        },
+        reclaimed as u64,
+    );
     reclaimed
 }
 
@@ -357,7 +398,11 @@ pub fn unmap_pages(m: &MmInner, frames: &[u32]) {
     while k < v.len() {
         let (rid, idx0, f0) = v[k];
         let mut e = k + 1;
-        while e < v.len() && v[e].0 == rid && v[e].1 == idx0 + (e - k) as u64 && v[e].2 == f0 + (e - k) as u32 {
+        while e < v.len()
+            && v[e].0 == rid
+            && v[e].1 == idx0 + (e - k) as u64
+            && v[e].2 == f0 + (e - k) as u32
+        {
             e += 1;
         }
         let Some(r) = region_of(m, rid) else {
@@ -367,7 +412,10 @@ pub fn unmap_pages(m: &MmInner, frames: &[u32]) {
         let n = e - k;
         let src = r.page_addr(idx0);
         let dst = m.pool.addr() + MmInner::frame_off(f0);
-        let ok = m.uffd.move_pages(dst, src, n * PAGE_SIZE, false, true).is_ok();
+        let ok = m
+            .uffd
+            .move_pages(dst, src, n * PAGE_SIZE, false, true)
+            .is_ok();
         if ok {
             for &(_, _, f) in &v[k..e] {
                 mark_unmapped(m, f);
@@ -438,7 +486,11 @@ pub fn shrink_page_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -
 
     // add_to_swap: pages without a swap slot get consecutive slots in view order.
     reclaim.sort_unstable_by_key(|&f| m.pages[f as usize].owner());
-    let need: Vec<u32> = reclaim.iter().copied().filter(|&f| !m.pages[f as usize].test(pg::SWAPCACHE)).collect();
+    let need: Vec<u32> = reclaim
+        .iter()
+        .copied()
+        .filter(|&f| !m.pages[f as usize].test(pg::SWAPCACHE))
+        .collect();
     let mut slots = Vec::with_capacity(need.len());
     sw.slots.alloc(need.len(), &mut slots);
     for (k, &f) in need.iter().enumerate() {

@@ -71,7 +71,9 @@ impl SwapConfig {
     /// Opens the device this configuration names (None for [`SwapConfig::None`]).
     pub fn open(&self) -> io::Result<Option<Arc<dyn SwapDevice>>> {
         Ok(match self {
-            SwapConfig::File { path, size } => Some(Arc::new(FileSwap::open(path.as_deref(), *size)?)),
+            SwapConfig::File { path, size } => {
+                Some(Arc::new(FileSwap::open(path.as_deref(), *size)?))
+            }
             SwapConfig::Ram { size } => Some(Arc::new(RamSwap::new(*size)?)),
             SwapConfig::None => None,
             SwapConfig::Device(d) => Some(d.clone()),

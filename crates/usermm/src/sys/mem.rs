@@ -77,11 +77,14 @@ impl Mapping {
         })?;
         let align = align.max(PAGE_SIZE);
         if !align.is_power_of_two() {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "alignment must be a power of two"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "alignment must be a power of two",
+            ));
         }
-        let over = len
-            .checked_add(align - PAGE_SIZE)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "mapping length overflows"))?;
+        let over = len.checked_add(align - PAGE_SIZE).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, "mapping length overflows")
+        })?;
         // SAFETY: a fresh anonymous mapping at a kernel-chosen address; no existing memory is
         // affected. MAP_NORESERVE keeps untouched address space free of commit charge.
         let p = unsafe {
@@ -154,7 +157,13 @@ impl Mapping {
     }
 
     /// Copies `len` bytes from `src` at `src_off` to this mapping at `off` (plain memcpy).
-    pub fn copy_from(&self, off: usize, src: &Mapping, src_off: usize, len: usize) -> io::Result<()> {
+    pub fn copy_from(
+        &self,
+        off: usize,
+        src: &Mapping,
+        src_off: usize,
+        len: usize,
+    ) -> io::Result<()> {
         check_range(self.len, off, len)?;
         check_range(src.len, src_off, len)?;
         // SAFETY: both ranges are inside live mappings (checked). Callers own the pages involved
@@ -178,7 +187,9 @@ impl Mapping {
     pub fn read_bytes(&self, off: usize, buf: &mut [u8]) -> io::Result<()> {
         check_range(self.len, off, buf.len())?;
         // SAFETY: source inside the mapping (checked); `buf` is a separate Rust slice.
-        unsafe { std::ptr::copy_nonoverlapping(self.as_ptr().add(off), buf.as_mut_ptr(), buf.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.as_ptr().add(off), buf.as_mut_ptr(), buf.len())
+        };
         Ok(())
     }
 
@@ -192,14 +203,20 @@ impl Mapping {
 
     /// Volatile 64-bit load at `off` (8-byte aligned).
     pub fn read_u64(&self, off: usize) -> u64 {
-        assert!(off.is_multiple_of(8) && off + 8 <= self.len, "read_u64 at {off:#x} out of range");
+        assert!(
+            off.is_multiple_of(8) && off + 8 <= self.len,
+            "read_u64 at {off:#x} out of range"
+        );
         // SAFETY: aligned and in bounds (asserted); volatile because the page may change.
         unsafe { std::ptr::read_volatile(self.as_ptr().add(off) as *const u64) }
     }
 
     /// Volatile 64-bit store at `off` (8-byte aligned).
     pub fn write_u64(&self, off: usize, v: u64) {
-        assert!(off.is_multiple_of(8) && off + 8 <= self.len, "write_u64 at {off:#x} out of range");
+        assert!(
+            off.is_multiple_of(8) && off + 8 <= self.len,
+            "write_u64 at {off:#x} out of range"
+        );
         // SAFETY: aligned and in bounds (asserted); volatile because the page may change.
         unsafe { std::ptr::write_volatile(self.as_ptr().add(off) as *mut u64, v) }
     }
@@ -215,7 +232,13 @@ impl Mapping {
         self.page_io(file, file_off, pages, false)
     }
 
-    fn page_io(&self, file: &File, mut file_off: u64, pages: &[usize], write: bool) -> io::Result<()> {
+    fn page_io(
+        &self,
+        file: &File,
+        mut file_off: u64,
+        pages: &[usize],
+        write: bool,
+    ) -> io::Result<()> {
         for &p in pages {
             check_range(self.len, p, PAGE_SIZE)?;
         }
@@ -231,7 +254,10 @@ impl Mapping {
                         continue;
                     }
                 }
-                iov.push(libc::iovec { iov_base: base as *mut libc::c_void, iov_len: PAGE_SIZE });
+                iov.push(libc::iovec {
+                    iov_base: base as *mut libc::c_void,
+                    iov_len: PAGE_SIZE,
+                });
             }
             let mut total = chunk.len() * PAGE_SIZE;
             let mut idx = 0usize;
@@ -265,7 +291,10 @@ impl Mapping {
                 if r == 0 {
                     return Err(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
-                        format!("short {} at file offset {file_off}", if write { "write" } else { "read" }),
+                        format!(
+                            "short {} at file offset {file_off}",
+                            if write { "write" } else { "read" }
+                        ),
                     ));
                 }
                 let mut done = r as usize;
@@ -278,7 +307,8 @@ impl Mapping {
                         idx += 1;
                     } else {
                         // SAFETY: advancing within the same iovec's range.
-                        v.iov_base = unsafe { (v.iov_base as *mut u8).add(done) } as *mut libc::c_void;
+                        v.iov_base =
+                            unsafe { (v.iov_base as *mut u8).add(done) } as *mut libc::c_void;
                         v.iov_len -= done;
                         done = 0;
                     }
@@ -328,15 +358,23 @@ mod tests {
     fn page_io_roundtrip() {
         let dir = std::env::temp_dir();
         let path = dir.join(format!("usermm-memtest-{}", std::process::id()));
-        let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
         std::fs::remove_file(&path).unwrap();
         let m = Mapping::anon(8 * PAGE_SIZE, 0).unwrap();
         for i in 0..8 {
             m.fill(i * PAGE_SIZE, PAGE_SIZE, i as u8 + 1).unwrap();
         }
-        m.pwrite_pages(&f, 0, &[0, PAGE_SIZE, 5 * PAGE_SIZE]).unwrap();
+        m.pwrite_pages(&f, 0, &[0, PAGE_SIZE, 5 * PAGE_SIZE])
+            .unwrap();
         let n = Mapping::anon(8 * PAGE_SIZE, 0).unwrap();
-        n.pread_pages(&f, 0, &[7 * PAGE_SIZE, 2 * PAGE_SIZE, 3 * PAGE_SIZE]).unwrap();
+        n.pread_pages(&f, 0, &[7 * PAGE_SIZE, 2 * PAGE_SIZE, 3 * PAGE_SIZE])
+            .unwrap();
         let mut b = [0u8; 1];
         n.read_bytes(7 * PAGE_SIZE, &mut b).unwrap();
         assert_eq!(b[0], 1);

@@ -43,7 +43,8 @@ struct PageRegion {
 }
 
 /// `_IOWR('f', 16, struct pm_scan_arg)`.
-const PAGEMAP_SCAN: u64 = (3 << 30) | ((std::mem::size_of::<ScanArg>() as u64) << 16) | ((b'f' as u64) << 8) | 16;
+const PAGEMAP_SCAN: u64 =
+    (3 << 30) | ((std::mem::size_of::<ScanArg>() as u64) << 16) | ((b'f' as u64) << 8) | 16;
 
 /// Counts the pages in `[start, start+len)` that have all categories in `mask`
 /// (`inverted` flips chosen bits). Returns Err(Unsupported) on kernels without PAGEMAP_SCAN.
@@ -72,7 +73,10 @@ pub fn count_pages(start: usize, len: usize, mask: u64, inverted: u64) -> io::Re
         if r < 0 {
             let e = io::Error::last_os_error();
             if e.raw_os_error() == Some(libc::ENOTTY) || e.raw_os_error() == Some(libc::EINVAL) {
-                return Err(io::Error::new(io::ErrorKind::Unsupported, "PAGEMAP_SCAN not supported by this kernel"));
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    "PAGEMAP_SCAN not supported by this kernel",
+                ));
             }
             return Err(e);
         }
@@ -105,7 +109,10 @@ mod tests {
         match count_pages(m.addr(), m.len(), category::PRESENT, 0) {
             Ok(n) => {
                 assert_eq!(n, 6);
-                assert_eq!(count_pages(m.addr(), m.len(), category::PFNZERO, 0).unwrap(), 2);
+                assert_eq!(
+                    count_pages(m.addr(), m.len(), category::PFNZERO, 0).unwrap(),
+                    2
+                );
             }
             Err(e) if e.kind() == io::ErrorKind::Unsupported => {}
             Err(e) => panic!("{e}"),

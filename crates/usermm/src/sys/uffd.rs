@@ -217,7 +217,12 @@ impl OpError {
 
 impl std::fmt::Display for OpError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} after {} bytes", io::Error::from_raw_os_error(self.errno), self.done)
+        write!(
+            f,
+            "{} after {} bytes",
+            io::Error::from_raw_os_error(self.errno),
+            self.done
+        )
     }
 }
 
@@ -241,7 +246,10 @@ fn raw_open(flags: libc::c_int) -> io::Result<OwnedFd> {
 }
 
 fn dev_open(flags: libc::c_int) -> io::Result<OwnedFd> {
-    let dev = OpenOptions::new().read(true).write(true).open("/dev/userfaultfd")?;
+    let dev = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/userfaultfd")?;
     // SAFETY: USERFAULTFD_IOC_NEW takes the flags as its argument and returns a new descriptor.
     let r = unsafe { libc::ioctl(dev.as_raw_fd(), USERFAULTFD_IOC_NEW as _, flags) };
     if r < 0 {
@@ -252,7 +260,11 @@ fn dev_open(flags: libc::c_int) -> io::Result<OwnedFd> {
 }
 
 fn api(fd: &OwnedFd, features: u64) -> io::Result<ApiArg> {
-    let mut a = ApiArg { api: UFFD_API, features, ioctls: 0 };
+    let mut a = ApiArg {
+        api: UFFD_API,
+        features,
+        ioctls: 0,
+    };
     // SAFETY: UFFDIO_API reads and writes one ApiArg that lives on our stack.
     let r = unsafe { libc::ioctl(fd.as_raw_fd(), UFFDIO_API as _, &mut a as *mut ApiArg) };
     if r < 0 {
@@ -268,7 +280,10 @@ impl Uffd {
         type Opener = (Origin, Box<dyn Fn() -> io::Result<OwnedFd>>);
         let mut tries: Vec<Opener> = Vec::new();
         if policy == OpenPolicy::Auto {
-            tries.push((Origin::SyscallUserModeOnly, Box::new(move || raw_open(flags | UFFD_USER_MODE_ONLY))));
+            tries.push((
+                Origin::SyscallUserModeOnly,
+                Box::new(move || raw_open(flags | UFFD_USER_MODE_ONLY)),
+            ));
         }
         tries.push((Origin::DevUserfaultfd, Box::new(move || dev_open(flags))));
         tries.push((Origin::SyscallFull, Box::new(move || raw_open(flags))));
@@ -293,7 +308,12 @@ impl Uffd {
             let want = wanted & avail;
             let a = api(&fd, want)?;
             // On success the kernel enables exactly `want` (and reports everything it offers).
-            return Ok(Uffd { fd, features: want, ioctls: a.ioctls, origin });
+            return Ok(Uffd {
+                fd,
+                features: want,
+                ioctls: a.ioctls,
+                origin,
+            });
         }
         Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
@@ -333,7 +353,9 @@ impl Uffd {
         // belong to Mappings owned by the memory manager.
         let r = unsafe { libc::ioctl(self.fd.as_raw_fd(), req as _, arg as *mut T) };
         if r < 0 {
-            Err(io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
+            Err(io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO))
         } else {
             Ok(())
         }
@@ -341,66 +363,142 @@ impl Uffd {
 
     /// UFFDIO_REGISTER; returns the range's ioctl mask.
     pub fn register(&self, start: usize, len: usize, mode: u64) -> io::Result<u64> {
-        let mut a = RegisterArg { range: Range { start: start as u64, len: len as u64 }, mode, ioctls: 0 };
-        self.ioctl(UFFDIO_REGISTER, &mut a).map_err(io::Error::from_raw_os_error)?;
+        let mut a = RegisterArg {
+            range: Range {
+                start: start as u64,
+                len: len as u64,
+            },
+            mode,
+            ioctls: 0,
+        };
+        self.ioctl(UFFDIO_REGISTER, &mut a)
+            .map_err(io::Error::from_raw_os_error)?;
         Ok(a.ioctls)
     }
 
     /// UFFDIO_UNREGISTER.
     pub fn unregister(&self, start: usize, len: usize) -> io::Result<()> {
-        let mut a = Range { start: start as u64, len: len as u64 };
-        self.ioctl(UFFDIO_UNREGISTER, &mut a).map_err(io::Error::from_raw_os_error)
+        let mut a = Range {
+            start: start as u64,
+            len: len as u64,
+        };
+        self.ioctl(UFFDIO_UNREGISTER, &mut a)
+            .map_err(io::Error::from_raw_os_error)
     }
 
     /// UFFDIO_WAKE: wakes threads faulting in the range without resolving anything.
     pub fn wake(&self, start: usize, len: usize) -> io::Result<()> {
-        let mut a = Range { start: start as u64, len: len as u64 };
-        self.ioctl(UFFDIO_WAKE, &mut a).map_err(io::Error::from_raw_os_error)
+        let mut a = Range {
+            start: start as u64,
+            len: len as u64,
+        };
+        self.ioctl(UFFDIO_WAKE, &mut a)
+            .map_err(io::Error::from_raw_os_error)
     }
 
     /// UFFDIO_COPY (`wp`: map write-protected; `dontwake`: leave faulting threads asleep).
-    pub fn copy(&self, dst: usize, src: usize, len: usize, wp: bool, dontwake: bool) -> Result<usize, OpError> {
+    pub fn copy(
+        &self,
+        dst: usize,
+        src: usize,
+        len: usize,
+        wp: bool,
+        dontwake: bool,
+    ) -> Result<usize, OpError> {
         let mode = (dontwake as u64) | ((wp as u64) << 1);
-        let mut a = CopyArg { dst: dst as u64, src: src as u64, len: len as u64, mode, copy: 0 };
+        let mut a = CopyArg {
+            dst: dst as u64,
+            src: src as u64,
+            len: len as u64,
+            mode,
+            copy: 0,
+        };
         let r = self.ioctl(UFFDIO_COPY, &mut a);
         finish(r, a.copy)
     }
 
     /// UFFDIO_ZEROPAGE: maps the shared zero page.
     pub fn zeropage(&self, start: usize, len: usize, dontwake: bool) -> Result<usize, OpError> {
-        let mut a = ZeroArg { range: Range { start: start as u64, len: len as u64 }, mode: dontwake as u64, zeropage: 0 };
+        let mut a = ZeroArg {
+            range: Range {
+                start: start as u64,
+                len: len as u64,
+            },
+            mode: dontwake as u64,
+            zeropage: 0,
+        };
         let r = self.ioctl(UFFDIO_ZEROPAGE, &mut a);
         finish(r, a.zeropage)
     }
 
     /// UFFDIO_MOVE: moves present anonymous pages from `src` to the unpopulated `dst`.
-    pub fn move_pages(&self, dst: usize, src: usize, len: usize, allow_src_holes: bool, dontwake: bool) -> Result<usize, OpError> {
+    pub fn move_pages(
+        &self,
+        dst: usize,
+        src: usize,
+        len: usize,
+        allow_src_holes: bool,
+        dontwake: bool,
+    ) -> Result<usize, OpError> {
         let mode = (dontwake as u64) | ((allow_src_holes as u64) << 1);
-        let mut a = CopyArg { dst: dst as u64, src: src as u64, len: len as u64, mode, copy: 0 };
+        let mut a = CopyArg {
+            dst: dst as u64,
+            src: src as u64,
+            len: len as u64,
+            mode,
+            copy: 0,
+        };
         let r = self.ioctl(UFFDIO_MOVE, &mut a);
         finish(r, a.copy)
     }
 
     /// UFFDIO_CONTINUE: maps existing page-cache pages (MINOR faults on shmem).
     pub fn continue_(&self, start: usize, len: usize, dontwake: bool) -> Result<usize, OpError> {
-        let mut a = ZeroArg { range: Range { start: start as u64, len: len as u64 }, mode: dontwake as u64, zeropage: 0 };
+        let mut a = ZeroArg {
+            range: Range {
+                start: start as u64,
+                len: len as u64,
+            },
+            mode: dontwake as u64,
+            zeropage: 0,
+        };
         let r = self.ioctl(UFFDIO_CONTINUE, &mut a);
         finish(r, a.zeropage)
     }
 
     /// UFFDIO_POISON: later accesses to the range raise SIGBUS.
     pub fn poison(&self, start: usize, len: usize, dontwake: bool) -> Result<usize, OpError> {
-        let mut a = ZeroArg { range: Range { start: start as u64, len: len as u64 }, mode: dontwake as u64, zeropage: 0 };
+        let mut a = ZeroArg {
+            range: Range {
+                start: start as u64,
+                len: len as u64,
+            },
+            mode: dontwake as u64,
+            zeropage: 0,
+        };
         let r = self.ioctl(UFFDIO_POISON, &mut a);
         finish(r, a.zeropage)
     }
 
     /// UFFDIO_WRITEPROTECT: set (`wp`) or clear write protection; clearing wakes unless
     /// `dontwake`.
-    pub fn writeprotect(&self, start: usize, len: usize, wp: bool, dontwake: bool) -> io::Result<()> {
+    pub fn writeprotect(
+        &self,
+        start: usize,
+        len: usize,
+        wp: bool,
+        dontwake: bool,
+    ) -> io::Result<()> {
         let mode = (wp as u64) | ((dontwake as u64) << 1);
-        let mut a = WpArg { range: Range { start: start as u64, len: len as u64 }, mode };
-        self.ioctl(UFFDIO_WRITEPROTECT, &mut a).map_err(io::Error::from_raw_os_error)
+        let mut a = WpArg {
+            range: Range {
+                start: start as u64,
+                len: len as u64,
+            },
+            mode,
+        };
+        self.ioctl(UFFDIO_WRITEPROTECT, &mut a)
+            .map_err(io::Error::from_raw_os_error)
     }
 
     /// Reads up to `buf.len()` messages without blocking; Ok(0) when none are queued.
@@ -431,8 +529,16 @@ impl Uffd {
     /// `extra` (an eventfd) becomes readable. Returns (uffd_ready, extra_ready).
     pub fn poll(&self, extra: Option<RawFd>, timeout_ms: i32) -> io::Result<(bool, bool)> {
         let mut fds = [
-            libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: extra.unwrap_or(-1), events: libc::POLLIN, revents: 0 },
+            libc::pollfd {
+                fd: self.fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: extra.unwrap_or(-1),
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
         let n = if extra.is_some() { 2 } else { 1 };
         // SAFETY: fds is a valid array of `n` pollfd structs on our stack.
@@ -451,7 +557,10 @@ impl Uffd {
 fn finish(r: Result<(), i32>, field: i64) -> Result<usize, OpError> {
     match r {
         Ok(()) => Ok(field.max(0) as usize),
-        Err(errno) => Err(OpError { errno, done: field.max(0) as usize }),
+        Err(errno) => Err(OpError {
+            errno,
+            done: field.max(0) as usize,
+        }),
     }
 }
 
@@ -475,12 +584,24 @@ impl EventFd {
     pub fn signal(&self) {
         let v: u64 = 1;
         // SAFETY: writes 8 bytes from a local u64 to the eventfd.
-        unsafe { libc::write(self.0.as_raw_fd(), &v as *const u64 as *const libc::c_void, 8) };
+        unsafe {
+            libc::write(
+                self.0.as_raw_fd(),
+                &v as *const u64 as *const libc::c_void,
+                8,
+            )
+        };
     }
     pub fn drain(&self) {
         let mut v: u64 = 0;
         // SAFETY: reads 8 bytes into a local u64; EAGAIN when empty is fine.
-        unsafe { libc::read(self.0.as_raw_fd(), &mut v as *mut u64 as *mut libc::c_void, 8) };
+        unsafe {
+            libc::read(
+                self.0.as_raw_fd(),
+                &mut v as *mut u64 as *mut libc::c_void,
+                8,
+            )
+        };
     }
 }
 
@@ -490,14 +611,20 @@ mod tests {
     use crate::sys::{Mapping, PAGE_SIZE};
 
     fn uffd() -> Uffd {
-        Uffd::open(feature::MOVE | feature::POISON | feature::PAGEFAULT_FLAG_WP | feature::THREAD_ID, OpenPolicy::Auto)
-            .expect("userfaultfd must be available for these tests")
+        Uffd::open(
+            feature::MOVE | feature::POISON | feature::PAGEFAULT_FLAG_WP | feature::THREAD_ID,
+            OpenPolicy::Auto,
+        )
+        .expect("userfaultfd must be available for these tests")
     }
 
     #[test]
     fn handshake_reports_features() {
         let u = uffd();
-        assert!(u.ioctls() & (1 << 0) != 0 || u.ioctls() != 0, "API ioctls mask should be non-empty");
+        assert!(
+            u.ioctls() & (1 << 0) != 0 || u.ioctls() != 0,
+            "API ioctls mask should be non-empty"
+        );
         // The running kernel (6.18 here) offers MOVE; the wrapper learned it at run time.
         if u.has(feature::MOVE) {
             assert!(u.features() & feature::MOVE != 0);
@@ -512,11 +639,23 @@ mod tests {
         assert!(ioctls & ioctl_bit::COPY != 0);
         let src = Mapping::anon(PAGE_SIZE, 0).unwrap();
         src.fill(0, PAGE_SIZE, 7).unwrap();
-        assert_eq!(u.copy(m.addr(), src.addr(), PAGE_SIZE, false, false).unwrap(), PAGE_SIZE);
-        let e = u.copy(m.addr(), src.addr(), PAGE_SIZE, false, false).unwrap_err();
-        assert!(e.is_exists(), "second COPY over a present page is EEXIST: {e}");
+        assert_eq!(
+            u.copy(m.addr(), src.addr(), PAGE_SIZE, false, false)
+                .unwrap(),
+            PAGE_SIZE
+        );
+        let e = u
+            .copy(m.addr(), src.addr(), PAGE_SIZE, false, false)
+            .unwrap_err();
+        assert!(
+            e.is_exists(),
+            "second COPY over a present page is EEXIST: {e}"
+        );
         assert_eq!(m.read_u64(0), 0x0707070707070707);
-        assert_eq!(u.zeropage(m.addr() + PAGE_SIZE, PAGE_SIZE, false).unwrap(), PAGE_SIZE);
+        assert_eq!(
+            u.zeropage(m.addr() + PAGE_SIZE, PAGE_SIZE, false).unwrap(),
+            PAGE_SIZE
+        );
         assert_eq!(m.read_u64(PAGE_SIZE), 0);
         u.unregister(m.addr(), m.len()).unwrap();
     }
@@ -531,7 +670,11 @@ mod tests {
         let src = Mapping::anon(2 * PAGE_SIZE, 0).unwrap();
         u.register(dst.addr(), dst.len(), mode::MISSING).unwrap();
         src.fill(0, 2 * PAGE_SIZE, 9).unwrap();
-        assert_eq!(u.move_pages(dst.addr(), src.addr(), 2 * PAGE_SIZE, false, false).unwrap(), 2 * PAGE_SIZE);
+        assert_eq!(
+            u.move_pages(dst.addr(), src.addr(), 2 * PAGE_SIZE, false, false)
+                .unwrap(),
+            2 * PAGE_SIZE
+        );
         assert_eq!(dst.read_u64(PAGE_SIZE), 0x0909090909090909);
         // The source is empty now: reads see fresh zero pages.
         assert_eq!(src.read_u64(0), 0);

@@ -1,0 +1,489 @@
+//! The manager proper: `Mm`, its settings, shared state and threads (see `mm/mod.rs`).
+
+use std::collections::BTreeMap;
+use std::thread::JoinHandle;
+
+use crate::error::{Error, Result};
+use crate::swap::SwapConfig;
+use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, Condvar, Mutex, Ordering, RwLock};
+use crate::sys::uffd::{self, EventFd, OpenPolicy, Uffd};
+use crate::sys::{Advice, Mapping, PAGE_SIZE};
+use crate::vmstat::{Counters, Item, Vmstat};
+
+use super::lru::Lruvec;
+use super::page::{FrameAlloc, Page};
+use super::region::{self, Region, RegionInner};
+use super::swap_state::SwapState;
+use super::{handler, vmscan};
+
+/// Smallest budget accepted: 1 MiB (256 frames), enough for the watermarks and one fault batch.
+pub const MIN_BUDGET: u64 = 1 << 20;
+
+/// Free-frame watermarks, in pages (`zone->_watermark[WMARK_MIN/LOW/HIGH]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Watermarks {
+    pub min: u64,
+    pub low: u64,
+    pub high: u64,
+}
+
+impl Watermarks {
+    /// Linux's scaling (`__setup_per_zone_wmarks`): min_free_kbytes = sqrt(16 * budget in KiB)
+    /// clamped to [128 KiB, 256 MiB]; low = min + max(min/4, 0.1% of pages); high = min + 2x that.
+    pub fn scaled(budget_pages: u64) -> Watermarks {
+        let kb = budget_pages * (PAGE_SIZE as u64 / 1024);
+        let min_kb = ((kb * 16) as f64).sqrt() as u64;
+        let min_kb = min_kb.clamp(128, 262_144);
+        let min = (min_kb * 1024 / PAGE_SIZE as u64)
+            .min(budget_pages / 8)
+            .max(4);
+        let tmp = (min / 4).max(budget_pages * 10 / 10_000);
+        Watermarks {
+            min,
+            low: min + tmp,
+            high: min + 2 * tmp,
+        }
+    }
+}
+
+/// Settings of one memory manager.
+#[derive(Debug, Clone)]
+pub struct MmConfig {
+    /// Memory budget in bytes: the most resident memory the manager holds (frames).
+    pub budget: u64,
+    /// The swap device.
+    pub swap: SwapConfig,
+    /// Allow mapping more than budget + swap. Accesses that then find swap full are poisoned
+    /// (SIGBUS), counted as `oom_poison` and logged.
+    pub overcommit: bool,
+    /// Fault handler threads; 0 = one per CPU.
+    pub handler_threads: usize,
+    /// Watermarks in pages; None = scaled like Linux.
+    pub watermarks: Option<Watermarks>,
+    /// log2 of the largest swap readahead window (`vm.page-cluster`).
+    pub page_cluster: u32,
+    /// Largest batch of fresh pages mapped by one write fault in a sequential run (pages).
+    pub fault_around_max: u32,
+    /// How long an idle handler spins polling before it sleeps (microseconds).
+    pub handler_spin_us: u32,
+    /// Which userfaultfd opening paths to try.
+    pub uffd_policy: OpenPolicy,
+}
+
+impl MmConfig {
+    /// A budget of `budget` bytes with the default swap device (an unlinked temporary file of
+    /// 4x the budget).
+    pub fn new(budget: u64) -> MmConfig {
+        MmConfig {
+            budget,
+            swap: SwapConfig::File {
+                path: None,
+                size: budget.saturating_mul(4),
+            },
+            overcommit: false,
+            handler_threads: 0,
+            watermarks: None,
+            page_cluster: 4,
+            fault_around_max: 128,
+            handler_spin_us: 50,
+            uffd_policy: OpenPolicy::Auto,
+        }
+    }
+    pub fn swap(mut self, swap: SwapConfig) -> Self {
+        self.swap = swap;
+        self
+    }
+    pub fn overcommit(mut self, on: bool) -> Self {
+        self.overcommit = on;
+        self
+    }
+    pub fn handler_threads(mut self, n: usize) -> Self {
+        self.handler_threads = n;
+        self
+    }
+    pub fn watermarks(mut self, w: Watermarks) -> Self {
+        self.watermarks = Some(w);
+        self
+    }
+}
+
+/// Address-ordered and id-indexed region tables.
+#[derive(Default)]
+pub(crate) struct RegionTable {
+    by_id: Vec<Option<Arc<RegionInner>>>,
+    free_ids: Vec<u32>,
+    by_addr: BTreeMap<usize, u32>,
+}
+
+impl RegionTable {
+    pub(crate) fn insert(
+        &mut self,
+        make: impl FnOnce(u32) -> Arc<RegionInner>,
+    ) -> Arc<RegionInner> {
+        let id = match self.free_ids.pop() {
+            Some(id) => id,
+            None => {
+                self.by_id.push(None);
+                (self.by_id.len() - 1) as u32
+            }
+        };
+        let r = make(id);
+        self.by_addr.insert(r.view.addr(), id);
+        self.by_id[id as usize] = Some(r.clone());
+        r
+    }
+    pub(crate) fn get(&self, id: u32) -> Option<&Arc<RegionInner>> {
+        self.by_id.get(id as usize).and_then(|r| r.as_ref())
+    }
+    pub(crate) fn find(&self, addr: usize) -> Option<&Arc<RegionInner>> {
+        let (_, id) = self.by_addr.range(..=addr).next_back()?;
+        let r = self.get(*id)?;
+        (addr < r.view.addr() + r.view.len()).then_some(r)
+    }
+    pub(crate) fn remove_addr(&mut self, addr: usize) {
+        self.by_addr.remove(&addr);
+    }
+    pub(crate) fn remove_id(&mut self, id: u32) {
+        if let Some(slot) = self.by_id.get_mut(id as usize) {
+            if slot.take().is_some() {
+                self.free_ids.push(id);
+            }
+        }
+    }
+    pub(crate) fn len(&self) -> usize {
+        self.by_addr.len()
+    }
+}
+
+/// kswapd's wakeup state (`pgdat->kswapd_wait`).
+#[derive(Default)]
+pub(crate) struct KswapdWait {
+    pub(crate) pending: Mutex<bool>,
+    pub(crate) cv: Condvar,
+}
+
+/// The shared state of one memory manager. Threads hold `Arc<MmInner>`.
+pub struct MmInner {
+    pub(crate) cfg: MmConfig,
+    pub(crate) uffd: Uffd,
+    pub(crate) pool: Mapping,
+    pub(crate) zero_src: Mapping,
+    pub(crate) pages: Box<[Page]>,
+    pub(crate) frames: FrameAlloc,
+    pub(crate) lru: Lruvec,
+    pub(crate) vm: Counters,
+    pub(crate) swap: Option<SwapState>,
+    pub(crate) regions: RwLock<RegionTable>,
+    pub(crate) committed: AtomicU64,
+    pub(crate) commit_limit: u64,
+    pub(crate) wmark: Watermarks,
+    pub(crate) kswapd: KswapdWait,
+    pub(crate) shutdown: AtomicBool,
+    pub(crate) shutdown_efd: EventFd,
+    pub(crate) peak_resident: AtomicU64,
+    pub(crate) spinners: AtomicU32,
+}
+
+impl MmInner {
+    pub(crate) fn nr_frames(&self) -> u64 {
+        self.frames.nr() as u64
+    }
+    pub(crate) fn resident_pages(&self) -> u64 {
+        self.nr_frames() - self.frames.nr_free()
+    }
+    pub(crate) fn note_resident(&self) {
+        let r = self.resident_pages();
+        self.peak_resident.fetch_max(r, Ordering::Relaxed);
+    }
+    pub(crate) fn frame_off(f: u32) -> usize {
+        f as usize * PAGE_SIZE
+    }
+}
+
+/// Owns the threads; the last `Arc<MmHandle>` (held by `Mm` and every `Region`) stops them.
+pub(crate) struct MmHandle {
+    pub(crate) inner: Arc<MmInner>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Drop for MmHandle {
+    fn drop(&mut self) {
+        self.inner.shutdown.store(true, Ordering::Release);
+        self.inner.shutdown_efd.signal();
+        {
+            let mut p = self.inner.kswapd.pending.lock();
+            *p = true;
+            self.inner.kswapd.cv.notify_all();
+        }
+        for t in self.threads.lock().drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A memory manager: a budget, a swap device, fault handler threads, kswapd and counters.
+///
+/// ```no_run
+/// use usermm::{Mm, MmConfig, SwapConfig};
+/// let mm = Mm::new(MmConfig::new(64 << 20).swap(SwapConfig::Ram { size: 256 << 20 })).unwrap();
+/// let r = mm.map_anon(256 << 20).unwrap(); // 4x the budget
+/// let p = r.as_ptr() as *mut u64;
+/// for i in 0..(r.len() / 8) {
+///     // SAFETY: p points into the region, which lives until `r` drops.
+///     unsafe { p.add(i).write_volatile(i as u64) };
+/// }
+/// assert!(mm.vmstat().val("pswpout") > 0);
+/// ```
+#[derive(Clone)]
+pub struct Mm {
+    pub(crate) h: Arc<MmHandle>,
+}
+
+impl std::fmt::Debug for Mm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mm")
+            .field("budget", &self.h.inner.cfg.budget)
+            .field("swap", &self.h.inner.cfg.swap)
+            .finish()
+    }
+}
+
+/// What the kernel's userfaultfd offers this manager (learned at run time).
+#[derive(Debug, Clone)]
+pub struct UffdInfo {
+    pub origin: uffd::Origin,
+    pub features: Vec<&'static str>,
+}
+
+impl Mm {
+    /// Creates a memory manager, opens its swap device and userfaultfd, starts its threads.
+    pub fn new(cfg: MmConfig) -> Result<Mm> {
+        if cfg.budget < MIN_BUDGET {
+            return Err(Error::inval(format!(
+                "budget of {} bytes is below the minimum of {} bytes (1 MiB); give a larger budget",
+                cfg.budget, MIN_BUDGET
+            )));
+        }
+        let nr_frames = cfg.budget / PAGE_SIZE as u64;
+        if nr_frames >= u32::MAX as u64 {
+            return Err(Error::inval(format!(
+                "budget of {} bytes is above the maximum of 16 TiB",
+                cfg.budget
+            )));
+        }
+        if cfg.page_cluster > 9 {
+            return Err(Error::inval(format!(
+                "page_cluster {} is above the maximum of 9 (2 MiB)",
+                cfg.page_cluster
+            )));
+        }
+        if cfg.fault_around_max == 0 || cfg.fault_around_max > 512 {
+            return Err(Error::inval(format!(
+                "fault_around_max {} must be between 1 and 512 pages",
+                cfg.fault_around_max
+            )));
+        }
+        let wmark = match cfg.watermarks {
+            Some(w) => {
+                if !(w.min <= w.low && w.low <= w.high && w.high < nr_frames / 2) {
+                    return Err(Error::inval(format!(
+                        "watermarks min {} <= low {} <= high {} must hold and high must be below half the budget ({} pages)",
+                        w.min, w.low, w.high, nr_frames / 2
+                    )));
+                }
+                w
+            }
+            None => Watermarks::scaled(nr_frames),
+        };
+        let dev = cfg
+            .swap
+            .open()
+            .map_err(|e| Error::io(format!("opening swap device {:?}", cfg.swap), e))?;
+        let swap = dev.map(SwapState::new);
+        let swap_pages = swap.as_ref().map_or(0, |s| s.slots.nr_pages());
+        let wanted = uffd::feature::MOVE
+            | uffd::feature::POISON
+            | uffd::feature::PAGEFAULT_FLAG_WP
+            | uffd::feature::THREAD_ID;
+        let uffd =
+            Uffd::open(wanted, cfg.uffd_policy).map_err(|e| Error::Userfaultfd(e.to_string()))?;
+        if !uffd.has(uffd::feature::MOVE) {
+            return Err(Error::Userfaultfd(
+                "this kernel's userfaultfd lacks UFFDIO_MOVE (Linux 6.8+ needed); upgrade the kernel".into(),
+            ));
+        }
+        if !uffd.has(uffd::feature::PAGEFAULT_FLAG_WP) {
+            return Err(Error::Userfaultfd(
+                "this kernel's userfaultfd lacks write-protect mode (Linux 5.7+)".into(),
+            ));
+        }
+        let pool = Mapping::anon(nr_frames as usize * PAGE_SIZE, 2 << 20).map_err(|e| {
+            Error::io(
+                format!("reserving the frame pool of {} bytes", cfg.budget),
+                e,
+            )
+        })?;
+        pool.advise(0, pool.len(), Advice::NoHugePage)
+            .map_err(|e| Error::io("madvise(NOHUGEPAGE) on the frame pool", e))?;
+        // UFFDIO_MOVE needs both ends registered with the same userfaultfd and the same modes.
+        // Nothing ever faults on the pool: slots are filled only by MOVE and COPY.
+        uffd.register(
+            pool.addr(),
+            pool.len(),
+            uffd::mode::MISSING | uffd::mode::WP,
+        )
+        .map_err(|e| Error::io("registering the frame pool with userfaultfd", e))?;
+        let zero_src = Mapping::anon(512 * PAGE_SIZE, 0)
+            .map_err(|e| Error::io("mapping the zero source", e))?;
+        zero_src
+            .advise(0, zero_src.len(), Advice::NoHugePage)
+            .map_err(|e| Error::io("madvise on the zero source", e))?;
+        // Map the shared zero page everywhere: copies from it read cache-hot zeros, cost no memory.
+        let _ = zero_src.advise(0, zero_src.len(), Advice::PopulateRead);
+        let vm = Counters::default();
+        vm.set(Item::NrFree, nr_frames);
+        let efd = EventFd::new().map_err(|e| Error::io("eventfd", e))?;
+        let handlers = if cfg.handler_threads == 0 {
+            std::thread::available_parallelism().map_or(2, |n| n.get())
+        } else {
+            cfg.handler_threads
+        };
+        let inner = Arc::new(MmInner {
+            commit_limit: nr_frames + swap_pages,
+            pages: (0..nr_frames).map(|_| Page::default()).collect(),
+            frames: FrameAlloc::new(nr_frames as u32),
+            lru: Lruvec::default(),
+            vm,
+            swap,
+            regions: RwLock::new(RegionTable::default()),
+            committed: AtomicU64::new(0),
+            wmark,
+            kswapd: KswapdWait::default(),
+            shutdown: AtomicBool::new(false),
+            shutdown_efd: efd,
+            peak_resident: AtomicU64::new(0),
+            spinners: AtomicU32::new(0),
+            uffd,
+            pool,
+            zero_src,
+            cfg,
+        });
+        let mut threads = Vec::new();
+        for i in 0..handlers {
+            let m = inner.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("usermm-fault{i}"))
+                    .spawn(move || handler::handler_main(m))
+                    .map_err(|e| Error::io("spawning a fault handler thread", e))?,
+            );
+        }
+        let m = inner.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("usermm-kswapd".into())
+                .spawn(move || vmscan::kswapd_main(m))
+                .map_err(|e| Error::io("spawning kswapd", e))?,
+        );
+        Ok(Mm {
+            h: Arc::new(MmHandle {
+                inner,
+                threads: Mutex::new(threads),
+            }),
+        })
+    }
+
+    pub(crate) fn inner(&self) -> &MmInner {
+        &self.h.inner
+    }
+
+    /// Maps `len` bytes (rounded up to 4 KiB) of anonymous memory managed by this manager.
+    /// Untouched pages cost nothing; reads of them see the zero page.
+    pub fn map_anon(&self, len: usize) -> Result<Region> {
+        region::map_anon(self, len)
+    }
+
+    /// A snapshot of the counters, named as in `/proc/vmstat`.
+    pub fn vmstat(&self) -> Vmstat {
+        let m = self.inner();
+        m.vm.set(Item::NrFree, m.frames.nr_free());
+        if let Some(s) = &m.swap {
+            m.vm.set(Item::NrSwapUsed, s.slots.nr_pages() - s.slots.nr_free());
+        }
+        m.vm.snapshot()
+    }
+
+    /// The memory budget in bytes.
+    pub fn budget(&self) -> u64 {
+        self.inner().cfg.budget
+    }
+
+    /// Bytes of frames in use now.
+    pub fn resident_bytes(&self) -> u64 {
+        self.inner().resident_pages() * PAGE_SIZE as u64
+    }
+
+    /// Highest `resident_bytes` seen.
+    pub fn peak_resident_bytes(&self) -> u64 {
+        self.inner().peak_resident.load(Ordering::Relaxed) * PAGE_SIZE as u64
+    }
+
+    /// Swap capacity in bytes (0 without swap).
+    pub fn swap_bytes(&self) -> u64 {
+        self.inner()
+            .swap
+            .as_ref()
+            .map_or(0, |s| s.slots.nr_pages() * PAGE_SIZE as u64)
+    }
+
+    /// A description of the swap device.
+    pub fn swap_name(&self) -> String {
+        self.inner()
+            .swap
+            .as_ref()
+            .map_or("none".into(), |s| s.dev.name())
+    }
+
+    /// Bytes committed by live regions, and the commit limit (budget + swap).
+    pub fn commit(&self) -> (u64, u64) {
+        let m = self.inner();
+        (
+            m.committed.load(Ordering::Relaxed) * PAGE_SIZE as u64,
+            m.commit_limit * PAGE_SIZE as u64,
+        )
+    }
+
+    /// The watermarks in force (pages).
+    pub fn watermarks(&self) -> Watermarks {
+        self.inner().wmark
+    }
+
+    /// The settings this manager runs with.
+    pub fn config(&self) -> &MmConfig {
+        &self.inner().cfg
+    }
+
+    /// Number of live regions.
+    pub fn nr_regions(&self) -> usize {
+        self.inner().regions.read().len()
+    }
+
+    /// What userfaultfd offers here.
+    pub fn uffd_info(&self) -> UffdInfo {
+        let u = &self.inner().uffd;
+        UffdInfo {
+            origin: u.origin(),
+            features: uffd::feature::NAMES
+                .iter()
+                .filter(|(b, _)| u.has(*b))
+                .map(|(_, n)| *n)
+                .collect(),
+        }
+    }
+
+    /// Reclaims until at most `target_bytes` are resident (or nothing more can be reclaimed);
+    /// returns pages reclaimed. Like writing to memory.reclaim.
+    pub fn reclaim_to(&self, target_bytes: u64) -> u64 {
+        vmscan::reclaim_to(self.inner(), target_bytes / PAGE_SIZE as u64)
+    }
+}

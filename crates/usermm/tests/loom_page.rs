@@ -1,0 +1,138 @@
+//! Model check (loom) of the page state machine: a fault on a resident page racing reclaim of
+//! the same page, using the real descriptors (`Page`: PG_locked trylock, flags), page table
+//! (pte lock bit) and LRU (`isolate`/`putback`), with the lock order and steps that
+//! `mm/memory.rs` (frame_fault, swap_fault) and `mm/vmscan.rs` (shrink_page_list) follow.
+//! Run: `RUSTFLAGS="--cfg loom" cargo test -p usermm --release --test loom_page`.
+#![cfg(loom)]
+
+use loom::sync::Arc;
+use usermm::mm::lru::{Lru, Lruvec};
+use usermm::mm::page::{pg, Page};
+use usermm::mm::pgtable::{PageTable, Pte};
+use usermm::sync::yield_now;
+use usermm::vmstat::Counters;
+
+struct World {
+    pages: Vec<Page>,
+    lru: Lruvec,
+    vm: Counters,
+    pt: PageTable,
+}
+
+fn world() -> Arc<World> {
+    let w = World {
+        pages: (0..2).map(|_| Page::default()).collect(),
+        lru: Lruvec::default(),
+        vm: Counters::default(),
+        pt: PageTable::new(4),
+    };
+    w.pages[0].init(0, 0, pg::UPTODATE | pg::SWAPBACKED | pg::DIRTY | pg::MAPPED);
+    w.pages[0].clear(pg::MAPPED); // parked: unmapped by an earlier reference check
+    w.pages[0].set(pg::REFERENCED);
+    {
+        let mut g = w.pt.lock(0);
+        g.set(Pte::Frame(0));
+    }
+    w.lru.add(&w.pages, &[0], &w.vm);
+    Arc::new(w)
+}
+
+/// The fault path: trylock the page (defer = yield and retry), then the pte lock, re-check,
+/// map. A swapped entry is a major fault into frame 1.
+fn fault(w: &World) {
+    loop {
+        match w.pt.get(0) {
+            Pte::Frame(f) => {
+                let p = &w.pages[f as usize];
+                if !p.trylock() {
+                    yield_now();
+                    continue;
+                }
+                let g = w.pt.lock(0);
+                if g.get() != Pte::Frame(f) {
+                    drop(g);
+                    p.unlock();
+                    continue;
+                }
+                assert!(p.test(pg::UPTODATE), "mapping a page that reclaim freed");
+                p.set(pg::MAPPED);
+                drop(g);
+                p.unlock();
+                return;
+            }
+            Pte::Swap(_) => {
+                let mut g = w.pt.lock(0);
+                if !matches!(g.get(), Pte::Swap(_)) {
+                    continue;
+                }
+                w.pages[1].init(0, 0, pg::UPTODATE | pg::SWAPBACKED | pg::MAPPED);
+                g.set(Pte::Frame(1));
+                drop(g);
+                w.lru.add(&w.pages, &[1], &w.vm);
+                return;
+            }
+            other => panic!("unexpected entry {other:?}"),
+        }
+    }
+}
+
+/// One reclaim pass over the inactive list: isolate (trylock), check references, unmap or
+/// write out and `__remove_mapping` under the pte lock.
+fn reclaim(w: &World) {
+    let mut iso = Vec::new();
+    w.lru
+        .isolate(&w.pages, Lru::InactiveAnon, 1, 1, &mut iso, &w.vm);
+    for f in iso {
+        let p = &w.pages[f as usize];
+        assert!(p.test(pg::LOCKED), "isolated pages are locked");
+        let referenced_ptes = p.test(pg::MAPPED);
+        if referenced_ptes {
+            p.clear(pg::MAPPED); // unmap: clear the young bit
+            w.lru.putback(&w.pages, &[f], &w.vm);
+            continue;
+        }
+        // pageout + __remove_mapping
+        let mut g = w.pt.lock(0);
+        assert_eq!(
+            g.get(),
+            Pte::Frame(f),
+            "the entry cannot change while reclaim holds the page"
+        );
+        g.set(Pte::Swap(7));
+        drop(g);
+        p.flags.store(0, usermm::sync::Ordering::Release);
+    }
+}
+
+#[test]
+fn fault_races_reclaim() {
+    loom::model(|| {
+        let w = world();
+        let w1 = w.clone();
+        let t = loom::thread::spawn(move || fault(&w1));
+        reclaim(&w);
+        reclaim(&w);
+        t.join().unwrap();
+        // Whatever the interleaving: exactly one consistent home for the page. Resident: one
+        // frame, uptodate, unlocked, on the LRU, the other frame free. Swapped: no frame holds it.
+        match w.pt.get(0) {
+            Pte::Frame(f) => {
+                let p = &w.pages[f as usize];
+                assert!(p.test(pg::UPTODATE), "a resident page must be uptodate");
+                assert!(!p.test(pg::LOCKED), "no lock left held");
+                assert!(p.test(pg::LRU), "a resident page must be on an LRU list");
+                assert!(
+                    !w.pages[1 - f as usize].test(pg::LRU),
+                    "the freed frame must not stay on the LRU"
+                );
+            }
+            Pte::Swap(_) => {
+                assert!(
+                    !w.pages[0].test(pg::LRU) && !w.pages[1].test(pg::LRU),
+                    "a swapped page has no frame"
+                );
+            }
+            other => panic!("entry is {other:?}"),
+        }
+    });
+}
