@@ -481,6 +481,52 @@ impl Mm {
         }
     }
 
+    /// Checks that every allocated frame is owned by exactly one live page-table entry and
+    /// every resident entry points at an allocated frame that names it. Returns the problems
+    /// found (empty when consistent). For tests and debugging; takes no locks, so run it while
+    /// the manager is quiet.
+    pub fn audit(&self) -> Vec<String> {
+        use super::page::pg;
+        use super::pgtable::Pte;
+        let m = self.inner();
+        let mut bad = Vec::new();
+        let mut owned = vec![false; m.nr_frames() as usize];
+        let t = m.regions.read();
+        for r in t.by_id.iter().flatten() {
+            r.pt.for_each_used(0, r.npages(), |i, p| {
+                if let Pte::Frame(f) = p {
+                    let pg_ = &m.pages[f as usize];
+                    if m.frames.is_free(f) {
+                        bad.push(format!("region {} page {i}: frame {f} is free", r.id));
+                    }
+                    if pg_.owner() != (r.id, i) {
+                        bad.push(format!(
+                            "region {} page {i}: frame {f} names {:?}",
+                            r.id,
+                            pg_.owner()
+                        ));
+                    }
+                    if std::mem::replace(&mut owned[f as usize], true) {
+                        bad.push(format!("frame {f} owned twice (region {} page {i})", r.id));
+                    }
+                }
+            });
+        }
+        for f in 0..m.nr_frames() as u32 {
+            if !m.frames.is_free(f) && !owned[f as usize] {
+                let p = &m.pages[f as usize];
+                bad.push(format!(
+                    "frame {f} allocated but unowned: owner {:?} flags {:#x}",
+                    p.owner(),
+                    p.flags()
+                ));
+            } else if m.frames.is_free(f) && m.pages[f as usize].test(pg::LRU) {
+                bad.push(format!("free frame {f} is on an LRU list"));
+            }
+        }
+        bad
+    }
+
     /// Reclaims until at most `target_bytes` are resident (or nothing more can be reclaimed);
     /// returns pages reclaimed. Like writing to memory.reclaim.
     pub fn reclaim_to(&self, target_bytes: u64) -> u64 {

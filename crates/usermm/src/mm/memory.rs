@@ -253,7 +253,6 @@ fn anon_write_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
         }
         k = e;
     }
-    wake(m, r, idx);
     let flags = pg::UPTODATE | pg::DIRTY | pg::SWAPBACKED | pg::MAPPED;
     for k in 0..done {
         let f = frames[k];
@@ -267,6 +266,9 @@ fn anon_write_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
     m.lru.add(&m.pages, &frames[..done], &m.vm);
     drop(rest);
     drop(g);
+    // Wake only now: the thread may drop the region at once, and teardown must see the
+    // entries.
+    wake(m, r, idx);
     vmscan::free_frames(m, &frames[done..], false);
     r.next_write
         .store(idx + done.max(1) as u64, Ordering::Relaxed);
@@ -305,11 +307,12 @@ fn zero_wp_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
     // page of its own.
     if let Err(e) = m
         .uffd
-        .writeprotect(r.page_addr(idx), PAGE_SIZE, false, false)
+        .writeprotect(r.page_addr(idx), PAGE_SIZE, false, true)
     {
         log::error!("UFFDIO_WRITEPROTECT clear at {:#x}: {e}", r.page_addr(idx));
     }
     drop(g);
+    wake(m, r, idx);
     m.vm.sub(Item::NrZeroPageMapped, 1);
     m.vm.inc(Item::Pgfault);
     m.vm.inc(Item::WpFault);
@@ -406,7 +409,7 @@ fn frame_fault(
             p.clear(pg::WP);
             if let Err(e) = m
                 .uffd
-                .writeprotect(r.page_addr(idx), PAGE_SIZE, false, false)
+                .writeprotect(r.page_addr(idx), PAGE_SIZE, false, true)
             {
                 log::error!("UFFDIO_WRITEPROTECT clear at {:#x}: {e}", r.page_addr(idx));
             }
@@ -416,12 +419,11 @@ fn frame_fault(
             // Write-protected though we did not ask (a leftover marker): clear it.
             let _ = m
                 .uffd
-                .writeprotect(r.page_addr(idx), PAGE_SIZE, false, false);
-        } else {
-            wake(m, r, idx);
+                .writeprotect(r.page_addr(idx), PAGE_SIZE, false, true);
         }
         drop(g);
         p.unlock();
+        wake(m, r, idx);
         return Some(Fault::Done);
     }
     let was_ra = p.test_clear(pg::READAHEAD);
@@ -608,11 +610,11 @@ fn swap_fault(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) ->
         }
         p0.init(r.id, idx, flags);
         p0.private.store(slot, Ordering::Relaxed);
-        wake(m, r, idx);
         used.push(f0);
         m.lru.add(&m.pages, &used, &m.vm);
         drop(rest);
         drop(g);
+        wake(m, r, idx);
         vmscan::free_frames(m, &unused, false);
         let read = used.len() as u64;
         m.vm.inc(Item::Pgfault);

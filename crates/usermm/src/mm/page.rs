@@ -182,6 +182,12 @@ impl FrameAlloc {
         got
     }
 
+    /// Whether frame `f` is free.
+    pub fn is_free(&self, f: u32) -> bool {
+        let b = self.inner.lock();
+        b.words[f as usize / 64] & (1 << (f % 64)) != 0
+    }
+
     /// Returns frames to the free pool.
     pub fn free(&self, frames: &[u32]) {
         if frames.is_empty() {

@@ -218,12 +218,18 @@ pub(crate) fn release_range(m: &MmInner, r: &RegionInner, from: u64, to: u64, co
                     _ => None,
                 };
                 let mut g = r.pt.lock(i);
-                if let Some(f) = frame {
-                    if g.get() != Pte::Frame(f) {
-                        drop(g);
+                let changed = match (frame, g.get()) {
+                    (Some(f), cur) => cur != Pte::Frame(f),
+                    (None, Pte::Frame(_)) => true,
+                    _ => false,
+                };
+                if changed {
+                    // A fault or reclaim changed the entry meanwhile: take the locks again.
+                    drop(g);
+                    if let Some(f) = frame {
                         m.pages[f as usize].unlock();
-                        continue;
                     }
+                    continue;
                 }
                 match g.get() {
                     Pte::None => {}

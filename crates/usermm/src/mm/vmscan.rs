@@ -405,7 +405,7 @@ pub fn unmap_pages(m: &MmInner, frames: &[u32]) {
         {
             e += 1;
         }
-        let Some(r) = region_of(m, rid) else {
+        let Some(r) = region_of(m, rid).filter(|r| v[e - 1].1 < r.npages()) else {
             k = e;
             continue;
         };
@@ -586,13 +586,22 @@ pub fn shrink_page_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -
         }
         let slot = p.private.load(Ordering::Relaxed);
         match &cur {
-            Some(r) => {
+            Some(r) if idx < r.npages() => {
                 let mut g = r.pt.lock(idx);
-                debug_assert_eq!(g.get(), Pte::Frame(f));
-                g.set(Pte::Swap(slot));
-                sw.delete_from_cache(slot, &m.vm);
+                if g.get() == Pte::Frame(f) {
+                    g.set(Pte::Swap(slot));
+                    sw.delete_from_cache(slot, &m.vm);
+                } else {
+                    // Cannot happen while the page lock orders us with faults and teardown;
+                    // never corrupt another page's entry if it does.
+                    log::error!(
+                        "frame {f} names region {rid} page {idx}, whose entry is {:?}; freeing it",
+                        g.get()
+                    );
+                    sw.free_slot(slot, &m.vm);
+                }
             }
-            None => sw.free_slot(slot, &m.vm),
+            _ => sw.free_slot(slot, &m.vm),
         }
         freed.push(f);
     }

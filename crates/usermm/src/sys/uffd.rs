@@ -489,6 +489,8 @@ impl Uffd {
         wp: bool,
         dontwake: bool,
     ) -> io::Result<()> {
+        // The kernel rejects WP|DONTWAKE (EINVAL): setting protection never wakes anyway.
+        let dontwake = dontwake && !wp;
         let mode = (wp as u64) | ((dontwake as u64) << 1);
         let mut a = WpArg {
             range: Range {
