@@ -253,6 +253,9 @@ fn anon_write_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
         }
         k = e;
     }
+    // Before the thread is woken: its next fault may reach another handler at once.
+    r.next_write
+        .store(idx + done.max(1) as u64, Ordering::Relaxed);
     let flags = pg::UPTODATE | pg::DIRTY | pg::SWAPBACKED | pg::MAPPED;
     for k in 0..done {
         let f = frames[k];
@@ -270,8 +273,6 @@ fn anon_write_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
     // entries.
     wake(m, r, idx);
     vmscan::free_frames(m, &frames[done..], false);
-    r.next_write
-        .store(idx + done.max(1) as u64, Ordering::Relaxed);
     m.vm.inc(Item::Pgfault);
     m.vm.add(Item::Pgalloc, done as u64);
     m.vm.add(Item::NrAnonPages, done as u64);
