@@ -1,0 +1,199 @@
+//! End-to-end tests of the `usermm` binary: output, JSON fields, verification, exit codes and
+//! error messages. Small budgets and the RAM swap device keep each run short.
+
+use std::process::Command;
+
+fn usermm(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_usermm"))
+        .args(args)
+        .output()
+        .expect("running usermm")
+}
+
+fn json(out: &std::process::Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "usermm failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+#[test]
+fn usemem_two_tasks_swaps_and_verifies() {
+    let out = usermm(&[
+        "bench",
+        "usemem",
+        "-n",
+        "2",
+        "--budget",
+        "8M",
+        "--swap",
+        "ram",
+        "--swap-size",
+        "64M",
+        "--json",
+        "16M",
+    ]);
+    let v = json(&out);
+    for key in [
+        "workload",
+        "engine",
+        "tasks",
+        "bytes_per_task",
+        "budget_bytes",
+        "swap_bytes",
+        "throughput_kbs",
+        "elapsed_s",
+        "verified",
+        "peak_resident_bytes",
+        "vmstat",
+    ] {
+        assert!(v.get(key).is_some(), "missing {key}: {v}");
+    }
+    assert_eq!(v["engine"], "usermm");
+    assert_eq!(v["tasks"], 2);
+    assert_eq!(v["bytes_per_task"], 16 << 20);
+    assert_eq!(v["verified"], true);
+    assert!(v["vmstat"]["pswpout"].as_u64().unwrap() > 0);
+    assert!(v["peak_resident_bytes"].as_u64().unwrap() <= 8 << 20);
+    assert_eq!(v["per_task"].as_array().unwrap().len(), 2);
+    // usemem's per-task lines go to stderr with --json.
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err.lines()
+            .filter(|l| l.contains(" bytes / ") && l.ends_with(" KB/s"))
+            .count(),
+        2,
+        "{err}"
+    );
+}
+
+#[test]
+fn readonly_reads_the_zero_page() {
+    let v = json(&usermm(&[
+        "bench",
+        "usemem",
+        "--readonly",
+        "--overcommit",
+        "--budget",
+        "8M",
+        "--swap",
+        "ram",
+        "--swap-size",
+        "16M",
+        "--json",
+        "64M",
+    ]));
+    assert!(v["vmstat"]["zero_page_fault"].as_u64().unwrap() > 0);
+    assert_eq!(v["peak_resident_bytes"], 0);
+    assert_eq!(v["vmstat"]["pswpout"], 0);
+}
+
+#[test]
+fn swap_w_seq_preset_sizes() {
+    let v = json(&usermm(&[
+        "bench",
+        "swap-w-seq",
+        "-n",
+        "2",
+        "--budget",
+        "8M",
+        "--swap",
+        "ram",
+        "--swap-size",
+        "24M",
+        "--json",
+    ]));
+    // 3/4 x (8 + 24) MiB = 24 MiB, split over two tasks.
+    assert_eq!(v["bytes_per_task"], 12 << 20);
+    assert_eq!(v["workload"], "swap-w-seq");
+    assert_eq!(v["verified"], true);
+    assert!(v["vmstat"]["pswpout"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn text_output_has_usemem_line_and_summary() {
+    let out = usermm(&[
+        "bench",
+        "usemem",
+        "--budget",
+        "4M",
+        "--swap",
+        "file",
+        "--swap-size",
+        "16M",
+        "-j",
+        "4096",
+        "8M",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        s.lines()
+            .any(|l| l.contains(" bytes / ") && l.ends_with(" KB/s")),
+        "{s}"
+    );
+    assert!(s.contains("verify: ok"), "{s}");
+    assert!(s.contains("peak resident"), "{s}");
+}
+
+#[test]
+fn bad_size_is_a_usage_error_naming_the_option() {
+    let out = usermm(&["bench", "swap-w-seq", "--budget", "256Q"]);
+    assert_eq!(out.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("--budget") && e.contains("256Q"), "{e}");
+}
+
+#[test]
+fn unknown_swap_device_is_a_usage_error() {
+    let out = usermm(&["bench", "swap-w-seq", "--swap", "floppy"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--swap"));
+}
+
+#[test]
+fn commit_limit_is_a_run_error() {
+    let out = usermm(&[
+        "bench",
+        "usemem",
+        "--budget",
+        "4M",
+        "--swap",
+        "ram",
+        "--swap-size",
+        "4M",
+        "64M",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("commit limit"), "{e}");
+}
+
+#[test]
+fn info_reports_features() {
+    let v = json(&usermm(&[
+        "info",
+        "--budget",
+        "8M",
+        "--swap",
+        "ram",
+        "--swap-size",
+        "8M",
+        "--json",
+    ]));
+    let feats: Vec<String> = v["uffd_features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap().to_string())
+        .collect();
+    assert!(feats.iter().any(|f| f == "MOVE"), "{feats:?}");
+    assert!(v["watermarks_pages"]["min"].as_u64().unwrap() > 0);
+}
