@@ -2,6 +2,7 @@
 //! running kernel's userfaultfd offers. Argument parsing and error reporting live here; the
 //! workloads live in their own modules.
 
+mod latency;
 mod usemem;
 
 use std::process::ExitCode;
@@ -58,6 +59,17 @@ enum Bench {
         repeat: u32,
         #[command(flatten)]
         run: RunArgs,
+    },
+    /// Access latency: resident page, minor fault, major fault (random order).
+    FaultLatency {
+        /// Pages in the region.
+        #[arg(long, default_value_t = 8192)]
+        pages: usize,
+        #[command(flatten)]
+        mm: MmArgs,
+        /// One JSON object on stdout.
+        #[arg(long)]
+        json: bool,
     },
     /// vm-scalability case-swap-w-seq: total = 3/4 x (budget + swap size), sequential write.
     SwapWSeq {
@@ -123,6 +135,12 @@ impl MmArgs {
 
 fn bench(b: Bench) -> Result<bool, Failure> {
     let (cfg, params) = match b {
+        Bench::FaultLatency { pages, mm, json } => {
+            if pages == 0 {
+                return Err(Failure::Usage("--pages: must be at least 1".into()));
+            }
+            return latency::run(mm.config()?, pages, json).map_err(Failure::Run);
+        }
         Bench::Usemem {
             size: sz,
             tasks,
