@@ -207,6 +207,8 @@ pub fn run(cfg: MmConfig, p: &Params) -> Result<bool, String> {
     // Verify every touched word after a sequential write pass.
     let mut verified = None;
     let mut verify_error = None;
+    let mut verify_s = 0.0;
+    let before_verify = mm.vmstat();
     if !p.readonly && !p.random && p.verify {
         let vt = Instant::now();
         let errs: Vec<String> = std::thread::scope(|s| {
@@ -218,6 +220,7 @@ pub fn run(cfg: MmConfig, p: &Params) -> Result<bool, String> {
                 .filter_map(|h| h.join().expect("verify panicked").err())
                 .collect()
         });
+        verify_s = vt.elapsed().as_secs_f64();
         verified = Some(errs.is_empty());
         verify_error = errs.into_iter().next();
         if !p.json {
@@ -233,6 +236,15 @@ pub fn run(cfg: MmConfig, p: &Params) -> Result<bool, String> {
         }
     }
     let vm = vm_after_run;
+    let dv = mm.vmstat().delta(&before_verify);
+    let verify_counters = json!({
+        "pswpin": dv.val("pswpin"),
+        "pswpout": dv.val("pswpout"),
+        "pgmajfault": dv.val("pgmajfault"),
+        "pgfault": dv.val("pgfault"),
+        "swap_ra": dv.val("swap_ra"),
+        "swap_ra_hit": dv.val("swap_ra_hit"),
+    });
     let mibs = throughput_kbs as f64 / 1024.0;
     let swapout_mibs = vm.val("pswpout") as f64 * 4096.0 / (1 << 20) as f64 / elapsed.as_secs_f64();
     if p.json {
@@ -256,6 +268,8 @@ pub fn run(cfg: MmConfig, p: &Params) -> Result<bool, String> {
             "elapsed_s": elapsed.as_secs_f64(),
             "verified": verified,
             "verify_error": verify_error,
+            "verify_s": verify_s,
+            "verify_vmstat": verify_counters,
             "peak_resident_bytes": peak_resident,
             "peak_rss_bytes": peak_rss(),
             "per_task": results.iter().map(|r| json!({"bytes": r.bytes, "usecs": r.usecs, "kbs": r.kbs()})).collect::<Vec<_>>(),
@@ -290,6 +304,13 @@ pub fn run(cfg: MmConfig, p: &Params) -> Result<bool, String> {
         );
         let moved: Vec<String> = SHOWN.iter().map(|k| format!("{k} {}", vm.val(k))).collect();
         println!("vmstat: {}", moved.join(", "));
+        if verified.is_some() {
+            let read_mib = dv.val("pswpin") as f64 * 4096.0 / (1 << 20) as f64;
+            println!(
+                "verify read-back: {verify_s:.2} s, swap-in {:.0} MiB/s, {verify_counters}",
+                read_mib / verify_s.max(1e-9)
+            );
+        }
         if let Some(e) = &verify_error {
             eprintln!("error: verification failed: {e}");
         }

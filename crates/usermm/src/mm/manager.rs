@@ -83,7 +83,7 @@ impl MmConfig {
             overcommit: false,
             handler_threads: 0,
             watermarks: None,
-            page_cluster: 4,
+            page_cluster: 5,
             fault_around_max: 128,
             handler_spin_us: 50,
             uffd_policy: OpenPolicy::Auto,

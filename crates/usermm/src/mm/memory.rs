@@ -31,7 +31,7 @@ pub enum Fault {
 /// Largest zero-page fault-around run (pages).
 const ZERO_AROUND: u64 = 16;
 /// Largest minor-fault fault-around run over readahead pages.
-const RA_AROUND: u64 = 16;
+const RA_AROUND: u64 = 32;
 
 /// Handles one userfaultfd page fault at `addr` with uffd fault `flags`.
 pub fn handle_fault(m: &MmInner, addr: usize, flags: u64) -> Fault {

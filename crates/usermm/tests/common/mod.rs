@@ -1,0 +1,253 @@
+//! Helpers shared by the integration tests: manager construction, deterministic data patterns,
+//! child-process runs for accesses that must raise SIGBUS, kernel-mode probes of managed memory,
+//! process RSS and a watchdog that turns a hang into a clear failure.
+#![allow(dead_code)]
+
+use std::io;
+use std::process::{Command, Output};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use usermm::{Mm, MmConfig, SwapConfig};
+
+pub const PAGE: usize = 4096;
+pub const MIB: u64 = 1 << 20;
+
+/// Environment variable that selects a child-process helper mode (its value: the test name).
+pub const CHILD_ENV: &str = "USERMM_TEST_CHILD";
+
+pub fn init_log() {
+    let _ = env_logger::builder().is_test(true).try_init();
+}
+
+/// A manager with `budget` bytes and a RAM swap device of `swap` bytes.
+pub fn mm_ram(budget: u64, swap: u64) -> Mm {
+    Mm::new(MmConfig::new(budget).swap(SwapConfig::Ram { size: swap }))
+        .expect("creating a memory manager")
+}
+
+/// splitmix64: a well-mixed, deterministic 64-bit value.
+pub fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// The value a test stores at (`tag`, `page`, `word`): never zero, so a page that silently
+/// turned into zeros is always caught.
+pub fn pattern(tag: u64, page: u64, word: u64) -> u64 {
+    mix(tag.wrapping_mul(0x1_0000_0001) ^ page.wrapping_mul(4099) ^ word.wrapping_mul(0x5555)) | 1
+}
+
+/// True when this process is the child started by [`run_child`] for test `name`.
+pub fn is_child(name: &str) -> bool {
+    std::env::var(CHILD_ENV).as_deref() == Ok(name)
+}
+
+/// Re-runs this test binary for test `name` alone, in a child process marked by [`CHILD_ENV`].
+pub fn run_child(name: &str) -> Output {
+    let exe = std::env::current_exe().expect("current_exe");
+    Command::new(exe)
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, name)
+        .env("RUST_LOG", "off")
+        .output()
+        .expect("spawning the child test process")
+}
+
+/// Runs child test `name` and asserts it was killed by SIGBUS after printing `marker` on stderr.
+/// Returns the child's stderr.
+pub fn expect_child_sigbus(name: &str, marker: &str) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    let out = run_child(name);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        stderr.contains(marker),
+        "child {name} never printed {marker:?} (status {:?})\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGBUS),
+        "child {name} should die of SIGBUS (7), status {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    stderr
+}
+
+/// Reads the word at `addr` from kernel mode (write(2) of it into a pipe), so that an access to
+/// a poisoned page fails with EFAULT instead of raising SIGBUS. With a user-mode-only
+/// userfaultfd, kernel accesses to non-resident pages fail with EFAULT too.
+pub fn kernel_read_u64(addr: usize) -> io::Result<u64> {
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe2 writes two descriptors into `fds`.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel reads 8 bytes at `addr` with copy_from_user, which reports a bad or
+    // poisoned address as EFAULT rather than faulting this thread.
+    let w = unsafe { libc::write(fds[1], addr as *const libc::c_void, 8) };
+    let res = if w == 8 {
+        let mut v = 0u64;
+        // SAFETY: reads 8 bytes from the pipe into a local u64.
+        let r = unsafe { libc::read(fds[0], &mut v as *mut u64 as *mut libc::c_void, 8) };
+        if r == 8 {
+            Ok(v)
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    } else if w < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Err(io::Error::other(format!("short pipe write of {w} bytes")))
+    };
+    // SAFETY: closing the two descriptors created above.
+    unsafe {
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+    }
+    res
+}
+
+/// VmRSS of this process in KiB.
+pub fn vm_rss_kib() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").expect("reading /proc/self/status");
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/self/status")
+}
+
+/// Runs `f` on its own thread and fails with a clear message if it does not finish within
+/// `secs` seconds (a hang fails the test instead of stalling CI). Panics of `f` propagate.
+pub fn with_watchdog<T: Send + 'static>(
+    secs: u64,
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = mpsc::channel();
+    let h = std::thread::Builder::new()
+        .name(format!("watched: {what}"))
+        .spawn(move || {
+            let v = f();
+            let _ = tx.send(());
+            v
+        })
+        .expect("spawning the watched thread");
+    match rx.recv_timeout(Duration::from_secs(secs)) {
+        Ok(()) => h.join().expect("watched thread"),
+        Err(mpsc::RecvTimeoutError::Disconnected) => match h.join() {
+            Ok(v) => v,
+            Err(p) => std::panic::resume_unwind(p),
+        },
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            panic!("{what}: did not finish within {secs} s (deadlock or livelock in the fault/reclaim path?)")
+        }
+    }
+}
+
+/// Waits (at most 2 s) until the manager's counters stop changing. A fault handler wakes the
+/// faulting thread before it has finished its bookkeeping (page-table entry published, counters
+/// bumped), so snapshots taken right after an access may lag it by a few microseconds.
+pub fn settle(mm: &Mm) {
+    let mut prev = mm.vmstat();
+    for _ in 0..400 {
+        std::thread::sleep(Duration::from_millis(5));
+        let cur = mm.vmstat();
+        let same = prev
+            .iter()
+            .zip(cur.iter())
+            .all(|((n, a), (_, b))| a == b || n.starts_with("handler_"));
+        if same {
+            return;
+        }
+        prev = cur;
+    }
+}
+
+/// Polls `f` for up to 5 s; true as soon as it holds.
+pub fn eventually(mut f: impl FnMut() -> bool) -> bool {
+    for _ in 0..1000 {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    f()
+}
+
+/// Pushes everything reclaimable out: lets pending faults finish, then `reclaim_to(0)`.
+/// Returns the pages reclaimed.
+pub fn reclaim_all(mm: &Mm) -> u64 {
+    settle(mm);
+    let n = mm.reclaim_to(0);
+    settle(mm);
+    n
+}
+
+/// A barrier that fails instead of hanging when one of its threads has panicked: a thread that
+/// fails calls [`AbortBarrier::abort`] (see [`AbortBarrier::guard`]) and every waiter panics.
+pub struct AbortBarrier {
+    n: usize,
+    state: std::sync::Mutex<(usize, u64, bool)>, // (arrived, generation, aborted)
+    cv: std::sync::Condvar,
+}
+
+impl AbortBarrier {
+    pub fn new(n: usize) -> Self {
+        AbortBarrier {
+            n,
+            state: std::sync::Mutex::new((0, 0, false)),
+            cv: std::sync::Condvar::new(),
+        }
+    }
+    pub fn wait(&self) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        assert!(!s.2, "another thread failed");
+        let gen = s.1;
+        s.0 += 1;
+        if s.0 == self.n {
+            s.0 = 0;
+            s.1 += 1;
+            self.cv.notify_all();
+            return;
+        }
+        while s.1 == gen && !s.2 {
+            s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+        assert!(!s.2, "another thread failed");
+    }
+    pub fn abort(&self) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.2 = true;
+        self.cv.notify_all();
+    }
+    /// Aborts the barrier if dropped while the thread is panicking.
+    pub fn guard(&self) -> AbortOnPanic<'_> {
+        AbortOnPanic(self)
+    }
+}
+
+pub struct AbortOnPanic<'a>(&'a AbortBarrier);
+
+impl Drop for AbortOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.abort();
+        }
+    }
+}
+
+/// Lets pending faults finish, then checks the manager's frame/page-table accounting.
+pub fn assert_consistent(mm: &Mm) {
+    settle(mm);
+    let bad = mm.audit();
+    assert!(
+        bad.is_empty(),
+        "page accounting is inconsistent ({} problems):\n{}",
+        bad.len(),
+        bad.iter().take(20).cloned().collect::<Vec<_>>().join("\n")
+    );
+}

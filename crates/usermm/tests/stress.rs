@@ -1,0 +1,335 @@
+//! Many threads faulting at once, with a working set several times the budget: every thread
+//! writes and verifies its own words in regions shared by all threads and in a private region.
+//! Each test runs under a watchdog so that a deadlock fails with a message instead of hanging.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use usermm::Region;
+
+const BUDGET: u64 = 8 * MIB;
+
+/// Word `t` of each page belongs to thread `t` in the shared regions.
+fn shared_off(page: usize, t: usize) -> usize {
+    page * PAGE + t * 8
+}
+
+/// Private regions: 8 words per page, spread over the page.
+fn private_off(page: usize, w: usize) -> usize {
+    page * PAGE + w * 512
+}
+
+struct Setup {
+    mm: usermm::Mm,
+    shared: Vec<Region>,
+    private: Vec<Region>,
+}
+
+fn setup(threads: usize, shared_mib: &[u64], private_each: usize) -> Arc<Setup> {
+    let mm = mm_ram(BUDGET, 128 * MIB);
+    let shared = shared_mib
+        .iter()
+        .map(|&m| mm.map_anon((m * MIB) as usize).unwrap())
+        .collect();
+    let private = (0..threads)
+        .map(|_| mm.map_anon(private_each).unwrap())
+        .collect();
+    Arc::new(Setup {
+        mm,
+        shared,
+        private,
+    })
+}
+
+/// One thread's pass over everything it owns: writes `tag`'s pattern (`write`) or checks it.
+/// Threads start at different pages so that they fault on different pages at the same time.
+fn pass(s: &Setup, t: usize, tag: u64, write: bool, stride: usize) {
+    for (ri, r) in s.shared.iter().enumerate() {
+        let pages = r.len() / PAGE;
+        let start = (t * 97) % pages;
+        for k in (0..pages).step_by(stride) {
+            let p = (start + k) % pages;
+            let v = pattern(tag ^ (ri as u64) << 32, p as u64, t as u64);
+            if write {
+                r.write_u64(shared_off(p, t), v);
+            } else {
+                let got = r.read_u64(shared_off(p, t));
+                assert_eq!(
+                    got, v,
+                    "thread {t}: shared region {ri} page {p} (tag {tag})"
+                );
+            }
+        }
+    }
+    let r = &s.private[t];
+    let pages = r.len() / PAGE;
+    for p in (0..pages).step_by(stride) {
+        for w in 0..8 {
+            let v = pattern(tag ^ 0xabc, (t * 100_000 + p) as u64, w as u64);
+            if write {
+                r.write_u64(private_off(p, w), v);
+            } else {
+                assert_eq!(
+                    r.read_u64(private_off(p, w)),
+                    v,
+                    "thread {t}: private page {p} word {w} (tag {tag})"
+                );
+            }
+        }
+    }
+}
+
+fn run_threads(
+    s: &Arc<Setup>,
+    threads: usize,
+    body: impl Fn(&Setup, usize, &AbortBarrier) + Send + Sync + 'static,
+) {
+    let body = Arc::new(body);
+    let barrier = Arc::new(AbortBarrier::new(threads));
+    let hs: Vec<_> = (0..threads)
+        .map(|t| {
+            let (s, b, body) = (s.clone(), barrier.clone(), body.clone());
+            std::thread::Builder::new()
+                .name(format!("stress-{t}"))
+                .spawn(move || {
+                    let _g = b.guard();
+                    body(&s, t, &b)
+                })
+                .unwrap()
+        })
+        .collect();
+    let mut panics = Vec::new();
+    for (t, h) in hs.into_iter().enumerate() {
+        if let Err(p) = h.join() {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
+            panics.push(format!("thread {t}: {}", msg.unwrap_or_default()));
+        }
+    }
+    assert!(
+        panics.is_empty(),
+        "{} threads failed:\n{}\n{}",
+        panics.len(),
+        panics.join("\n"),
+        s.mm.vmstat()
+    );
+}
+
+/// 24 threads; 4 shared regions of 8 MiB (every page written by every thread) plus a 1.5 MiB
+/// private region each: 68 MiB with an 8 MiB budget. Write once, verify twice.
+#[test]
+fn many_threads_write_then_verify() {
+    init_log();
+    const T: usize = 24;
+    with_watchdog(120, "24 threads over 68 MiB with an 8 MiB budget", || {
+        let s = setup(T, &[8, 8, 8, 8], 1536 << 10);
+        run_threads(&s, T, |s, t, b| {
+            b.wait();
+            pass(s, t, 1, true, 1);
+            b.wait();
+            pass(s, t, 1, false, 1);
+            b.wait();
+            pass(s, t, 1, false, 3);
+        });
+        let vm = s.mm.vmstat();
+        eprintln!("{vm}");
+        assert!(s.mm.peak_resident_bytes() <= BUDGET, "{vm}");
+        assert!(vm.val("pswpout") > 0 && vm.val("pswpin") > 0, "{vm}");
+        assert_eq!(vm.val("oom_poison"), 0, "{vm}");
+        assert_consistent(&s.mm);
+        assert_eq!(
+            vm.val("swap_write_error") + vm.val("swap_read_error"),
+            0,
+            "{vm}"
+        );
+    });
+}
+
+/// Like above but every round rewrites the data (pages that came back from swap are written
+/// again), so stale swap copies would show up as old values.
+#[test]
+fn many_threads_rewrite_rounds() {
+    init_log();
+    const T: usize = 16;
+    with_watchdog(
+        120,
+        "16 threads rewriting 40 MiB with an 8 MiB budget",
+        || {
+            let s = setup(T, &[8, 8], 1536 << 10);
+            run_threads(&s, T, |s, t, b| {
+                for round in 1..=3u64 {
+                    b.wait();
+                    pass(s, t, round, true, 1);
+                    b.wait();
+                    pass(s, t, round, false, 1);
+                }
+            });
+            let vm = s.mm.vmstat();
+            assert!(s.mm.peak_resident_bytes() <= BUDGET, "{vm}");
+            assert_eq!(vm.val("oom_poison"), 0, "{vm}");
+            assert_consistent(&s.mm);
+        },
+    );
+}
+
+/// 64 threads fault on one region at the same moment, each in its own slice: no deadlock, no
+/// collapse, no lost data.
+#[test]
+fn sixty_four_threads_fault_at_once_on_one_region() {
+    init_log();
+    const T: usize = 64;
+    with_watchdog(120, "64 threads faulting on one region", || {
+        let mm = mm_ram(BUDGET, 64 * MIB);
+        let r = Arc::new(mm.map_anon(32 * MIB as usize).unwrap());
+        let slice = r.len() / PAGE / T; // 128 pages each
+        let barrier = Arc::new(AbortBarrier::new(T));
+        let hs: Vec<_> = (0..T)
+            .map(|t| {
+                let (r, b) = (r.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    let _g = b.guard();
+                    let first = t * slice;
+                    for round in 0..3u64 {
+                        b.wait();
+                        for p in first..first + slice {
+                            r.write_u64(p * PAGE + (p % 512) * 8, pattern(40 + round, p as u64, 0));
+                        }
+                        b.wait();
+                        // Read back in reverse so that recently evicted pages are read first.
+                        for p in (first..first + slice).rev() {
+                            let got = r.read_u64(p * PAGE + (p % 512) * 8);
+                            assert_eq!(
+                                got,
+                                pattern(40 + round, p as u64, 0),
+                                "thread {t} round {round} page {p}"
+                            );
+                        }
+                    }
+                })
+            })
+            .collect();
+        let failed: Vec<usize> = hs
+            .into_iter()
+            .enumerate()
+            .filter_map(|(t, h)| h.join().is_err().then_some(t))
+            .collect();
+        let vm = mm.vmstat();
+        assert!(failed.is_empty(), "threads {failed:?} failed\n{vm}");
+        assert!(mm.peak_resident_bytes() <= BUDGET, "{vm}");
+        assert!(vm.val("pswpout") > 0, "{vm}");
+        assert_eq!(vm.val("oom_poison"), 0, "{vm}");
+        assert_consistent(&mm);
+    });
+}
+
+/// Threads read untouched memory, write it, discard it and write it again concurrently in a
+/// shared region while others stream through their own: mixed fault types at once.
+#[test]
+fn mixed_faults_with_concurrent_discard() {
+    init_log();
+    const T: usize = 16;
+    with_watchdog(120, "mixed faults with discard", || {
+        let mm = mm_ram(BUDGET, 64 * MIB);
+        let r = Arc::new(mm.map_anon(32 * MIB as usize).unwrap());
+        let slice = r.len() / PAGE / T; // 512 pages each
+        let barrier = Arc::new(AbortBarrier::new(T));
+        let hs: Vec<_> = (0..T)
+            .map(|t| {
+                let (r, b) = (r.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    let _g = b.guard();
+                    let first = t * slice;
+                    b.wait();
+                    for p in first..first + slice {
+                        assert_eq!(r.read_u64(p * PAGE), 0, "thread {t} page {p} untouched");
+                    }
+                    for p in first..first + slice {
+                        r.write_u64(p * PAGE + 8, pattern(50, p as u64, 1));
+                    }
+                    // Discard the odd 16-page chunks of the slice.
+                    for c in (0..slice / 16).filter(|c| c % 2 == 1) {
+                        r.discard((first + c * 16) * PAGE, 16 * PAGE).unwrap();
+                    }
+                    for p in first..first + slice {
+                        let chunk = (p - first) / 16;
+                        let want = if chunk % 2 == 1 {
+                            0
+                        } else {
+                            pattern(50, p as u64, 1)
+                        };
+                        assert_eq!(r.read_u64(p * PAGE + 8), want, "thread {t} page {p}");
+                    }
+                })
+            })
+            .collect();
+        let failed: Vec<usize> = hs
+            .into_iter()
+            .enumerate()
+            .filter_map(|(t, h)| h.join().is_err().then_some(t))
+            .collect();
+        let vm = mm.vmstat();
+        assert!(failed.is_empty(), "threads {failed:?} failed\n{vm}");
+        assert!(mm.peak_resident_bytes() <= BUDGET, "{vm}");
+        assert_eq!(vm.val("oom_poison"), 0, "{vm}");
+        assert_consistent(&mm);
+    });
+}
+
+/// Focused form of the lost-write race: 4 threads rewrite their own 4 MiB region round after
+/// round (budget 4 MiB, 4 handler threads). A read must always return the current round's
+/// value, never the previous one.
+#[test]
+fn rewrites_by_a_few_threads_are_never_lost() {
+    init_log();
+    const T: usize = 4;
+    const PAGES: usize = 1024;
+    with_watchdog(120, "4 threads rewriting private regions", || {
+        for attempt in 0..3 {
+            let cfg = usermm::MmConfig::new(4 * MIB)
+                .swap(usermm::SwapConfig::Ram { size: 64 * MIB })
+                .handler_threads(4);
+            let mm = usermm::Mm::new(cfg).unwrap();
+            let regions: Vec<Arc<Region>> = (0..T)
+                .map(|_| Arc::new(mm.map_anon(PAGES * PAGE).unwrap()))
+                .collect();
+            let hs: Vec<_> = regions
+                .iter()
+                .enumerate()
+                .map(|(t, r)| {
+                    let r = r.clone();
+                    std::thread::spawn(move || -> Result<(), String> {
+                        for round in 1..=6u64 {
+                            for p in 0..PAGES {
+                                r.write_u64(p * PAGE, pattern(round, p as u64, t as u64));
+                            }
+                            for p in 0..PAGES {
+                                let got = r.read_u64(p * PAGE);
+                                if got != pattern(round, p as u64, t as u64) {
+                                    let was = (0..round).find(|&k| pattern(k, p as u64, t as u64) == got);
+                                    return Err(format!(
+                                        "thread {t} round {round} page {p}: read {got:#x}, the value of round {was:?}"
+                                    ));
+                                }
+                            }
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            let errs: Vec<String> = hs
+                .into_iter()
+                .filter_map(|h| h.join().unwrap().err())
+                .collect();
+            assert!(
+                errs.is_empty(),
+                "attempt {attempt}: lost writes:\n{}\n{}",
+                errs.join("\n"),
+                mm.vmstat()
+            );
+        }
+    });
+}

@@ -1,0 +1,263 @@
+//! Swap-in readahead and the swap cache: sequential read-back is served mostly by readahead,
+//! random access earns no readahead window, and clean pages (read back, not written) are
+//! dropped again without a second write, while written ones are written exactly once more.
+
+mod common;
+
+use common::*;
+
+const BUDGET: u64 = 4 * MIB;
+
+/// A 16 MiB region, every page written, then everything pushed out to swap.
+fn swapped_out(tag: u64) -> (usermm::Mm, usermm::Region) {
+    let mm = mm_ram(BUDGET, 64 * MIB);
+    let r = mm.map_anon(16 * MIB as usize).unwrap();
+    for p in 0..r.len() / PAGE {
+        r.write_u64(p * PAGE, pattern(tag, p as u64, 0));
+        r.write_u64(p * PAGE + 4000, pattern(tag, p as u64, 500));
+    }
+    reclaim_all(&mm);
+    let vm = mm.vmstat();
+    assert_eq!(
+        mm.resident_bytes(),
+        0,
+        "reclaim_to(0) left pages resident\n{vm}"
+    );
+    assert_eq!(r.resident_pages(), 0, "{vm}");
+    assert_eq!(r.swapped_pages(), (r.len() / PAGE) as u64, "{vm}");
+    (mm, r)
+}
+
+#[test]
+fn sequential_read_back_uses_readahead() {
+    init_log();
+    let (mm, r) = swapped_out(20);
+    let pages = r.len() / PAGE;
+    let before = mm.vmstat();
+    for p in 0..pages {
+        assert_eq!(r.read_u64(p * PAGE), pattern(20, p as u64, 0), "page {p}");
+        assert_eq!(
+            r.read_u64(p * PAGE + 4000),
+            pattern(20, p as u64, 500),
+            "page {p}"
+        );
+    }
+    settle(&mm);
+    let d = mm.vmstat().delta(&before);
+    eprintln!(
+        "sequential: {pages} pages, pgmajfault {} swap_ra {} swap_ra_hit {}",
+        d.val("pgmajfault"),
+        d.val("swap_ra"),
+        d.val("swap_ra_hit")
+    );
+    assert!(d.val("swap_ra") > 0, "{d}");
+    assert!(d.val("swap_ra_hit") > 0, "{d}");
+    assert!(
+        d.val("swap_ra_hit") <= d.val("swap_ra"),
+        "more readahead hits than readahead pages\n{d}"
+    );
+    assert!(
+        d.val("pgmajfault") * 4 < pages as u64,
+        "{} major faults for {pages} sequential pages: readahead did not work\n{d}",
+        d.val("pgmajfault")
+    );
+    assert!(
+        d.val("swap_ra_hit") * 2 > pages as u64,
+        "most pages should come from readahead\n{d}"
+    );
+    assert!(d.val("pswpin") >= pages as u64, "{d}");
+    assert!(mm.peak_resident_bytes() <= BUDGET);
+    assert_consistent(&mm);
+}
+
+#[test]
+fn random_read_back_gets_little_readahead() {
+    init_log();
+    let (mm, r) = swapped_out(21);
+    let pages = r.len() / PAGE;
+    // A fixed pseudo-random permutation of the pages.
+    let mut order: Vec<usize> = (0..pages).collect();
+    for i in (1..pages).rev() {
+        let j = (mix(i as u64 ^ 0x5eed) % (i as u64 + 1)) as usize;
+        order.swap(i, j);
+    }
+    let before = mm.vmstat();
+    for &p in &order {
+        assert_eq!(
+            r.read_u64(p * PAGE + 4000),
+            pattern(21, p as u64, 500),
+            "page {p}"
+        );
+    }
+    settle(&mm);
+    let d = mm.vmstat().delta(&before);
+    eprintln!(
+        "random: {pages} pages, pgmajfault {} swap_ra {} swap_ra_hit {}",
+        d.val("pgmajfault"),
+        d.val("swap_ra"),
+        d.val("swap_ra_hit")
+    );
+    assert!(
+        d.val("swap_ra_hit") * 10 < pages as u64,
+        "{} readahead hits for random access over {pages} pages\n{d}",
+        d.val("swap_ra_hit")
+    );
+    assert!(
+        d.val("pgmajfault") * 10 > pages as u64 * 8,
+        "random access should mostly be major faults\n{d}"
+    );
+    for &p in order.iter().step_by(5) {
+        assert_eq!(r.read_u64(p * PAGE), pattern(21, p as u64, 0), "page {p}");
+    }
+    assert_consistent(&mm);
+}
+
+#[test]
+fn clean_pages_are_not_written_twice() {
+    init_log();
+    let mm = mm_ram(8 * MIB, 64 * MIB);
+    let n = 512;
+    let r = mm.map_anon(n * PAGE).unwrap();
+    for p in 0..n {
+        r.write_u64(p * PAGE + 64, pattern(22, p as u64, 8));
+    }
+    settle(&mm);
+    let s0 = mm.vmstat();
+    reclaim_all(&mm);
+    let s1 = mm.vmstat();
+    let d1 = s1.delta(&s0);
+    assert_eq!(r.resident_pages(), 0, "{d1}");
+    assert_eq!(
+        d1.val("pswpout"),
+        n as u64,
+        "first eviction writes every page once\n{d1}"
+    );
+
+    // Read everything back: the pages are clean copies of their swap slots.
+    for p in 0..n {
+        assert_eq!(
+            r.read_u64(p * PAGE + 64),
+            pattern(22, p as u64, 8),
+            "page {p}"
+        );
+    }
+    settle(&mm);
+    let s2 = mm.vmstat();
+    assert_eq!(r.resident_pages(), n as u64, "{}", s2.delta(&s1));
+    assert!(
+        s2.val("nr_swapcache") > 0,
+        "read-back pages should stay in the swap cache\n{s2}"
+    );
+
+    reclaim_all(&mm);
+    let s3 = mm.vmstat();
+    let d3 = s3.delta(&s2);
+    assert_eq!(r.resident_pages(), 0, "{d3}");
+    let steal = |d: &usermm::Vmstat| d.val("pgsteal_kswapd") + d.val("pgsteal_direct");
+    assert!(
+        steal(&d3) >= n as u64,
+        "the second eviction must reclaim the pages\n{d3}"
+    );
+    assert_eq!(
+        d3.val("pswpout"),
+        0,
+        "clean pages were written to swap again\n{d3}"
+    );
+    for p in 0..n {
+        assert_eq!(
+            r.read_u64(p * PAGE + 64),
+            pattern(22, p as u64, 8),
+            "page {p} after the second eviction"
+        );
+    }
+    assert_consistent(&mm);
+}
+
+#[test]
+fn written_pages_after_swap_in_are_written_again_and_keep_the_new_data() {
+    init_log();
+    let mm = mm_ram(8 * MIB, 64 * MIB);
+    let n = 512;
+    let r = mm.map_anon(n * PAGE).unwrap();
+    for p in 0..n {
+        r.write_u64(p * PAGE, pattern(23, p as u64, 0));
+    }
+    reclaim_all(&mm);
+    assert_eq!(mm.resident_bytes(), 0);
+    for p in 0..n {
+        assert_eq!(r.read_u64(p * PAGE), pattern(23, p as u64, 0), "page {p}");
+    }
+    // Re-dirty every third page (after it came back clean from swap).
+    let dirtied: Vec<usize> = (0..n).step_by(3).collect();
+    let before = mm.vmstat();
+    for &p in &dirtied {
+        r.write_u64(p * PAGE, pattern(24, p as u64, 0));
+    }
+    settle(&mm);
+    let dw = mm.vmstat().delta(&before);
+    let before = mm.vmstat();
+    reclaim_all(&mm);
+    let dr = mm.vmstat().delta(&before);
+    let resident = r.resident_pages();
+    // Data first: a write to a page that came back clean from swap must never be lost.
+    for p in 0..n {
+        let want = if p % 3 == 0 {
+            pattern(24, p as u64, 0)
+        } else {
+            pattern(23, p as u64, 0)
+        };
+        assert_eq!(
+            r.read_u64(p * PAGE),
+            want,
+            "page {p} (re-dirtied after swap-in: {})",
+            p % 3 == 0
+        );
+    }
+    assert_eq!(resident, 0, "{dr}");
+    assert_eq!(
+        dw.val("wp_fault"),
+        dirtied.len() as u64,
+        "each write to a clean swap-cache page is one wp fault\n{dw}"
+    );
+    assert_eq!(
+        dr.val("pswpout"),
+        dirtied.len() as u64,
+        "exactly the re-dirtied pages are written\n{dr}"
+    );
+    assert_consistent(&mm);
+}
+
+/// Minimal form of the lost-write case: a page comes back from swap clean (its swap copy kept),
+/// the program writes it, and the next eviction must write it out again. Repeated over several
+/// pages and rounds so that recycled frames are used.
+#[test]
+fn write_after_swap_in_is_never_lost() {
+    init_log();
+    let mm = mm_ram(4 * MIB, 64 * MIB);
+    let r = mm.map_anon(64 * PAGE).unwrap();
+    for p in 0..64 {
+        r.write_u64(p * PAGE, pattern(25, p as u64, 0));
+    }
+    for round in 1..=8u64 {
+        reclaim_all(&mm);
+        for p in 0..64 {
+            let old = pattern(25 + round - 1, p as u64, 0);
+            // Read first (swap-in, clean), then write the new value.
+            assert_eq!(
+                r.read_u64(p * PAGE),
+                old,
+                "round {round} page {p}: value before rewrite"
+            );
+            r.write_u64(p * PAGE, pattern(25 + round, p as u64, 0));
+        }
+    }
+    reclaim_all(&mm);
+    for p in 0..64 {
+        assert_eq!(
+            r.read_u64(p * PAGE),
+            pattern(33, p as u64, 0),
+            "page {p} after the last round"
+        );
+    }
+    assert_consistent(&mm);
+}
