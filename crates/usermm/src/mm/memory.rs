@@ -335,9 +335,12 @@ fn drop_swap_copy(m: &MmInner, f: u32) {
     p.set(pg::DIRTY);
 }
 
-/// Maps frame `f` (parked in its pool slot) at page `idx`: one UFFDIO_MOVE, write-protected when
-/// the page is clean with a valid swap copy and the access is a read. Returns false if the move
-/// failed (the page stays parked).
+/// Maps frame `f` (parked in its pool slot) at page `idx`. A dirty page (or one without a swap
+/// copy) is moved with one UFFDIO_MOVE. A clean page whose swap copy stays valid is mapped
+/// write-protected with UFFDIO_COPY(MODE_WP) and its pool page dropped: MOVE always installs a
+/// writable pte, and write-protecting after the move would leave a window in which another
+/// thread's store lands unseen and the page is later dropped as clean. Returns false if the page
+/// could not be mapped (it stays parked).
 fn map_parked(m: &MmInner, r: &RegionInner, idx: u64, f: u32, write: bool, wake_now: bool) -> bool {
     let p = &m.pages[f as usize];
     if write {
@@ -345,8 +348,16 @@ fn map_parked(m: &MmInner, r: &RegionInner, idx: u64, f: u32, write: bool, wake_
     }
     let keep_wp = p.test(pg::SWAPCACHE) && !p.test(pg::DIRTY);
     let dst = r.page_addr(idx);
-    let src = m.pool.addr() + MmInner::frame_off(f);
-    match retry_again(m, || m.uffd.move_pages(dst, src, PAGE_SIZE, false, true)) {
+    let off = MmInner::frame_off(f);
+    let src = m.pool.addr() + off;
+    let res = if keep_wp {
+        retry_again(m, || m.uffd.copy(dst, src, PAGE_SIZE, true, true)).inspect(|_| {
+            let _ = m.pool.advise(off, PAGE_SIZE, Advice::DontNeed);
+        })
+    } else {
+        retry_again(m, || m.uffd.move_pages(dst, src, PAGE_SIZE, false, true))
+    };
+    match res {
         Ok(_) => {}
         Err(e) if e.errno == libc::ENOENT => {
             // The pool slot is empty (the page was zapped behind our back): its contents are
@@ -357,22 +368,18 @@ fn map_parked(m: &MmInner, r: &RegionInner, idx: u64, f: u32, write: bool, wake_
                 log::error!("UFFDIO_COPY of zeros to {dst:#x}: {e}");
                 return false;
             }
+            drop_swap_copy(m, f);
         }
         Err(e) => {
             if e.is_exists() {
                 m.vm.inc(Item::UffdEexist);
             }
-            log::error!("UFFDIO_MOVE of frame {f} to {dst:#x}: {e}");
+            log::error!("mapping frame {f} at {dst:#x}: {e}");
             return false;
         }
     }
-    if keep_wp {
-        if let Err(e) = m.uffd.writeprotect(dst, PAGE_SIZE, true, true) {
-            log::error!("UFFDIO_WRITEPROTECT at {dst:#x}: {e}");
-            drop_swap_copy(m, f);
-        } else {
-            p.set(pg::WP);
-        }
+    if keep_wp && p.test(pg::SWAPCACHE) {
+        p.set(pg::WP);
     }
     p.set(pg::MAPPED);
     m.vm.inc(Item::NrMapped);
@@ -587,23 +594,16 @@ fn swap_fault(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) ->
         }
         g.set(Pte::Frame(f0));
         let dst = r.page_addr(idx);
-        let placed = if p0.test_clear(pg::POOLED) {
+        // A dirty page into a recycled frame: fill in place and move. A clean page (swap copy
+        // kept) is copied write-protected in one step (see map_parked for why not MOVE + WP).
+        let placed = if !keep && p0.test_clear(pg::POOLED) {
             let src = m.pool.addr() + MmInner::frame_off(f0);
             let _ = m
                 .pool
                 .copy_from(MmInner::frame_off(f0), bounce, 0, PAGE_SIZE);
-            retry_again(m, || m.uffd.move_pages(dst, src, PAGE_SIZE, false, true)).and_then(|n| {
-                if keep {
-                    m.uffd
-                        .writeprotect(dst, PAGE_SIZE, true, true)
-                        .map_err(|e| OpError {
-                            errno: e.raw_os_error().unwrap_or(libc::EIO),
-                            done: 0,
-                        })?;
-                }
-                Ok(n)
-            })
+            retry_again(m, || m.uffd.move_pages(dst, src, PAGE_SIZE, false, true))
         } else {
+            vmscan::empty_slot(m, f0);
             retry_again(m, || m.uffd.copy(dst, bounce.addr(), PAGE_SIZE, keep, true))
         };
         if let Err(e) = placed {
