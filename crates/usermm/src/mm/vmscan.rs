@@ -70,6 +70,7 @@ pub fn alloc_frames(m: &MmInner, want: usize, out: &mut Vec<u32>) -> bool {
     let start = Instant::now();
     let mut stalled = false;
     let mut fails = 0u32;
+    let write_errors = m.vm.get(Item::SwapWriteError);
     loop {
         let free = m.frames.nr_free();
         let above_min = free.saturating_sub(m.wmark.min) as usize;
@@ -90,7 +91,9 @@ pub fn alloc_frames(m: &MmInner, want: usize, out: &mut Vec<u32>) -> bool {
         let got = try_to_free_pages(m, SWAP_CLUSTER_MAX.max(want));
         if got == 0 {
             fails += 1;
-            let swap_exhausted = m.swap.as_ref().is_none_or(|s| s.slots.nr_free() == 0);
+            // Out of memory: no slot to swap to, or the device keeps failing writes.
+            let swap_exhausted = m.swap.as_ref().is_none_or(|s| s.slots.nr_free() == 0)
+                || m.vm.get(Item::SwapWriteError) > write_errors;
             let elapsed = start.elapsed();
             if (swap_exhausted && fails > 64 && elapsed > Duration::from_millis(50))
                 || elapsed > Duration::from_secs(10)
