@@ -31,6 +31,8 @@ pub struct Params {
 pub struct TaskResult {
     pub bytes: u64,
     pub usecs: u64,
+    /// When the task finished (the run's elapsed time ends at the last one).
+    pub end: Instant,
 }
 
 impl TaskResult {
@@ -174,6 +176,7 @@ pub fn run(cfg: MmConfig, p: &Params) -> Result<bool, String> {
                     TaskResult {
                         bytes,
                         usecs: t0.elapsed().as_micros().max(1) as u64,
+                        end: Instant::now(),
                     }
                 })
             })
@@ -182,14 +185,18 @@ pub fn run(cfg: MmConfig, p: &Params) -> Result<bool, String> {
             if let Some(b) = &bar {
                 b.set_position(done.load(Ordering::Relaxed).min(total_work));
             }
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(Duration::from_millis(20));
         }
         handles
             .into_iter()
             .map(|h| h.join().expect("usemem task panicked"))
             .collect()
     });
-    let elapsed = start.elapsed();
+    let elapsed = results
+        .iter()
+        .map(|r| r.end.duration_since(start))
+        .max()
+        .unwrap_or_default();
     if let Some(b) = bar {
         b.finish_and_clear();
     }

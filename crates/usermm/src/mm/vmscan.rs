@@ -23,6 +23,10 @@ use super::MmInner;
 
 /// Pages isolated and processed per batch.
 pub const SWAP_CLUSTER_MAX: usize = 32;
+/// kswapd's batch: four clusters per isolation, so its device writes are 512 KiB where pages
+/// are consecutive (Linux gets the same effect from block-layer plugging). Measured on this VM,
+/// swap-w-seq to a file: 32 -> 780-810 MiB/s, 128 -> 830-1190 MiB/s.
+pub const KSWAPD_BATCH: usize = 4 * SWAP_CLUSTER_MAX;
 /// Scan priority: a pass scans lru_size >> priority pages.
 pub const DEF_PRIORITY: u32 = 12;
 
@@ -274,19 +278,24 @@ pub fn shrink_node(m: &MmInner, sc: &mut ScanControl) {
     }
     let inactive = m.lru.size(Lru::InactiveAnon) as usize;
     let active = m.lru.size(Lru::ActiveAnon) as usize;
-    let scan = |size: usize| (size >> sc.priority).max(SWAP_CLUSTER_MAX.min(size));
+    let batch = if sc.kswapd {
+        KSWAPD_BATCH
+    } else {
+        SWAP_CLUSTER_MAX
+    };
+    let scan = |size: usize| (size >> sc.priority).max(batch.min(size));
     let mut nr_inactive = scan(inactive);
     let mut nr_active = scan(active);
     while (nr_inactive > 0 || nr_active > 0) && sc.nr_reclaimed < sc.nr_to_reclaim {
         if nr_active > 0 {
-            let b = nr_active.min(SWAP_CLUSTER_MAX);
+            let b = nr_active.min(batch);
             if inactive_is_low(m) {
                 shrink_active_list(m, b, sc);
             }
             nr_active -= b;
         }
         if nr_inactive > 0 {
-            let b = nr_inactive.min(SWAP_CLUSTER_MAX);
+            let b = nr_inactive.min(batch);
             sc.nr_reclaimed += shrink_inactive_list(m, b, sc);
             nr_inactive -= b;
         }
