@@ -118,6 +118,36 @@ impl Mapping {
         })
     }
 
+    /// Maps `len` bytes of `fd` (from offset 0) MAP_SHARED, read-write.
+    pub fn shared(fd: &impl AsRawFd, len: usize) -> io::Result<Self> {
+        if len == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "mapping length must be greater than zero",
+            ));
+        }
+        let len = len.next_multiple_of(PAGE_SIZE);
+        // SAFETY: a new shared mapping of a file we hold open, at a kernel-chosen address; no
+        // existing memory is affected.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping {
+            ptr: NonNull::new(p as *mut u8).expect("mmap returned null"),
+            len,
+        })
+    }
+
     /// First address of the mapping.
     pub fn addr(&self) -> usize {
         self.ptr.as_ptr() as usize

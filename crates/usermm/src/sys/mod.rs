@@ -129,6 +129,22 @@ pub fn sync_file_range_wait(file: &std::fs::File, off: u64, len: u64) -> std::io
     Ok(())
 }
 
+/// An anonymous memory file (memfd) of `len` bytes, sparse.
+pub fn memfd(name: &str, len: u64) -> std::io::Result<std::fs::File> {
+    use std::os::fd::FromRawFd;
+    let cname = std::ffi::CString::new(name)
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: memfd_create takes a NUL-terminated name and flags and returns a new descriptor.
+    let fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor we now own.
+    let f = unsafe { std::fs::File::from_raw_fd(fd) };
+    f.set_len(len)?;
+    Ok(f)
+}
+
 /// Resident set size of this process in bytes (VmRSS from /proc/self/status).
 pub fn process_rss() -> u64 {
     read_status_kib("VmRSS:") * 1024
