@@ -164,9 +164,9 @@ fn zero_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
     m.vm.add(Item::NrZeroPageMapped, mapped);
     drop(rest);
     drop(g);
-    wake(m, r, idx);
     m.vm.inc(Item::Pgfault);
     m.vm.inc(Item::ZeroPageFault);
+    wake(m, r, idx);
     Some(Fault::Done)
 }
 
@@ -269,9 +269,6 @@ fn anon_write_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
     m.lru.add(&m.pages, &frames[..done], &m.vm);
     drop(rest);
     drop(g);
-    // Wake only now: the thread may drop the region at once, and teardown must see the
-    // entries.
-    wake(m, r, idx);
     vmscan::free_frames(m, &frames[done..], false);
     m.vm.inc(Item::Pgfault);
     m.vm.add(Item::Pgalloc, done as u64);
@@ -279,6 +276,9 @@ fn anon_write_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
     m.vm.add(Item::NrMapped, done as u64);
     m.vm.add(Item::FaultAround, done.saturating_sub(1) as u64);
     m.note_resident();
+    // Wake only now: the thread may discard or drop the region at once, and must find the
+    // entries, the frames and the counters complete.
+    wake(m, r, idx);
     Some(Fault::Done)
 }
 
@@ -313,7 +313,6 @@ fn zero_wp_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
         log::error!("UFFDIO_WRITEPROTECT clear at {:#x}: {e}", r.page_addr(idx));
     }
     drop(g);
-    wake(m, r, idx);
     m.vm.sub(Item::NrZeroPageMapped, 1);
     m.vm.inc(Item::Pgfault);
     m.vm.inc(Item::WpFault);
@@ -321,6 +320,7 @@ fn zero_wp_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
     m.vm.inc(Item::NrAnonPages);
     m.vm.inc(Item::NrMapped);
     m.note_resident();
+    wake(m, r, idx);
     Some(Fault::Done)
 }
 
@@ -615,7 +615,6 @@ fn swap_fault(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) ->
         m.lru.add(&m.pages, &used, &m.vm);
         drop(rest);
         drop(g);
-        wake(m, r, idx);
         vmscan::free_frames(m, &unused, false);
         let read = used.len() as u64;
         m.vm.inc(Item::Pgfault);
@@ -626,6 +625,7 @@ fn swap_fault(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) ->
         m.vm.add(Item::SwapRa, read - 1);
         m.vm.add(Item::NrAnonPages, read);
         m.note_resident();
+        wake(m, r, idx);
     });
     Some(Fault::Done)
 }

@@ -396,6 +396,40 @@ impl Uffd {
             .map_err(io::Error::from_raw_os_error)
     }
 
+    /// The two-address resolving ioctls (COPY, MOVE): returns bytes done.
+    fn two_addr(
+        &self,
+        req: u64,
+        dst: usize,
+        src: usize,
+        len: usize,
+        mode: u64,
+    ) -> Result<usize, OpError> {
+        let mut a = CopyArg {
+            dst: dst as u64,
+            src: src as u64,
+            len: len as u64,
+            mode,
+            copy: 0,
+        };
+        let r = self.ioctl(req, &mut a);
+        finish(r, a.copy)
+    }
+
+    /// The range resolving ioctls (ZEROPAGE, CONTINUE, POISON): returns bytes done.
+    fn range_op(&self, req: u64, start: usize, len: usize, mode: u64) -> Result<usize, OpError> {
+        let mut a = ZeroArg {
+            range: Range {
+                start: start as u64,
+                len: len as u64,
+            },
+            mode,
+            zeropage: 0,
+        };
+        let r = self.ioctl(req, &mut a);
+        finish(r, a.zeropage)
+    }
+
     /// UFFDIO_COPY (`wp`: map write-protected; `dontwake`: leave faulting threads asleep).
     pub fn copy(
         &self,
@@ -405,30 +439,18 @@ impl Uffd {
         wp: bool,
         dontwake: bool,
     ) -> Result<usize, OpError> {
-        let mode = (dontwake as u64) | ((wp as u64) << 1);
-        let mut a = CopyArg {
-            dst: dst as u64,
-            src: src as u64,
-            len: len as u64,
-            mode,
-            copy: 0,
-        };
-        let r = self.ioctl(UFFDIO_COPY, &mut a);
-        finish(r, a.copy)
+        self.two_addr(
+            UFFDIO_COPY,
+            dst,
+            src,
+            len,
+            (dontwake as u64) | ((wp as u64) << 1),
+        )
     }
 
     /// UFFDIO_ZEROPAGE: maps the shared zero page.
     pub fn zeropage(&self, start: usize, len: usize, dontwake: bool) -> Result<usize, OpError> {
-        let mut a = ZeroArg {
-            range: Range {
-                start: start as u64,
-                len: len as u64,
-            },
-            mode: dontwake as u64,
-            zeropage: 0,
-        };
-        let r = self.ioctl(UFFDIO_ZEROPAGE, &mut a);
-        finish(r, a.zeropage)
+        self.range_op(UFFDIO_ZEROPAGE, start, len, dontwake as u64)
     }
 
     /// UFFDIO_MOVE: moves present anonymous pages from `src` to the unpopulated `dst`.
@@ -440,44 +462,23 @@ impl Uffd {
         allow_src_holes: bool,
         dontwake: bool,
     ) -> Result<usize, OpError> {
-        let mode = (dontwake as u64) | ((allow_src_holes as u64) << 1);
-        let mut a = CopyArg {
-            dst: dst as u64,
-            src: src as u64,
-            len: len as u64,
-            mode,
-            copy: 0,
-        };
-        let r = self.ioctl(UFFDIO_MOVE, &mut a);
-        finish(r, a.copy)
+        self.two_addr(
+            UFFDIO_MOVE,
+            dst,
+            src,
+            len,
+            (dontwake as u64) | ((allow_src_holes as u64) << 1),
+        )
     }
 
     /// UFFDIO_CONTINUE: maps existing page-cache pages (MINOR faults on shmem).
     pub fn continue_(&self, start: usize, len: usize, dontwake: bool) -> Result<usize, OpError> {
-        let mut a = ZeroArg {
-            range: Range {
-                start: start as u64,
-                len: len as u64,
-            },
-            mode: dontwake as u64,
-            zeropage: 0,
-        };
-        let r = self.ioctl(UFFDIO_CONTINUE, &mut a);
-        finish(r, a.zeropage)
+        self.range_op(UFFDIO_CONTINUE, start, len, dontwake as u64)
     }
 
     /// UFFDIO_POISON: later accesses to the range raise SIGBUS.
     pub fn poison(&self, start: usize, len: usize, dontwake: bool) -> Result<usize, OpError> {
-        let mut a = ZeroArg {
-            range: Range {
-                start: start as u64,
-                len: len as u64,
-            },
-            mode: dontwake as u64,
-            zeropage: 0,
-        };
-        let r = self.ioctl(UFFDIO_POISON, &mut a);
-        finish(r, a.zeropage)
+        self.range_op(UFFDIO_POISON, start, len, dontwake as u64)
     }
 
     /// UFFDIO_WRITEPROTECT: set (`wp`) or clear write protection; clearing wakes unless
