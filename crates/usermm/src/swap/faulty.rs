@@ -7,11 +7,11 @@
 //! operations are counted per direction from the moment its mode was set. Discard always passes
 //! through. A failed operation transfers nothing.
 
+use crate::sync::{AtomicU64, Ordering};
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 use super::SwapDevice;
 use crate::sys::Mapping;

@@ -15,11 +15,11 @@
 //!
 //! Also holds the size, slot-range and pool-page checks every backend shares.
 
+use crate::sync::{AtomicU64, Ordering};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::SwapDevice;
 use crate::sys::{self, Mapping, PAGE_SIZE};

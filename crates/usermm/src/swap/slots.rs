@@ -12,10 +12,10 @@
 //! State is one bit per slot plus a use counter per cluster, all behind one mutex; the number of
 //! free slots is mirrored in an atomic so [`SwapSlots::nr_free`] takes no lock.
 
+use crate::sync::{AtomicU64, Ordering};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 /// Slots per cluster (Linux `SWAPFILE_CLUSTER` with 4 KiB pages: 256 slots = 1 MiB).
 pub const SWAPFILE_CLUSTER: u64 = 256;
