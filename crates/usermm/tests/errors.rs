@@ -12,6 +12,7 @@ use common::*;
 use usermm::mm::MIN_BUDGET;
 use usermm::swap::faulty::FailMode;
 use usermm::swap::{FaultySwap, RamSwap, SwapDevice};
+use usermm::sys::kernel_read_u64;
 use usermm::sys::uffd::OpenPolicy;
 use usermm::{Error, Mm, MmConfig, SwapConfig, Watermarks};
 

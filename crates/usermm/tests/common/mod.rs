@@ -3,7 +3,6 @@
 //! process RSS and a watchdog that turns a hang into a clear failure.
 #![allow(dead_code)]
 
-use std::io;
 use std::process::{Command, Output};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -75,40 +74,6 @@ pub fn expect_child_sigbus(name: &str, marker: &str) -> String {
         out.status
     );
     stderr
-}
-
-/// Reads the word at `addr` from kernel mode (write(2) of it into a pipe), so that an access to
-/// a poisoned page fails with EFAULT instead of raising SIGBUS. With a user-mode-only
-/// userfaultfd, kernel accesses to non-resident pages fail with EFAULT too.
-pub fn kernel_read_u64(addr: usize) -> io::Result<u64> {
-    let mut fds = [0i32; 2];
-    // SAFETY: pipe2 writes two descriptors into `fds`.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the kernel reads 8 bytes at `addr` with copy_from_user, which reports a bad or
-    // poisoned address as EFAULT rather than faulting this thread.
-    let w = unsafe { libc::write(fds[1], addr as *const libc::c_void, 8) };
-    let res = if w == 8 {
-        let mut v = 0u64;
-        // SAFETY: reads 8 bytes from the pipe into a local u64.
-        let r = unsafe { libc::read(fds[0], &mut v as *mut u64 as *mut libc::c_void, 8) };
-        if r == 8 {
-            Ok(v)
-        } else {
-            Err(io::Error::last_os_error())
-        }
-    } else if w < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Err(io::Error::other(format!("short pipe write of {w} bytes")))
-    };
-    // SAFETY: closing the two descriptors created above.
-    unsafe {
-        libc::close(fds[0]);
-        libc::close(fds[1]);
-    }
-    res
 }
 
 /// VmRSS of this process in KiB.
