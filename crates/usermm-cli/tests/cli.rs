@@ -197,3 +197,36 @@ fn info_reports_features() {
     assert!(feats.iter().any(|f| f == "MOVE"), "{feats:?}");
     assert!(v["watermarks_pages"]["min"].as_u64().unwrap() > 0);
 }
+
+#[test]
+fn fault_latency_reports_three_kinds() {
+    let v = json(&usermm(&[
+        "bench",
+        "fault-latency",
+        "--pages",
+        "512",
+        "--budget",
+        "8M",
+        "--swap",
+        "ram",
+        "--swap-size",
+        "16M",
+        "--json",
+    ]));
+    for k in ["resident_access", "minor_fault", "major_fault"] {
+        assert_eq!(v[k]["n"], 512, "{k}: {v}");
+        assert!(
+            v[k]["p50_us"].as_f64().unwrap() <= v[k]["p99_us"].as_f64().unwrap(),
+            "{v}"
+        );
+    }
+    // Every page was read back from swap once, in random order.
+    assert!(
+        v["major_fault_counters"]["pgmajfault"].as_u64().unwrap() > 0,
+        "{v}"
+    );
+    assert!(
+        v["minor_fault_counters"]["pgreffault"].as_u64().unwrap() > 0,
+        "{v}"
+    );
+}
