@@ -82,7 +82,7 @@ impl<T: Copy> RadixTree<T> {
     }
 
     fn max_index(&self) -> u64 {
-        if self.height >= 64 / SHIFT + 1 {
+        if self.height > 64 / SHIFT {
             u64::MAX
         } else {
             (1u64 << (self.height * SHIFT)).wrapping_sub(1)
@@ -347,10 +347,10 @@ impl<T: Copy> RadixTree<T> {
                         return false;
                     }
                 }
-                Slot::Node(n) if level > 0 => {
-                    if !Self::walk_tag(n, level - 1, lo, start, end, m, max, out) {
-                        return false;
-                    }
+                Slot::Node(n)
+                    if level > 0 && !Self::walk_tag(n, level - 1, lo, start, end, m, max, out) =>
+                {
+                    return false;
                 }
                 _ => {}
             }
