@@ -1,14 +1,21 @@
 //! The `usermm` command: benchmarks on a usermm memory manager and a report of what the
-//! running kernel's userfaultfd offers. Argument parsing and error reporting live here; the
-//! workloads live in their own modules.
+//! running kernel's userfaultfd offers.
+//!
+//! This module holds the command line (clap), the translation of its options into an
+//! [`MmConfig`] and the workload parameters, and error reporting: usage errors (a value that does
+//! not parse, an impossible combination) exit with 2, errors from the run (usermm refused the
+//! mapping, verification failed) print `error: <message>` and exit with 1.
 
-mod latency;
-mod usemem;
+mod bench;
+mod info;
+mod output;
 
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use usermm::{Mm, MmConfig};
+use usermm::{MmConfig, SwapConfig};
+
+use bench::usemem::Params;
 
 #[derive(Parser)]
 #[command(
@@ -25,7 +32,7 @@ struct Cli {
 enum Cmd {
     /// Run a benchmark.
     #[command(subcommand)]
-    Bench(Bench),
+    Bench(BenchCmd),
     /// Show the userfaultfd features found at run time, watermarks and the swap device.
     Info {
         #[command(flatten)]
@@ -37,25 +44,31 @@ enum Cmd {
 }
 
 #[derive(Subcommand)]
-enum Bench {
-    /// vm-scalability's usemem: TASKS threads, each with its own SIZE region in one manager.
+enum BenchCmd {
+    /// vm-scalability's usemem: TASKS threads, each with its own SIZE region in one manager,
+    /// writing each touched word's index into it (or only reading, with --readonly).
     Usemem {
-        /// Bytes per task (k, M, G suffixes).
+        /// Bytes per task (k, M, G, T suffixes).
         size: String,
-        /// Tasks (threads, each with its own region).
-        #[arg(short = 'n', long = "tasks", default_value_t = 1)]
+        /// Tasks (threads, each with its own region mapped from the one manager).
+        #[arg(
+            short = 'n',
+            long = "tasks",
+            visible_alias = "nproc",
+            default_value_t = 1
+        )]
         tasks: usize,
         /// Only read (untouched memory reads the zero page).
-        #[arg(long)]
+        #[arg(short = 'o', long)]
         readonly: bool,
-        /// Touch one word every STEP bytes (default: every word).
+        /// Touch one word every STEP bytes (k, M, G suffixes; below 8 means every word).
         #[arg(short = 'j', long = "step", default_value = "8")]
         step: String,
-        /// Random access order.
-        #[arg(long)]
+        /// Random access order (as many accesses per pass as the sequential order).
+        #[arg(short = 'R', long)]
         random: bool,
         /// Passes over the area.
-        #[arg(long, default_value_t = 1)]
+        #[arg(short = 'r', long, default_value_t = 1)]
         repeat: u32,
         #[command(flatten)]
         run: RunArgs,
@@ -71,10 +84,16 @@ enum Bench {
         #[arg(long)]
         json: bool,
     },
-    /// vm-scalability case-swap-w-seq: total = 3/4 x (budget + swap size), sequential write.
+    /// vm-scalability case-swap-w-seq: total = 3/4 x (budget + swap size), split evenly over
+    /// the tasks, sequential write, then read-back verification. Swap size defaults to 1G.
     SwapWSeq {
-        /// Tasks (threads); the total is split evenly.
-        #[arg(short = 'n', long = "tasks", default_value_t = 1)]
+        /// Tasks (threads); the total is split evenly (rounded down to 4 KiB per task).
+        #[arg(
+            short = 'n',
+            long = "tasks",
+            visible_alias = "nproc",
+            default_value_t = 1
+        )]
         tasks: usize,
         #[command(flatten)]
         run: RunArgs,
@@ -83,15 +102,15 @@ enum Bench {
 
 #[derive(Args, Clone)]
 struct MmArgs {
-    /// Memory budget (k, M, G suffixes).
+    /// Memory budget (k, M, G, T suffixes).
     #[arg(long, default_value = "256M")]
     budget: String,
     /// Swap device: file (unlinked temporary file in $TMPDIR), file:PATH, ram or none.
     #[arg(long, default_value = "file")]
     swap: String,
-    /// Swap size.
-    #[arg(long = "swap-size", default_value = "1G")]
-    swap_size: String,
+    /// Swap size [default: 4x the budget; swap-w-seq: 1G].
+    #[arg(long = "swap-size")]
+    swap_size: Option<String>,
     /// Allow mapping more than budget + swap (accesses that find swap full get SIGBUS).
     #[arg(long)]
     overcommit: bool,
@@ -104,44 +123,106 @@ struct MmArgs {
 struct RunArgs {
     #[command(flatten)]
     mm: MmArgs,
-    /// Skip the read-back verification of written words.
+    /// Skip the verification of written (or, with --readonly, read) words.
     #[arg(long = "no-verify")]
     no_verify: bool,
-    /// One JSON object on stdout (usemem lines go to stderr).
+    /// One JSON object on stdout (usemem's per-task lines go to stderr).
     #[arg(long)]
     json: bool,
 }
 
-/// A usage error (exit 2) or a run error (exit 1).
-enum Failure {
+/// Why the command failed: a usage error (exit 2) or a run error (exit 1).
+#[derive(Debug)]
+pub enum Failure {
     Usage(String),
     Run(String),
 }
 
-fn size(opt: &str, v: &str) -> Result<u64, Failure> {
-    usermm::parse_size(v).map_err(|e| Failure::Usage(format!("{opt}: {e}")))
-}
-
-impl MmArgs {
-    fn config(&self) -> Result<MmConfig, Failure> {
-        let budget = size("--budget", &self.budget)?;
-        let swap_size = size("--swap-size", &self.swap_size)?;
-        let swap = usemem::swap_config(&self.swap, swap_size).map_err(Failure::Usage)?;
-        let mut cfg = MmConfig::new(budget).swap(swap).overcommit(self.overcommit);
-        cfg.handler_threads = self.handler_threads;
-        Ok(cfg)
+impl Failure {
+    /// A run error from anything printable (usermm's errors, I/O errors).
+    pub fn run(e: impl std::fmt::Display) -> Failure {
+        Failure::Run(e.to_string())
     }
 }
 
-fn bench(b: Bench) -> Result<bool, Failure> {
-    let (cfg, params) = match b {
-        Bench::FaultLatency { pages, mm, json } => {
-            if pages == 0 {
-                return Err(Failure::Usage("--pages: must be at least 1".into()));
-            }
-            return latency::run(mm.config()?, pages, json).map_err(Failure::Run);
+/// Parses the size given to option `opt`; a value that does not parse is a usage error naming
+/// the option and the value.
+fn size(opt: &str, v: &str) -> Result<u64, Failure> {
+    usermm::parse_size(v).map_err(|e| {
+        let msg = match e {
+            usermm::Error::InvalidArgument(m) => m,
+            other => other.to_string(),
+        };
+        Failure::Usage(format!("{opt}: {msg}"))
+    })
+}
+
+fn at_least_one(opt: &str, v: u64) -> Result<(), Failure> {
+    if v == 0 {
+        return Err(Failure::Usage(format!("{opt}: must be at least 1")));
+    }
+    Ok(())
+}
+
+/// Parses `--swap file|file:PATH|ram|none` with a size.
+fn swap_config(spec: &str, size: u64) -> Result<SwapConfig, Failure> {
+    match spec {
+        "file" => Ok(SwapConfig::File { path: None, size }),
+        "ram" => Ok(SwapConfig::Ram { size }),
+        "none" => Ok(SwapConfig::None),
+        s if s.starts_with("file:") && s.len() > 5 => Ok(SwapConfig::File {
+            path: Some(s[5..].into()),
+            size,
+        }),
+        other => Err(Failure::Usage(format!(
+            "--swap: unknown swap device {other:?}: use file, file:PATH, ram or none"
+        ))),
+    }
+}
+
+/// Default swap size when `--swap-size` is not given.
+#[derive(Clone, Copy)]
+enum SwapDefault {
+    /// Four times the budget (usermm's own default, like `MmConfig::new`).
+    FourTimesBudget,
+    /// A fixed size (swap-w-seq: 1 GiB).
+    Fixed(u64),
+}
+
+impl MmArgs {
+    fn config(&self, default_swap: SwapDefault) -> Result<MmConfig, Failure> {
+        let budget = size("--budget", &self.budget)?;
+        let swap_size = match &self.swap_size {
+            Some(s) => size("--swap-size", s)?,
+            None => match default_swap {
+                SwapDefault::FourTimesBudget => budget.saturating_mul(4),
+                SwapDefault::Fixed(n) => n,
+            },
+        };
+        let swap = swap_config(&self.swap, swap_size)?;
+        Ok(MmConfig::new(budget)
+            .swap(swap)
+            .overcommit(self.overcommit)
+            .handler_threads(self.handler_threads))
+    }
+}
+
+/// Swap capacity a configuration asks for (0 without swap).
+fn configured_swap_bytes(cfg: &MmConfig) -> u64 {
+    match &cfg.swap {
+        SwapConfig::File { size, .. } | SwapConfig::Ram { size } => *size,
+        // The command line never builds a custom device.
+        SwapConfig::None | SwapConfig::Device(_) => 0,
+    }
+}
+
+fn bench(b: BenchCmd) -> Result<(), Failure> {
+    match b {
+        BenchCmd::FaultLatency { pages, mm, json } => {
+            at_least_one("--pages", pages as u64)?;
+            bench::latency::run(mm.config(SwapDefault::FourTimesBudget)?, pages, json)
         }
-        Bench::Usemem {
+        BenchCmd::Usemem {
             size: sz,
             tasks,
             readonly,
@@ -150,35 +231,46 @@ fn bench(b: Bench) -> Result<bool, Failure> {
             repeat,
             run,
         } => {
-            if tasks == 0 {
-                return Err(Failure::Usage("--tasks: must be at least 1".into()));
+            at_least_one("--tasks", tasks as u64)?;
+            at_least_one("--repeat", repeat as u64)?;
+            let bytes_per_task = size("SIZE", &sz)? & !7;
+            if bytes_per_task == 0 {
+                return Err(Failure::Usage(format!(
+                    "SIZE: {sz:?} is less than one 8-byte word; give at least 8 bytes per task"
+                )));
             }
-            let step = size("--step", &step)?;
-            let params = usemem::Params {
+            if bytes_per_task.checked_mul(tasks as u64).is_none() {
+                return Err(Failure::Usage(format!(
+                    "SIZE: {tasks} tasks x {bytes_per_task} bytes overflows 64 bits"
+                )));
+            }
+            // usemem: `if (step < sizeof(long)) step = sizeof(long);`
+            let step = size("--step", &step)?.max(8);
+            let params = Params {
                 workload: "usemem",
                 tasks,
-                bytes_per_task: size("SIZE", &sz)? & !7,
+                bytes_per_task,
                 readonly,
-                step: step.max(8),
+                step,
                 random,
-                repeat: repeat.max(1),
+                repeat,
                 verify: !run.no_verify,
                 json: run.json,
             };
-            (run.mm.config()?, params)
+            bench::usemem::run(run.mm.config(SwapDefault::FourTimesBudget)?, &params)
         }
-        Bench::SwapWSeq { tasks, run } => {
-            if tasks == 0 {
-                return Err(Failure::Usage("--tasks: must be at least 1".into()));
-            }
-            let cfg = run.mm.config()?;
-            let swap = match &cfg.swap {
-                usermm::SwapConfig::File { size, .. } | usermm::SwapConfig::Ram { size } => *size,
-                _ => 0,
-            };
-            let total = (cfg.budget + swap) / 4 * 3;
+        BenchCmd::SwapWSeq { tasks, run } => {
+            at_least_one("--tasks", tasks as u64)?;
+            let cfg = run.mm.config(SwapDefault::Fixed(1 << 30))?;
+            let total = cfg.budget.saturating_add(configured_swap_bytes(&cfg)) / 4 * 3;
             let per = (total / tasks as u64) & !4095;
-            let params = usemem::Params {
+            if per == 0 {
+                return Err(Failure::Usage(format!(
+                    "--tasks: {tasks} tasks leave less than one 4 KiB page each of the {total} bytes \
+                     (3/4 of budget + swap); use fewer tasks or a larger budget"
+                )));
+            }
+            let params = Params {
                 workload: "swap-w-seq",
                 tasks,
                 bytes_per_task: per,
@@ -189,40 +281,9 @@ fn bench(b: Bench) -> Result<bool, Failure> {
                 verify: !run.no_verify,
                 json: run.json,
             };
-            (cfg, params)
+            bench::usemem::run(cfg, &params)
         }
-    };
-    usemem::run(cfg, &params).map_err(Failure::Run)
-}
-
-fn info(mm: MmArgs, json: bool) -> Result<bool, Failure> {
-    let m = Mm::new(mm.config()?).map_err(|e| Failure::Run(e.to_string()))?;
-    let u = m.uffd_info();
-    let w = m.watermarks();
-    if json {
-        let v = serde_json::json!({
-            "uffd_origin": format!("{:?}", u.origin),
-            "uffd_features": u.features,
-            "budget_bytes": m.budget(),
-            "watermarks_pages": {"min": w.min, "low": w.low, "high": w.high},
-            "swap_device": m.swap_name(),
-            "swap_bytes": m.swap_bytes(),
-            "handler_threads": m.config().handler_threads,
-        });
-        println!("{v}");
-    } else {
-        println!("userfaultfd: {:?}", u.origin);
-        println!("features: {}", u.features.join(" "));
-        println!(
-            "budget: {} MiB; watermarks (pages): min {} low {} high {}",
-            m.budget() >> 20,
-            w.min,
-            w.low,
-            w.high
-        );
-        println!("swap: {} ({} MiB)", m.swap_name(), m.swap_bytes() >> 20);
     }
-    Ok(true)
 }
 
 fn main() -> ExitCode {
@@ -230,11 +291,12 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Bench(b) => bench(b),
-        Cmd::Info { mm, json } => info(mm, json),
+        Cmd::Info { mm, json } => mm
+            .config(SwapDefault::FourTimesBudget)
+            .and_then(|cfg| info::run(cfg, json)),
     };
     match r {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::from(1),
+        Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Usage(m)) => {
             eprintln!("error: {m}");
             ExitCode::from(2)

@@ -8,35 +8,31 @@ use std::time::Instant;
 use serde_json::json;
 use usermm::{Mm, MmConfig};
 
+use super::XorShift;
+use crate::Failure;
+
 fn percentiles(mut v: Vec<u64>) -> serde_json::Value {
     v.sort_unstable();
     let p = |q: f64| v[((v.len() as f64 - 1.0) * q).round() as usize] as f64 / 1000.0;
     json!({"n": v.len(), "p50_us": p(0.5), "p90_us": p(0.9), "p99_us": p(0.99), "max_us": p(1.0)})
 }
 
-struct XorShift(u64);
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 fn shuffled(n: usize, seed: u64) -> Vec<usize> {
     let mut v: Vec<usize> = (0..n).collect();
-    let mut r = XorShift(seed);
+    let mut r = XorShift::new(seed);
     for i in (1..n).rev() {
-        v.swap(i, (r.next() % (i as u64 + 1)) as usize);
+        v.swap(i, r.below(i as u64 + 1) as usize);
     }
     v
 }
 
 /// Runs the measurement and prints it (text or one JSON object).
-pub fn run(cfg: MmConfig, pages: usize, json_out: bool) -> Result<bool, String> {
-    let mm = Mm::new(cfg).map_err(|e| e.to_string())?;
-    let r = mm.map_anon(pages * 4096).map_err(|e| e.to_string())?;
+pub fn run(cfg: MmConfig, pages: usize, json_out: bool) -> Result<(), Failure> {
+    let len = pages.checked_mul(4096).ok_or_else(|| {
+        Failure::Usage(format!("--pages: {pages} pages overflow the address space"))
+    })?;
+    let mm = Mm::new(cfg).map_err(Failure::run)?;
+    let r = mm.map_anon(len).map_err(Failure::run)?;
     let time = |off: usize, write: bool| {
         let t = Instant::now();
         if write {
@@ -90,7 +86,7 @@ pub fn run(cfg: MmConfig, pages: usize, json_out: bool) -> Result<bool, String> 
     if json_out {
         println!(
             "{}",
-            serde_json::to_string_pretty(&out).map_err(|e| e.to_string())?
+            serde_json::to_string_pretty(&out).map_err(Failure::run)?
         );
     } else {
         for k in ["resident_access", "minor_fault", "major_fault"] {
@@ -107,5 +103,5 @@ pub fn run(cfg: MmConfig, pages: usize, json_out: bool) -> Result<bool, String> 
         println!("major: {}", out["major_fault_counters"]);
         println!("minor: {}", out["minor_fault_counters"]);
     }
-    Ok(true)
+    Ok(())
 }

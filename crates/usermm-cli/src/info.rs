@@ -1,0 +1,68 @@
+//! `usermm info`: starts a manager with the given settings and reports what it found and chose:
+//! how userfaultfd was opened and which features the kernel negotiated, the budget and the
+//! watermarks scaled from it, the commit limit, the swap device and the handler threads.
+
+use serde_json::json;
+use usermm::{Mm, MmConfig};
+
+use crate::Failure;
+
+/// Prints the report as text, or as one JSON object with `json`.
+pub fn run(cfg: MmConfig, json_out: bool) -> Result<(), Failure> {
+    let m = Mm::new(cfg).map_err(Failure::run)?;
+    let u = m.uffd_info();
+    let w = m.watermarks();
+    let (_, commit_limit) = m.commit();
+    let handlers = match m.config().handler_threads {
+        0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+        n => n,
+    };
+    if json_out {
+        let v = json!({
+            "engine": "usermm",
+            "uffd_origin": format!("{:?}", u.origin),
+            "uffd_features": u.features,
+            "budget_bytes": m.budget(),
+            "watermarks_pages": {"min": w.min, "low": w.low, "high": w.high},
+            "swap_device": m.swap_name(),
+            "swap_bytes": m.swap_bytes(),
+            "commit_limit_bytes": commit_limit,
+            "overcommit": m.config().overcommit,
+            "handler_threads": handlers,
+            "page_cluster": m.config().page_cluster,
+            "fault_around_max_pages": m.config().fault_around_max,
+        });
+        println!("{v}");
+    } else {
+        println!("userfaultfd: {:?}", u.origin);
+        println!("features: {}", u.features.join(" "));
+        println!(
+            "budget: {} ({} pages); watermarks (pages): min {} low {} high {}",
+            crate::output::mib(m.budget()),
+            m.budget() / 4096,
+            w.min,
+            w.low,
+            w.high
+        );
+        println!(
+            "swap: {} ({})",
+            m.swap_name(),
+            crate::output::mib(m.swap_bytes())
+        );
+        println!(
+            "commit limit: {}{}",
+            crate::output::mib(commit_limit),
+            if m.config().overcommit {
+                " (overcommit on: not enforced)"
+            } else {
+                ""
+            }
+        );
+        println!(
+            "fault handler threads: {handlers}; readahead up to {} pages; write fault-around up to {} pages",
+            1u32 << m.config().page_cluster,
+            m.config().fault_around_max
+        );
+    }
+    Ok(())
+}

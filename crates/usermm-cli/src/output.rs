@@ -1,0 +1,307 @@
+//! What the benchmarks print: usemem's per-task line, the end-of-run summary as text or as one
+//! JSON object, the progress bar (only when stderr is a terminal) and the process's peak RSS.
+
+use std::io::IsTerminal;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{json, Map, Value};
+use usermm::Vmstat;
+
+/// The counters the text summary shows (the JSON report carries all of them).
+pub const KEY_COUNTERS: &[&str] = &[
+    "pgfault",
+    "pgmajfault",
+    "pswpin",
+    "pswpout",
+    "pgscan_kswapd",
+    "pgscan_direct",
+    "pgsteal_kswapd",
+    "pgsteal_direct",
+    "allocstall",
+    "zero_page_fault",
+    "swap_ra",
+    "swap_ra_hit",
+    "pgactivate",
+    "pgdeactivate",
+];
+
+/// The counters reported for the verification (read-back) phase.
+const VERIFY_COUNTERS: &[&str] = &[
+    "pswpin",
+    "pswpout",
+    "pgmajfault",
+    "pgfault",
+    "swap_ra",
+    "swap_ra_hit",
+];
+
+/// `n` bytes as MiB with one decimal, e.g. `256.0 MiB`.
+pub fn mib(n: u64) -> String {
+    format!("{:.1} MiB", n as f64 / (1 << 20) as f64)
+}
+
+/// The process's peak resident set (VmHWM in /proc/self/status), 0 if unavailable.
+pub fn peak_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .unwrap_or(0)
+        * 1024
+}
+
+/// A progress bar counting bytes, or None when stderr is not a terminal (or there is nothing
+/// to count).
+pub fn progress(msg: &'static str, total: u64) -> Option<ProgressBar> {
+    if total == 0 || !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let b = ProgressBar::new(total);
+    b.set_style(
+        ProgressStyle::with_template("{msg:>10} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    b.set_message(msg);
+    Some(b)
+}
+
+/// One task's usemem result.
+#[derive(Debug, Clone, Copy)]
+pub struct TaskLine {
+    /// Bytes usemem counts: size/8 for the allocation plus 8 per access.
+    pub bytes: u64,
+    pub usecs: u64,
+}
+
+impl TaskLine {
+    /// usemem's `((bytes * 1000000) >> 10) / usecs`.
+    pub fn kbs(&self) -> u64 {
+        (((self.bytes as u128 * 1_000_000) >> 10) / self.usecs.max(1) as u128) as u64
+    }
+
+    /// usemem's line: `N bytes / M usecs = K KB/s`.
+    pub fn line(&self) -> String {
+        format!(
+            "{} bytes / {} usecs = {} KB/s",
+            self.bytes,
+            self.usecs,
+            self.kbs()
+        )
+    }
+}
+
+/// How the verification went.
+#[derive(Debug, Clone)]
+pub enum Verify {
+    /// Not run (--no-verify).
+    Skipped,
+    /// A read-only run: every word read was zero (or the first that was not).
+    Reads(Result<(), String>),
+    /// A write run: every touched word was read back after the last pass.
+    ReadBack {
+        result: Result<(), String>,
+        seconds: f64,
+        /// Counter deltas over the read-back.
+        vmstat: Vmstat,
+    },
+}
+
+impl Verify {
+    pub fn ok(&self) -> bool {
+        match self {
+            Verify::Skipped => false,
+            Verify::Reads(r) | Verify::ReadBack { result: r, .. } => r.is_ok(),
+        }
+    }
+    pub fn error(&self) -> Option<&str> {
+        match self {
+            Verify::Skipped => None,
+            Verify::Reads(r) | Verify::ReadBack { result: r, .. } => r.as_ref().err().map(|s| &**s),
+        }
+    }
+}
+
+/// Everything a usemem-style run reports.
+pub struct Report {
+    pub workload: &'static str,
+    pub tasks: usize,
+    pub bytes_per_task: u64,
+    pub readonly: bool,
+    pub step: u64,
+    pub random: bool,
+    pub repeat: u32,
+    pub budget_bytes: u64,
+    pub swap_bytes: u64,
+    pub swap_device: String,
+    pub per_task: Vec<TaskLine>,
+    pub elapsed_s: f64,
+    pub verify: Verify,
+    pub peak_resident_bytes: u64,
+    pub peak_rss_bytes: u64,
+    /// Counters at the end of the workload (before the read-back).
+    pub vmstat: Vmstat,
+}
+
+impl Report {
+    /// Sum of the per-task KB/s, as LKP sums usemem's lines.
+    pub fn throughput_kbs(&self) -> u64 {
+        self.per_task.iter().map(TaskLine::kbs).sum()
+    }
+
+    fn swapout_mibs(&self) -> f64 {
+        self.vmstat.val("pswpout") as f64 * 4096.0 / (1 << 20) as f64 / self.elapsed_s.max(1e-9)
+    }
+
+    /// usemem's per-task lines: stdout, or stderr when stdout carries JSON.
+    pub fn print_task_lines(&self, json: bool) {
+        for t in &self.per_task {
+            if json {
+                eprintln!("{}", t.line());
+            } else {
+                println!("{}", t.line());
+            }
+        }
+    }
+
+    /// The report as one JSON object.
+    pub fn to_json(&self) -> Value {
+        let vmstat: Map<String, Value> = self
+            .vmstat
+            .iter()
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect();
+        let (verify_s, verify_vmstat) = match &self.verify {
+            Verify::ReadBack {
+                seconds, vmstat, ..
+            } => (
+                *seconds,
+                VERIFY_COUNTERS
+                    .iter()
+                    .map(|k| (k.to_string(), json!(vmstat.val(k))))
+                    .collect::<Map<_, _>>()
+                    .into(),
+            ),
+            _ => (0.0, Value::Null),
+        };
+        let kbs = self.throughput_kbs();
+        json!({
+            "workload": self.workload,
+            "engine": "usermm",
+            "tasks": self.tasks,
+            "bytes_per_task": self.bytes_per_task,
+            "readonly": self.readonly,
+            "step": self.step,
+            "random": self.random,
+            "repeat": self.repeat,
+            "budget_bytes": self.budget_bytes,
+            "swap_bytes": self.swap_bytes,
+            "swap_device": self.swap_device,
+            "throughput_kbs": kbs,
+            "throughput_mibs": kbs as f64 / 1024.0,
+            "swapout_mibs": self.swapout_mibs(),
+            "elapsed_s": self.elapsed_s,
+            "verified": self.verify.ok(),
+            "verify_skipped": matches!(self.verify, Verify::Skipped),
+            "verify_error": self.verify.error(),
+            "verify_s": verify_s,
+            "verify_vmstat": verify_vmstat,
+            "peak_resident_bytes": self.peak_resident_bytes,
+            "peak_rss_bytes": self.peak_rss_bytes,
+            "per_task": self.per_task.iter().map(|t| json!({
+                "bytes": t.bytes,
+                "usecs": t.usecs,
+                "kbs": t.kbs(),
+            })).collect::<Vec<_>>(),
+            "vmstat": vmstat,
+        })
+    }
+
+    /// The human-readable summary (stdout).
+    pub fn print_text(&self) {
+        let kbs = self.throughput_kbs();
+        println!(
+            "{}: {} task(s) x {}{}, budget {}, swap {} ({})",
+            self.workload,
+            self.tasks,
+            mib(self.bytes_per_task),
+            match (self.readonly, self.random) {
+                (true, true) => ", read-only, random",
+                (true, false) => ", read-only",
+                (false, true) => ", random",
+                (false, false) => "",
+            },
+            mib(self.budget_bytes),
+            self.swap_device,
+            mib(self.swap_bytes)
+        );
+        println!(
+            "elapsed {:.2} s, throughput {:.0} MiB/s ({kbs} KB/s), swap-out {:.0} MiB/s",
+            self.elapsed_s,
+            kbs as f64 / 1024.0,
+            self.swapout_mibs()
+        );
+        match &self.verify {
+            Verify::Skipped => println!("verify: skipped (--no-verify)"),
+            Verify::Reads(Ok(())) => println!("verify: ok (every word read was zero)"),
+            Verify::Reads(Err(e)) => println!("verify: FAILED: {e}"),
+            Verify::ReadBack {
+                result,
+                seconds,
+                vmstat,
+            } => {
+                let state = match result {
+                    Ok(()) => "ok".to_string(),
+                    Err(e) => format!("FAILED: {e}"),
+                };
+                let swapin = vmstat.val("pswpin") as f64 * 4096.0 / (1 << 20) as f64;
+                let counters: Vec<String> = VERIFY_COUNTERS
+                    .iter()
+                    .map(|k| format!("{k} {}", vmstat.val(k)))
+                    .collect();
+                println!(
+                    "verify: {state} in {seconds:.2} s (read-back swap-in {:.0} MiB/s; {})",
+                    swapin / seconds.max(1e-9),
+                    counters.join(", ")
+                );
+            }
+        }
+        println!(
+            "peak resident {} of {} budget; process peak RSS {}",
+            mib(self.peak_resident_bytes),
+            mib(self.budget_bytes),
+            mib(self.peak_rss_bytes)
+        );
+        let shown: Vec<String> = KEY_COUNTERS
+            .iter()
+            .map(|k| format!("{k} {}", self.vmstat.val(k)))
+            .collect();
+        println!("vmstat: {}", shown.join(", "));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usemem_line_and_rate() {
+        let t = TaskLine {
+            bytes: 1 << 20,
+            usecs: 1_000_000,
+        };
+        assert_eq!(t.kbs(), 1024);
+        assert_eq!(t.line(), "1048576 bytes / 1000000 usecs = 1024 KB/s");
+        // No division by zero for an instant task.
+        assert_eq!(TaskLine { bytes: 8, usecs: 0 }.kbs(), 8_000_000 >> 10);
+    }
+
+    #[test]
+    fn sizes_in_mib() {
+        assert_eq!(mib(256 << 20), "256.0 MiB");
+        assert_eq!(mib(3 << 19), "1.5 MiB");
+    }
+}
