@@ -166,18 +166,7 @@ fn at_least_one(opt: &str, v: u64) -> Result<(), Failure> {
 
 /// Parses `--swap file|file:PATH|ram|none` with a size.
 fn swap_config(spec: &str, size: u64) -> Result<SwapConfig, Failure> {
-    match spec {
-        "file" => Ok(SwapConfig::File { path: None, size }),
-        "ram" => Ok(SwapConfig::Ram { size }),
-        "none" => Ok(SwapConfig::None),
-        s if s.starts_with("file:") && s.len() > 5 => Ok(SwapConfig::File {
-            path: Some(s[5..].into()),
-            size,
-        }),
-        other => Err(Failure::Usage(format!(
-            "--swap: unknown swap device {other:?}: use file, file:PATH, ram or none"
-        ))),
-    }
+    SwapConfig::parse(spec, size).map_err(|e| Failure::Usage(format!("--swap: {e}")))
 }
 
 /// Default swap size when `--swap-size` is not given.

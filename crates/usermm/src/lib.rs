@@ -8,6 +8,7 @@
 #[cfg(not(loom))]
 pub mod error;
 pub mod mm;
+pub mod settings;
 #[cfg(not(loom))]
 pub mod swap;
 pub mod sync;
@@ -21,6 +22,7 @@ pub use error::{Error, Result};
 pub use mm::region::Region;
 #[cfg(not(loom))]
 pub use mm::{Mm, MmConfig, UffdInfo, Watermarks};
+pub use settings::{Behaviour, Settings, Switch};
 #[cfg(not(loom))]
 pub use swap::{SwapConfig, SwapDevice};
 pub use vmstat::Vmstat;

@@ -4,7 +4,11 @@ use std::collections::BTreeMap;
 use std::thread::JoinHandle;
 
 use crate::error::{Error, Result};
+use crate::settings::Settings;
 use crate::swap::SwapConfig;
+
+/// Budget used when `USERMM_BUDGET` is not set.
+pub const DEFAULT_BUDGET: u64 = 256 << 20;
 use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, Condvar, Mutex, Ordering, RwLock};
 use crate::sys::uffd::{self, EventFd, OpenPolicy, Uffd};
 use crate::sys::{Advice, Mapping, PAGE_SIZE};
@@ -68,6 +72,8 @@ pub struct MmConfig {
     pub handler_spin_us: u32,
     /// Which userfaultfd opening paths to try.
     pub uffd_policy: OpenPolicy,
+    /// The seed switches and laptop mode.
+    pub settings: Settings,
 }
 
 impl MmConfig {
@@ -87,7 +93,44 @@ impl MmConfig {
             fault_around_max: 128,
             handler_spin_us: 50,
             uffd_policy: OpenPolicy::Auto,
+            settings: Settings::default(),
         }
+    }
+
+    /// The configuration the environment describes, as used by the C ABI's default manager,
+    /// Python's `usermm.default()` and `usermm run`: `USERMM_BUDGET` (default 256M),
+    /// `USERMM_SWAP` (`file`, `file:PATH`, `ram` or `none`; default `file`), `USERMM_SWAP_SIZE`
+    /// (default 4x the budget), `USERMM_OVERCOMMIT` (`1`/`0`), `USERMM_SET` (seed switches).
+    /// Errors name the variable and what it should hold.
+    pub fn from_env() -> Result<MmConfig> {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let size_var = |name: &str, v: &str| {
+            crate::parse_size(v).map_err(|e| Error::inval(format!("{name}: {e}")))
+        };
+        let budget = match var("USERMM_BUDGET") {
+            Some(v) => size_var("USERMM_BUDGET", &v)?,
+            None => DEFAULT_BUDGET,
+        };
+        let swap_size = match var("USERMM_SWAP_SIZE") {
+            Some(v) => size_var("USERMM_SWAP_SIZE", &v)?,
+            None => budget.saturating_mul(4),
+        };
+        let swap = SwapConfig::parse(var("USERMM_SWAP").as_deref().unwrap_or("file"), swap_size)
+            .map_err(|e| Error::inval(format!("USERMM_SWAP: {e}")))?;
+        let overcommit = match var("USERMM_OVERCOMMIT").as_deref() {
+            None | Some("0") | Some("off") | Some("false") => false,
+            Some("1") | Some("on") | Some("true") => true,
+            Some(v) => return Err(Error::inval(format!("USERMM_OVERCOMMIT={v:?}: use 1 or 0"))),
+        };
+        let mut cfg = MmConfig::new(budget).swap(swap).overcommit(overcommit);
+        cfg.settings = Settings::from_env()?;
+        Ok(cfg)
+    }
+
+    /// Replaces the seed switches and laptop mode.
+    pub fn settings(mut self, s: Settings) -> Self {
+        self.settings = s;
+        self
     }
     pub fn swap(mut self, swap: SwapConfig) -> Self {
         self.swap = swap;
@@ -531,5 +574,35 @@ impl Mm {
     /// returns pages reclaimed. Like writing to memory.reclaim.
     pub fn reclaim_to(&self, target_bytes: u64) -> u64 {
         vmscan::reclaim_to(self.inner(), target_bytes / PAGE_SIZE as u64)
+    }
+}
+
+#[cfg(test)]
+mod env_tests {
+    use super::*;
+
+    /// The only test touching USERMM_* variables (tests run in threads of one process).
+    #[test]
+    fn from_env_parses_and_names_the_variable() {
+        std::env::set_var("USERMM_BUDGET", "64M");
+        std::env::set_var("USERMM_SWAP", "ram");
+        std::env::set_var("USERMM_SET", "accessed_init=old,laptop_mode=on");
+        let c = MmConfig::from_env().unwrap();
+        assert_eq!(c.budget, 64 << 20);
+        assert!(matches!(c.swap, SwapConfig::Ram { size } if size == 256 << 20));
+        assert!(!c.settings.is_new(crate::Switch::AccessedInit));
+        assert!(c.settings.laptop_mode);
+        std::env::set_var("USERMM_BUDGET", "256Q");
+        let e = MmConfig::from_env().unwrap_err().to_string();
+        assert!(e.contains("USERMM_BUDGET") && e.contains("256Q"), "{e}");
+        std::env::set_var("USERMM_BUDGET", "64M");
+        std::env::set_var("USERMM_SWAP", "tape");
+        let e = MmConfig::from_env().unwrap_err().to_string();
+        assert!(e.contains("USERMM_SWAP") && e.contains("tape"), "{e}");
+        for v in ["USERMM_BUDGET", "USERMM_SWAP", "USERMM_SET"] {
+            std::env::remove_var(v);
+        }
+        let c = MmConfig::from_env().unwrap();
+        assert_eq!(c.budget, DEFAULT_BUDGET);
     }
 }

@@ -68,6 +68,23 @@ impl std::fmt::Debug for SwapConfig {
 }
 
 impl SwapConfig {
+    /// Parses a device name as the CLI and the environment give it: `file` (an unlinked
+    /// temporary file), `file:PATH`, `ram` or `none`, with the capacity `size` in bytes.
+    pub fn parse(spec: &str, size: u64) -> crate::Result<SwapConfig> {
+        match spec.trim() {
+            "file" => Ok(SwapConfig::File { path: None, size }),
+            "ram" => Ok(SwapConfig::Ram { size }),
+            "none" => Ok(SwapConfig::None),
+            s if s.starts_with("file:") && s.len() > 5 => Ok(SwapConfig::File {
+                path: Some(s[5..].into()),
+                size,
+            }),
+            other => Err(crate::Error::inval(format!(
+                "unknown swap device {other:?}: use file, file:PATH, ram or none"
+            ))),
+        }
+    }
+
     /// Opens the device this configuration names (None for [`SwapConfig::None`]).
     pub fn open(&self) -> io::Result<Option<Arc<dyn SwapDevice>>> {
         Ok(match self {

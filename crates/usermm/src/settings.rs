@@ -1,0 +1,323 @@
+//! The seed switches: each Linux commit usermm carries is a switch between the behaviour before
+//! the commit (`old`) and after it (`new`, the default), so its effect can be measured A/B
+//! (`usermm compare --switch NAME`). Also `laptop_mode`, the sysctl seed 004 is about.
+//!
+//! Set from the API ([`Settings::set`]), the CLI (`--set name=value`, repeatable) or the
+//! environment (`USERMM_SET="name=value,name=value"`). Every switch accepts `old` and `new` and
+//! two descriptive values of its own; `usermm info` lists them.
+//!
+//! Kernel counterparts: there are none as switches: each is a code change in mm/ (see
+//! docs/seeds.md for where each lives in Linux and in usermm).
+
+#[cfg(not(loom))]
+use crate::error::{Error, Result};
+
+/// A behaviour chosen by a switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Behaviour {
+    /// Before the seed commit.
+    Old,
+    /// After the seed commit (the default).
+    New,
+}
+
+/// The switches, one per mechanism of the four seed commits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Switch {
+    /// Seed 000: the swap cache maintains DIRTY/TOWRITE/WRITEBACK marks under its tree lock on
+    /// every writeback start and end (old), or sets `AS_NO_WRITEBACK_TAGS` and flips only the
+    /// page flag (new).
+    SwapcacheWritebackTags,
+    /// Seed 002: a new page-cache page is marked accessed with an atomic operation after it is
+    /// visible, in write_end (old), or with a plain store before insertion via `Fgp::ACCESSED`
+    /// (new).
+    AccessedInit,
+    /// Seed 003: every huge-zero mapping takes and every unmap drops a reference on one global
+    /// counter (old), or each Mm takes one reference on first use and drops it at teardown (new).
+    HugeZeroRefcount,
+    /// Seed 004: in laptop mode reclaim isolates only clean pages and rotates dirty ones (old), or
+    /// isolates dirty pages too and counts them (new).
+    LaptopModeIsolate,
+    /// Seed 004 series: reclaim wakes the flushers when every isolated page is dirty and not
+    /// queued for writeback (new); old: it does not.
+    ReclaimWakeFlushers,
+    /// Seed 004 series: kswapd writes a dirty file page only when it has been seen twice (the
+    /// reclaim flag) and the node is flagged dirty (new); old: on the first encounter.
+    KswapdWriteTwice,
+    /// Seed 004 series: dirty file pages that rotate on the inactive list are activated (new);
+    /// old: they stay inactive.
+    ActivateRotatedDirty,
+}
+
+/// Static description of one switch.
+#[derive(Debug, Clone, Copy)]
+pub struct SwitchInfo {
+    pub switch: Switch,
+    /// The name used by `--set`, `USERMM_SET` and `usermm compare --switch`.
+    pub name: &'static str,
+    /// The seed commit file in `shared/seeds/` (e.g. "000").
+    pub seed: &'static str,
+    /// Descriptive value for the old behaviour.
+    pub old: &'static str,
+    /// Descriptive value for the new behaviour.
+    pub new: &'static str,
+    /// One line on what it changes.
+    pub what: &'static str,
+}
+
+/// All switches, in seed order.
+pub const SWITCHES: &[SwitchInfo] = &[
+    SwitchInfo {
+        switch: Switch::SwapcacheWritebackTags,
+        name: "swapcache_writeback_tags",
+        seed: "000",
+        old: "on",
+        new: "off",
+        what: "swap cache keeps DIRTY/TOWRITE/WRITEBACK tree marks under its tree lock",
+    },
+    SwitchInfo {
+        switch: Switch::AccessedInit,
+        name: "accessed_init",
+        seed: "002",
+        old: "atomic",
+        new: "nonatomic",
+        what: "how a new page-cache page is marked accessed: atomic after insertion, or plain store before",
+    },
+    SwitchInfo {
+        switch: Switch::HugeZeroRefcount,
+        name: "huge_zero_refcount",
+        seed: "003",
+        old: "global",
+        new: "per_mm",
+        what: "huge zero page reference per mapping on a global counter, or once per Mm",
+    },
+    SwitchInfo {
+        switch: Switch::LaptopModeIsolate,
+        name: "laptop_mode_isolate",
+        seed: "004",
+        old: "clean_only",
+        new: "dirty_too",
+        what: "in laptop mode, reclaim isolates only clean pages, or dirty ones too",
+    },
+    SwitchInfo {
+        switch: Switch::ReclaimWakeFlushers,
+        name: "reclaim_wake_flushers",
+        seed: "004",
+        old: "off",
+        new: "on",
+        what: "reclaim wakes the flushers when all isolated pages are dirty and unqueued",
+    },
+    SwitchInfo {
+        switch: Switch::KswapdWriteTwice,
+        name: "kswapd_write_twice",
+        seed: "004",
+        old: "off",
+        new: "on",
+        what: "kswapd writes a dirty file page only on its second trip (PG_reclaim) on a dirty node",
+    },
+    SwitchInfo {
+        switch: Switch::ActivateRotatedDirty,
+        name: "activate_rotated_dirty",
+        seed: "004",
+        old: "off",
+        new: "on",
+        what: "dirty file pages that rotate on the inactive list are activated",
+    },
+];
+
+impl Switch {
+    /// The description of this switch.
+    pub fn info(self) -> &'static SwitchInfo {
+        SWITCHES
+            .iter()
+            .find(|i| i.switch == self)
+            .expect("every switch is described")
+    }
+
+    fn index(self) -> usize {
+        SWITCHES
+            .iter()
+            .position(|i| i.switch == self)
+            .expect("every switch is described")
+    }
+
+    /// The switch called `name`.
+    #[cfg(not(loom))]
+    pub fn from_name(name: &str) -> Result<Switch> {
+        SWITCHES
+            .iter()
+            .find(|i| i.name == name)
+            .map(|i| i.switch)
+            .ok_or_else(|| {
+                Error::inval(format!(
+                    "unknown switch {name:?}: the switches are {} (and the setting laptop_mode)",
+                    SWITCHES
+                        .iter()
+                        .map(|i| i.name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })
+    }
+}
+
+/// The seed switches and `laptop_mode`. `Default` is every switch new, laptop mode off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    behaviour: [Behaviour; SWITCHES.len()],
+    /// `vm.laptop_mode`: reclaim does not write dirty pages itself (`may_writepage = 0`); with
+    /// switch `laptop_mode_isolate` old it also leaves them on the list (ISOLATE_CLEAN).
+    pub laptop_mode: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            behaviour: [Behaviour::New; SWITCHES.len()],
+            laptop_mode: false,
+        }
+    }
+}
+
+impl Settings {
+    /// The behaviour of switch `s`.
+    pub fn get(&self, s: Switch) -> Behaviour {
+        self.behaviour[s.index()]
+    }
+
+    /// True when switch `s` has its new (post-commit) behaviour.
+    pub fn is_new(&self, s: Switch) -> bool {
+        self.get(s) == Behaviour::New
+    }
+
+    /// Sets switch `s`.
+    pub fn with(mut self, s: Switch, b: Behaviour) -> Settings {
+        self.behaviour[s.index()] = b;
+        self
+    }
+
+    /// All switches with their current behaviour.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static SwitchInfo, Behaviour)> + '_ {
+        SWITCHES.iter().zip(self.behaviour.iter().copied())
+    }
+
+    /// `name=value,name=value` (as in `USERMM_SET`), e.g. `laptop_mode=on,laptop_mode_isolate=old`.
+    #[cfg(not(loom))]
+    pub fn parse(list: &str) -> Result<Settings> {
+        let mut s = Settings::default();
+        s.apply(list)?;
+        Ok(s)
+    }
+
+    /// Applies a `name=value,...` list on top of these settings.
+    #[cfg(not(loom))]
+    pub fn apply(&mut self, list: &str) -> Result<()> {
+        for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let (name, value) = item.split_once('=').ok_or_else(|| {
+                Error::inval(format!(
+                    "setting {item:?} has no value: write name=value, e.g. accessed_init=old"
+                ))
+            })?;
+            self.set(name.trim(), value.trim())?;
+        }
+        Ok(())
+    }
+
+    /// Sets one switch or setting by name. Switches take `old`, `new` or their two descriptive
+    /// values (`usermm info` lists them); `laptop_mode` takes `on`/`off` (or 1/0, true/false).
+    #[cfg(not(loom))]
+    pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
+        if name == "laptop_mode" {
+            self.laptop_mode = match value {
+                "on" | "1" | "true" | "yes" => true,
+                "off" | "0" | "false" | "no" => false,
+                _ => {
+                    return Err(Error::inval(format!(
+                        "laptop_mode={value:?}: use on or off"
+                    )))
+                }
+            };
+            return Ok(());
+        }
+        let s = Switch::from_name(name)?;
+        let info = s.info();
+        let b = if value == "old" || value == info.old {
+            Behaviour::Old
+        } else if value == "new" || value == info.new {
+            Behaviour::New
+        } else {
+            return Err(Error::inval(format!(
+                "{name}={value:?}: use old ({}) or new ({})",
+                info.old, info.new
+            )));
+        };
+        self.behaviour[s.index()] = b;
+        Ok(())
+    }
+
+    /// The settings in `USERMM_SET` (defaults when unset or empty).
+    #[cfg(not(loom))]
+    pub fn from_env() -> Result<Settings> {
+        match std::env::var("USERMM_SET") {
+            Ok(v) => Settings::parse(&v).map_err(|e| Error::inval(format!("USERMM_SET: {e}"))),
+            Err(_) => Ok(Settings::default()),
+        }
+    }
+}
+
+impl std::fmt::Display for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (info, b) in self.iter() {
+            let v = match b {
+                Behaviour::Old => info.old,
+                Behaviour::New => info.new,
+            };
+            write!(f, "{}={v},", info.name)?;
+        }
+        write!(
+            f,
+            "laptop_mode={}",
+            if self.laptop_mode { "on" } else { "off" }
+        )
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_new() {
+        let s = Settings::default();
+        assert!(SWITCHES.iter().all(|i| s.is_new(i.switch)));
+        assert!(!s.laptop_mode);
+    }
+
+    #[test]
+    fn parse_names_and_aliases() {
+        let s = Settings::parse("swapcache_writeback_tags=on, accessed_init=old,laptop_mode=on")
+            .unwrap();
+        assert_eq!(s.get(Switch::SwapcacheWritebackTags), Behaviour::Old);
+        assert_eq!(s.get(Switch::AccessedInit), Behaviour::Old);
+        assert!(s.is_new(Switch::HugeZeroRefcount));
+        assert!(s.laptop_mode);
+        let s = Settings::parse("huge_zero_refcount=global,huge_zero_refcount=per_mm").unwrap();
+        assert!(s.is_new(Switch::HugeZeroRefcount));
+        // Display round-trips.
+        let s = Settings::parse("laptop_mode_isolate=clean_only,laptop_mode=1").unwrap();
+        assert_eq!(Settings::parse(&s.to_string()).unwrap(), s);
+    }
+
+    #[test]
+    fn errors_name_the_problem() {
+        let e = Settings::parse("nosuch=old").unwrap_err().to_string();
+        assert!(e.contains("nosuch") && e.contains("accessed_init"), "{e}");
+        let e = Settings::parse("accessed_init=maybe")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("atomic") && e.contains("nonatomic"), "{e}");
+        let e = Settings::parse("accessed_init").unwrap_err().to_string();
+        assert!(e.contains("name=value"), "{e}");
+        assert!(Settings::parse("laptop_mode=2").is_err());
+    }
+}
