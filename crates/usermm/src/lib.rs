@@ -19,6 +19,8 @@ pub mod vmstat;
 #[cfg(not(loom))]
 pub use error::{Error, Result};
 #[cfg(not(loom))]
+pub use mm::file::{CachedFile, MapKind};
+#[cfg(not(loom))]
 pub use mm::region::Region;
 #[cfg(not(loom))]
 pub use mm::{Mm, MmConfig, UffdInfo, Watermarks};

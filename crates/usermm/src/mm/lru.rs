@@ -15,26 +15,43 @@ use crate::vmstat::{Counters, Item};
 pub enum Lru {
     InactiveAnon = 0,
     ActiveAnon = 1,
+    InactiveFile = 2,
+    ActiveFile = 3,
 }
 
-pub const NR_LRU: usize = 2;
+pub const NR_LRU: usize = 4;
 
 impl Lru {
     pub fn active(self) -> bool {
-        matches!(self, Lru::ActiveAnon)
+        matches!(self, Lru::ActiveAnon | Lru::ActiveFile)
+    }
+    pub fn file(self) -> bool {
+        matches!(self, Lru::InactiveFile | Lru::ActiveFile)
     }
     fn item(self) -> Item {
         match self {
             Lru::InactiveAnon => Item::NrInactiveAnon,
             Lru::ActiveAnon => Item::NrActiveAnon,
+            Lru::InactiveFile => Item::NrInactiveFile,
+            Lru::ActiveFile => Item::NrActiveFile,
         }
     }
-    /// The list a page with these flags belongs on (`page_lru`).
-    pub fn of(flags: u32) -> Lru {
-        if flags & pg::ACTIVE != 0 {
-            Lru::ActiveAnon
+    /// The isolated-pages counter of this list's type.
+    pub fn isolated_item(self) -> Item {
+        if self.file() {
+            Item::NrIsolatedFile
         } else {
-            Lru::InactiveAnon
+            Item::NrIsolatedAnon
+        }
+    }
+    /// The list a page with these flags belongs on (`page_lru`): swap-backed pages (anonymous
+    /// and in-memory file pages) on the anon lists, file pages on the file lists.
+    pub fn of(flags: u32) -> Lru {
+        match (flags & pg::SWAPBACKED != 0, flags & pg::ACTIVE != 0) {
+            (true, false) => Lru::InactiveAnon,
+            (true, true) => Lru::ActiveAnon,
+            (false, false) => Lru::InactiveFile,
+            (false, true) => Lru::ActiveFile,
         }
     }
 }
@@ -143,6 +160,22 @@ impl Lruvec {
         out: &mut Vec<u32>,
         vm: &Counters,
     ) -> usize {
+        self.isolate_mode(pages, lru, nr, nr_scan, false, out, vm)
+    }
+
+    /// [`Lruvec::isolate`] with `ISOLATE_CLEAN`: when `clean_only`, dirty pages and pages under
+    /// writeback are not taken but rotated to the head.
+    #[allow(clippy::too_many_arguments)]
+    pub fn isolate_mode(
+        &self,
+        pages: &[Page],
+        lru: Lru,
+        nr: usize,
+        nr_scan: usize,
+        clean_only: bool,
+        out: &mut Vec<u32>,
+        vm: &Counters,
+    ) -> usize {
         let mut ls = self.lists.lock();
         let l = &mut ls[lru as usize];
         let mut scanned = 0;
@@ -152,6 +185,10 @@ impl Lruvec {
             scanned += 1;
             let p = &pages[f as usize];
             unlink(pages, l, f);
+            if clean_only && p.test(pg::DIRTY | pg::WRITEBACK) {
+                link_head(pages, l, f);
+                continue;
+            }
             if p.trylock() {
                 p.clear(pg::LRU);
                 out.push(f);
@@ -162,7 +199,7 @@ impl Lruvec {
         }
         drop(ls);
         vm.sub(lru.item(), taken as u64);
-        vm.add(Item::NrIsolatedAnon, taken as u64);
+        vm.add(lru.isolated_item(), taken as u64);
         scanned
     }
 
@@ -179,9 +216,9 @@ impl Lruvec {
             link_head(pages, &mut ls[lru as usize], f);
             p.set(pg::LRU);
             vm.inc(lru.item());
+            vm.sub(lru.isolated_item(), 1);
         }
         drop(ls);
-        vm.sub(Item::NrIsolatedAnon, frames.len() as u64);
         for &f in frames {
             pages[f as usize].unlock();
         }
@@ -192,11 +229,13 @@ impl Lruvec {
         let mut ls = self.lists.lock();
         let p = &pages[f as usize];
         if p.test(pg::LRU) && !p.test(pg::ACTIVE) {
-            unlink(pages, &mut ls[Lru::InactiveAnon as usize], f);
+            let from = Lru::of(p.flags());
+            unlink(pages, &mut ls[from as usize], f);
             p.set(pg::ACTIVE);
-            link_head(pages, &mut ls[Lru::ActiveAnon as usize], f);
-            vm.sub(Item::NrInactiveAnon, 1);
-            vm.inc(Item::NrActiveAnon);
+            let to = Lru::of(p.flags());
+            link_head(pages, &mut ls[to as usize], f);
+            vm.sub(from.item(), 1);
+            vm.inc(to.item());
             vm.inc(Item::Pgactivate);
         }
     }
@@ -238,7 +277,13 @@ mod tests {
 
     fn setup(n: usize) -> (Vec<Page>, Lruvec, Counters) {
         (
-            (0..n).map(|_| Page::default()).collect(),
+            (0..n)
+                .map(|_| {
+                    let p = Page::default();
+                    p.set(pg::SWAPBACKED);
+                    p
+                })
+                .collect(),
             Lruvec::default(),
             Counters::default(),
         )

@@ -74,6 +74,19 @@ pub struct MmConfig {
     pub uffd_policy: OpenPolicy,
     /// The seed switches and laptop mode.
     pub settings: Settings,
+    /// `vm.dirty_background_ratio`: percent of dirtyable memory (free + file pages) above which
+    /// the flushers write in the background.
+    pub dirty_background_ratio: u32,
+    /// `vm.dirty_ratio`: percent of dirtyable memory above which writers are throttled.
+    pub dirty_ratio: u32,
+    /// `vm.dirty_expire_centisecs`: dirty data older than this is written by the periodic flush.
+    pub dirty_expire_centisecs: u32,
+    /// `vm.dirty_writeback_centisecs`: the flushers' period.
+    pub dirty_writeback_centisecs: u32,
+    /// `vm.swappiness` (0-200): anon vs file scan balance.
+    pub swappiness: u32,
+    /// Largest file readahead window in KiB (`read_ahead_kb`).
+    pub read_ahead_kb: u32,
 }
 
 impl MmConfig {
@@ -94,6 +107,12 @@ impl MmConfig {
             handler_spin_us: 50,
             uffd_policy: OpenPolicy::Auto,
             settings: Settings::default(),
+            dirty_background_ratio: 10,
+            dirty_ratio: 20,
+            dirty_expire_centisecs: 3000,
+            dirty_writeback_centisecs: 500,
+            swappiness: 60,
+            read_ahead_kb: 128,
         }
     }
 
@@ -225,6 +244,14 @@ pub struct MmInner {
     pub(crate) shutdown_efd: EventFd,
     pub(crate) peak_resident: AtomicU64,
     pub(crate) spinners: AtomicU32,
+    /// Address spaces of open files (page owners name them by id).
+    pub(crate) mappings: RwLock<super::file::MappingTable>,
+    /// Flushers and dirty lists.
+    pub(crate) wb: super::page_writeback::WbState,
+    /// PGDAT_DIRTY: reclaim found only dirty, unqueued file pages at the LRU tail.
+    pub(crate) pgdat_dirty: AtomicBool,
+    /// For threads started on demand (flushers).
+    pub(crate) self_ref: Mutex<Option<std::sync::Weak<MmInner>>>,
 }
 
 impl MmInner {
@@ -259,6 +286,11 @@ impl Drop for MmHandle {
             self.inner.kswapd.cv.notify_all();
         }
         for t in self.threads.lock().drain(..) {
+            let _ = t.join();
+        }
+        self.inner.wb.shutdown();
+        let flushers: Vec<_> = self.inner.wb.threads.lock().drain(..).collect();
+        for t in flushers {
             let _ = t.join();
         }
     }
@@ -342,7 +374,8 @@ impl Mm {
             .swap
             .open()
             .map_err(|e| Error::io(format!("opening swap device {:?}", cfg.swap), e))?;
-        let swap = dev.map(SwapState::new);
+        let writeback_tags = !cfg.settings.is_new(crate::Switch::SwapcacheWritebackTags);
+        let swap = dev.map(|d| SwapState::new(d, writeback_tags));
         let swap_pages = swap.as_ref().map_or(0, |s| s.slots.nr_pages());
         let wanted = uffd::feature::MOVE
             | uffd::feature::POISON
@@ -406,11 +439,16 @@ impl Mm {
             shutdown_efd: efd,
             peak_resident: AtomicU64::new(0),
             spinners: AtomicU32::new(0),
+            mappings: RwLock::new(Default::default()),
+            wb: Default::default(),
+            pgdat_dirty: AtomicBool::new(false),
+            self_ref: Mutex::new(None),
             uffd,
             pool,
             zero_src,
             cfg,
         });
+        *inner.self_ref.lock() = Some(Arc::downgrade(&inner));
         let mut threads = Vec::new();
         for i in 0..handlers {
             let m = inner.clone();

@@ -12,12 +12,15 @@ use crate::sys::uffd::{pf, OpError};
 use crate::sys::{Advice, Mapping, PAGE_SIZE};
 use crate::vmstat::Item;
 
+use super::filemap;
+use super::lru::mark_page_accessed;
 use super::page::pg;
 use super::pgtable::{Pte, PteGuard};
-use super::region::RegionInner;
+use super::region::{unmap_file_page, FileMap, RegionInner};
 use super::swap_state::swapin_nr_pages;
 use super::vmscan;
 use super::MmInner;
+use crate::sync::Arc;
 
 /// Outcome of one fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,22 +58,37 @@ pub fn handle_fault(m: &MmInner, addr: usize, flags: u64) -> Fault {
             let _ = m.uffd.wake(r.page_addr(idx), PAGE_SIZE);
             return Fault::Done;
         }
-        let res = match r.pt.get(idx) {
-            Pte::None if !write => zero_fault(m, &r, idx),
-            Pte::None => anon_write_fault(m, &r, idx),
-            Pte::Zero if wp => zero_wp_fault(m, &r, idx),
-            Pte::Frame(f) => frame_fault(m, &r, idx, f, write, wp),
-            Pte::Swap(s) => swap_fault(m, &r, idx, s, write),
-            Pte::Zero | Pte::Poison => {
-                // Already resolved by another handler (or poisoned: the access raises SIGBUS).
-                let _ = m.uffd.wake(r.page_addr(idx), PAGE_SIZE);
-                Some(Fault::Done)
-            }
+        let res = match (r.pt.get(idx), &r.file) {
+            (_, Some(fm)) if fm.shared => shared_file_fault(m, &r, fm, idx, write, wp),
+            (Pte::None, Some(fm)) => private_file_fault(m, &r, fm, idx),
+            (pte, _) => anon_fault(m, &r, idx, pte, write, wp),
         };
         if let Some(f) = res {
             return f;
         }
         // The entry changed under us: look again.
+    }
+}
+
+fn anon_fault(
+    m: &MmInner,
+    r: &Arc<RegionInner>,
+    idx: u64,
+    pte: Pte,
+    write: bool,
+    wp: bool,
+) -> Option<Fault> {
+    match pte {
+        Pte::None if !write => zero_fault(m, r, idx),
+        Pte::None => anon_write_fault(m, r, idx),
+        Pte::Zero if wp => zero_wp_fault(m, r, idx),
+        Pte::Frame(f) => frame_fault(m, r, idx, f, write, wp),
+        Pte::Swap(s) => swap_fault(m, r, idx, s, write),
+        Pte::Zero | Pte::Poison => {
+            // Already resolved by another handler (or poisoned: the access raises SIGBUS).
+            let _ = m.uffd.wake(r.page_addr(idx), PAGE_SIZE);
+            Some(Fault::Done)
+        }
     }
 }
 
@@ -632,7 +650,7 @@ fn swap_fault(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) ->
 
 /// Puts the page at `off` of `bounce` into frame `f`'s pool slot: a plain copy into a recycled
 /// page, or UFFDIO_COPY into an empty slot.
-fn fill_slot(m: &MmInner, f: u32, bounce: &Mapping, off: usize) -> bool {
+pub(crate) fn fill_slot(m: &MmInner, f: u32, bounce: &Mapping, off: usize) -> bool {
     if m.pages[f as usize].test_clear(pg::POOLED) {
         m.pool
             .copy_from(MmInner::frame_off(f), bounce, off, PAGE_SIZE)
@@ -651,7 +669,7 @@ thread_local! {
 
 /// Runs `f` with this thread's bounce buffer (512 pages, unregistered, reused so its pages stay
 /// populated): device reads land there, then UFFDIO_COPY places them.
-fn with_bounce<R>(pages: usize, f: impl FnOnce(&Mapping) -> R) -> R {
+pub(crate) fn with_bounce<R>(pages: usize, f: impl FnOnce(&Mapping) -> R) -> R {
     assert!(pages <= 512);
     BOUNCE.with(|b| {
         let mut b = b.borrow_mut();
@@ -696,4 +714,234 @@ fn oom(m: &MmInner, r: &RegionInner, idx: u64) -> Fault {
     drop(g);
     m.vm.inc(Item::OomPoison);
     Fault::Done
+}
+
+/// Read-around window of a file fault (pages, aligned): Linux's `ra_pages` around the fault.
+const FILE_FAULT_AROUND: u64 = 32;
+
+/// The page-cache page for file page `index` of a file region, read (with read-around) if
+/// absent, returned locked and up to date with a reference; None: retry the fault.
+fn file_fault_page(m: &MmInner, fm: &FileMap, index: u64) -> std::result::Result<u32, Fault> {
+    let a = &fm.mapping;
+    let f = match filemap::find_get_page(m, a, index) {
+        Ok(Some(f)) => f,
+        Ok(None) => {
+            // do_sync_mmap_readahead: read around the fault.
+            let start = index & !(FILE_FAULT_AROUND - 1);
+            filemap::do_page_cache_readahead(m, a, start, FILE_FAULT_AROUND, None);
+            m.vm.inc(Item::Pgmajfault);
+            match filemap::find_get_page(m, a, index) {
+                Ok(Some(f)) => f,
+                _ => return Err(Fault::Retry),
+            }
+        }
+        Err(_) => return Err(Fault::Retry),
+    };
+    let p = &m.pages[f as usize];
+    if !p.trylock() {
+        filemap::put_page(m, f);
+        m.vm.inc(Item::FaultDeferred);
+        return Err(Fault::Retry);
+    }
+    if !p.test(pg::PAGECACHE) || p.owner() != (a.id, index) || !p.test(pg::UPTODATE) {
+        p.unlock();
+        filemap::put_page(m, f);
+        return Err(Fault::Retry);
+    }
+    if p.test_clear(pg::READAHEAD) {
+        m.vm.inc(Item::FileRaHit);
+    }
+    Ok(f)
+}
+
+/// An access beyond the end of the file: SIGBUS, as Linux raises it.
+fn beyond_eof(m: &MmInner, r: &RegionInner, fm: &FileMap, idx: u64) -> bool {
+    let size = fm.mapping.size.load(Ordering::Acquire);
+    if (fm.pgoff + idx) * PAGE_SIZE as u64 >= size.div_ceil(PAGE_SIZE as u64) * PAGE_SIZE as u64 {
+        if let Err(e) = m.uffd.poison(r.page_addr(idx), PAGE_SIZE, false) {
+            if !e.is_exists() {
+                log::error!(
+                    "UFFDIO_POISON beyond end of file at {:#x}: {e}",
+                    r.page_addr(idx)
+                );
+            }
+            let _ = m.uffd.wake(r.page_addr(idx), PAGE_SIZE);
+        }
+        return true;
+    }
+    false
+}
+
+/// A fault in a shared file region (`filemap_fault` + `do_shared_fault` + `do_page_mkwrite`):
+/// the page-cache page is moved into the view (mapped at most in one view at a time); a clean
+/// page is mapped write-protected so its first store is seen and dirties it.
+fn shared_file_fault(
+    m: &MmInner,
+    r: &Arc<RegionInner>,
+    fm: &FileMap,
+    idx: u64,
+    write: bool,
+    wp: bool,
+) -> Option<Fault> {
+    let a = &fm.mapping;
+    let index = fm.pgoff + idx;
+    match r.pt.get(idx) {
+        Pte::Frame(f) => {
+            let p = &m.pages[f as usize];
+            if !p.trylock() {
+                m.vm.inc(Item::FaultDeferred);
+                return Some(Fault::Retry);
+            }
+            let mut g = r.pt.lock(idx);
+            if g.get() != Pte::Frame(f) {
+                drop(g);
+                p.unlock();
+                return None;
+            }
+            if !p.test(pg::MAPPED) {
+                g.set(Pte::None);
+                drop(g);
+                p.unlock();
+                return None;
+            }
+            if wp {
+                if p.test(pg::WP) {
+                    // page_mkwrite: the first store to a clean page dirties it.
+                    filemap::set_page_dirty(m, a, f);
+                    p.clear(pg::WP);
+                    m.vm.inc(Item::WpFault);
+                    m.vm.inc(Item::Pgfault);
+                }
+                if let Err(e) = m
+                    .uffd
+                    .writeprotect(r.page_addr(idx), PAGE_SIZE, false, true)
+                {
+                    log::error!("UFFDIO_WRITEPROTECT clear at {:#x}: {e}", r.page_addr(idx));
+                }
+            }
+            drop(g);
+            p.unlock();
+            wake(m, r, idx);
+            return Some(Fault::Done);
+        }
+        Pte::Poison => {
+            wake(m, r, idx);
+            return Some(Fault::Done);
+        }
+        _ => {}
+    }
+    if beyond_eof(m, r, fm, idx) {
+        return Some(Fault::Done);
+    }
+    let f = match file_fault_page(m, fm, index) {
+        Ok(f) => f,
+        Err(fault) => return Some(fault),
+    };
+    let p = &m.pages[f as usize];
+    // Mapped in another view: take it from there first (before our pte lock: lock order).
+    if p.test(pg::MAPPED) {
+        unmap_file_page(m, f);
+    }
+    let mut g = r.pt.lock(idx);
+    if g.get() != Pte::None {
+        drop(g);
+        p.unlock();
+        filemap::put_page(m, f);
+        return None;
+    }
+    if write {
+        filemap::set_page_dirty(m, a, f);
+    }
+    let dst = r.page_addr(idx);
+    let off = MmInner::frame_off(f);
+    let src = m.pool.addr() + off;
+    let clean = !p.test(pg::DIRTY);
+    let res = if clean {
+        retry_again(m, || m.uffd.copy(dst, src, PAGE_SIZE, true, true)).inspect(|_| {
+            let _ = m.pool.advise(off, PAGE_SIZE, Advice::DontNeed);
+        })
+    } else {
+        retry_again(m, || m.uffd.move_pages(dst, src, PAGE_SIZE, false, true))
+    };
+    if let Err(e) = res {
+        log::error!("mapping file page {index} of {} at {dst:#x}: {e}", a.name());
+        drop(g);
+        p.unlock();
+        filemap::put_page(m, f);
+        return Some(Fault::Retry);
+    }
+    if clean {
+        p.set(pg::WP);
+    }
+    p.private
+        .store(((r.id as u64) << 40) | idx, Ordering::Release);
+    p.set(pg::MAPPED);
+    m.vm.inc(Item::NrMapped);
+    m.vm.inc(Item::Pgfault);
+    g.set(Pte::Frame(f));
+    drop(g);
+    p.unlock();
+    filemap::put_page(m, f);
+    wake(m, r, idx);
+    Some(Fault::Done)
+}
+
+/// First touch of a page of a private file region: a private anonymous copy of the file's page
+/// (copy-on-write done eagerly at first touch; later it is an ordinary anonymous page).
+fn private_file_fault(m: &MmInner, r: &Arc<RegionInner>, fm: &FileMap, idx: u64) -> Option<Fault> {
+    if beyond_eof(m, r, fm, idx) {
+        return Some(Fault::Done);
+    }
+    let index = fm.pgoff + idx;
+    let f = match file_fault_page(m, fm, index) {
+        Ok(f) => f,
+        Err(fault) => return Some(fault),
+    };
+    let p = &m.pages[f as usize];
+    let mut frames = Vec::with_capacity(1);
+    if !vmscan::alloc_frames(m, 1, &mut frames) {
+        p.unlock();
+        filemap::put_page(m, f);
+        return Some(oom(m, r, idx));
+    }
+    let nf = frames[0];
+    let mut g = r.pt.lock(idx);
+    if g.get() != Pte::None {
+        drop(g);
+        p.unlock();
+        filemap::put_page(m, f);
+        vmscan::free_frames(m, &frames, false);
+        return None;
+    }
+    vmscan::empty_slot(m, nf);
+    let src = match filemap::page_loc(m, f) {
+        filemap::Loc::Pool(o) => m.pool.addr() + o,
+        filemap::Loc::View(v, o) => v.view.addr() + o,
+    };
+    let dst = r.page_addr(idx);
+    if let Err(e) = retry_again(m, || m.uffd.copy(dst, src, PAGE_SIZE, false, true)) {
+        log::error!("copying file page {index} into a private region at {dst:#x}: {e}");
+        drop(g);
+        p.unlock();
+        filemap::put_page(m, f);
+        vmscan::free_frames(m, &frames, false);
+        return Some(Fault::Retry);
+    }
+    mark_page_accessed(&m.lru, &m.pages, f, &m.vm);
+    p.unlock();
+    filemap::put_page(m, f);
+    m.pages[nf as usize].init(
+        r.id,
+        idx,
+        pg::UPTODATE | pg::DIRTY | pg::SWAPBACKED | pg::MAPPED,
+    );
+    g.set(Pte::Frame(nf));
+    m.lru.add(&m.pages, &[nf], &m.vm);
+    m.vm.inc(Item::NrAnonPages);
+    m.vm.inc(Item::NrMapped);
+    m.vm.inc(Item::Pgfault);
+    drop(g);
+    m.note_resident();
+    wake(m, r, idx);
+    Some(Fault::Done)
 }

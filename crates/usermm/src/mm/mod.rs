@@ -5,7 +5,9 @@
 //! Submodules: `page` (descriptors, frame allocator), `pgtable` (per-region entries), `lru`
 //! (lists, `mark_page_accessed`), `memory` (fault handling, `mm/memory.c`), `swap_state`
 //! (swap cache and readahead, `mm/swap_state.c`), `vmscan` (reclaim and kswapd, `mm/vmscan.c`),
-//! `handler` (the userfaultfd reader threads), `region` (mapping, discard, teardown).
+//! `handler` (the userfaultfd reader threads), `region` (mapping, discard, teardown),
+//! `filemap` (the page cache, `mm/filemap.c`), `file` (cached files and file regions),
+//! `readahead` (`mm/readahead.c`), `page_writeback` (dirty throttling and flushers).
 
 pub mod lru;
 pub mod page;
@@ -15,11 +17,19 @@ pub mod radix_tree;
 // Under `--cfg loom` only the page state machine (descriptors, page table, LRU) is built, so
 // the model checker explores it with loom's primitives; see tests/loom_page.rs.
 #[cfg(not(loom))]
+pub mod file;
+#[cfg(not(loom))]
+pub mod filemap;
+#[cfg(not(loom))]
 pub mod handler;
 #[cfg(not(loom))]
 mod manager;
 #[cfg(not(loom))]
 pub mod memory;
+#[cfg(not(loom))]
+pub mod page_writeback;
+#[cfg(not(loom))]
+pub mod readahead;
 #[cfg(not(loom))]
 pub mod region;
 #[cfg(not(loom))]

@@ -33,6 +33,10 @@ pub mod pg {
     /// user can zero or fill it in place and UFFDIO_MOVE it, instead of the kernel allocating,
     /// zeroing and copying a fresh one.
     pub const POOLED: u32 = 1 << 14;
+    /// The descriptor's owner is an address space (a file or in-memory file page), not a
+    /// region (`!PageAnon`). Such a page lives in its pool slot, or, while PG_mapped, in the
+    /// view of the shared file region named by `private`.
+    pub const PAGECACHE: u32 = 1 << 15;
 }
 
 /// `struct page`, 32 bytes.

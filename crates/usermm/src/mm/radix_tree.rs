@@ -313,6 +313,65 @@ impl<T: Copy> RadixTree<T> {
         out.len() - before
     }
 
+    /// Appends up to `max` (index, entry) pairs in `[start, end]`, in index order
+    /// (`find_get_entries`). Returns the number appended.
+    pub fn gang_lookup(&self, start: u64, end: u64, max: usize, out: &mut Vec<(u64, T)>) -> usize {
+        let Some(root) = &self.root else { return 0 };
+        if start > end || max == 0 {
+            return 0;
+        }
+        let before = out.len();
+        Self::walk_all(
+            root,
+            self.height - 1,
+            0,
+            start,
+            end.min(self.max_index()),
+            before + max,
+            out,
+        );
+        out.len() - before
+    }
+
+    fn walk_all(
+        node: &Node<T>,
+        level: u32,
+        base: u64,
+        start: u64,
+        end: u64,
+        max: usize,
+        out: &mut Vec<(u64, T)>,
+    ) -> bool {
+        let span = 1u64 << (level * SHIFT);
+        for i in 0..FANOUT as u64 {
+            let Some(lo) = i.checked_mul(span).and_then(|o| base.checked_add(o)) else {
+                return true;
+            };
+            let hi = lo.saturating_add(span - 1);
+            if hi < start {
+                continue;
+            }
+            if lo > end {
+                return true;
+            }
+            match &node.slots[i as usize] {
+                Slot::Leaf(v) if level == 0 => {
+                    out.push((lo, *v));
+                    if out.len() >= max {
+                        return false;
+                    }
+                }
+                Slot::Node(n)
+                    if level > 0 && !Self::walk_all(n, level - 1, lo, start, end, max, out) =>
+                {
+                    return false;
+                }
+                _ => {}
+            }
+        }
+        true
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn walk_tag(
         node: &Node<T>,
@@ -386,6 +445,23 @@ impl<T: Copy> RadixTree<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gang_lookup_all_entries_in_range() {
+        let mut t = RadixTree::new();
+        for i in [3u64, 64, 65, 5000, 1 << 20] {
+            t.insert(i, i as u32);
+        }
+        let mut out = vec![];
+        assert_eq!(t.gang_lookup(4, 1 << 21, 10, &mut out), 4);
+        assert_eq!(
+            out.iter().map(|e| e.0).collect::<Vec<_>>(),
+            vec![64, 65, 5000, 1 << 20]
+        );
+        out.clear();
+        assert_eq!(t.gang_lookup(0, u64::MAX, 2, &mut out), 2);
+        assert_eq!(out, vec![(3, 3), (64, 64)]);
+    }
     use proptest::prelude::*;
     use std::collections::BTreeMap;
 

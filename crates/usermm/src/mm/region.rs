@@ -11,6 +11,8 @@ use crate::sys::uffd::mode;
 use crate::sys::{Advice, Mapping, PAGE_SIZE};
 use crate::vmstat::Item;
 
+use super::file::MapKind;
+use super::filemap::{self, AddressSpace};
 use super::page::{pg, MAX_REGION_PAGES};
 use super::pgtable::{PageTable, Pte};
 use super::{Mm, MmHandle, MmInner};
@@ -31,6 +33,18 @@ pub struct RegionInner {
     pub(crate) ra_hits: AtomicU32,
     /// Last readahead window.
     pub(crate) ra_win: AtomicU32,
+    /// The file a file-backed region maps.
+    pub(crate) file: Option<FileMap>,
+}
+
+/// What a file-backed region maps.
+pub(crate) struct FileMap {
+    pub(crate) mapping: Arc<AddressSpace>,
+    /// File page of region page 0.
+    pub(crate) pgoff: u64,
+    pub(crate) shared: bool,
+    /// errseq cursor of `Region::flush`.
+    pub(crate) err_cursor: AtomicU64,
 }
 
 impl RegionInner {
@@ -59,6 +73,39 @@ impl std::fmt::Debug for Region {
 }
 
 pub(crate) fn map_anon(mm: &Mm, len: usize) -> Result<Region> {
+    new_region(mm, len, None)
+}
+
+/// A region over `mapping` from byte `offset` (see `Mm::map_file`).
+pub(crate) fn map_file(
+    mm: &Mm,
+    mapping: Arc<AddressSpace>,
+    offset: u64,
+    len: usize,
+    kind: MapKind,
+) -> Result<Region> {
+    if !offset.is_multiple_of(PAGE_SIZE as u64) {
+        return Err(Error::inval(format!(
+            "file offset {offset} is not a multiple of 4096; align it to the page size"
+        )));
+    }
+    if mapping.file().is_none() {
+        return Err(Error::inval(format!(
+            "{} is not backed by a file; map files opened with Mm::open or a path",
+            mapping.name()
+        )));
+    }
+    mapping.users.fetch_add(1, Ordering::AcqRel);
+    let fm = FileMap {
+        err_cursor: AtomicU64::new(mapping.wb_err.sample()),
+        pgoff: offset / PAGE_SIZE as u64,
+        shared: kind == MapKind::Shared,
+        mapping: mapping.clone(),
+    };
+    new_region(mm, len, Some(fm)).inspect_err(|_| super::file::put_mapping(mm.inner(), &mapping))
+}
+
+fn new_region(mm: &Mm, len: usize, file: Option<FileMap>) -> Result<Region> {
     let m = mm.inner();
     if len == 0 {
         return Err(Error::inval("region length must be greater than zero"));
@@ -69,8 +116,16 @@ pub(crate) fn map_anon(mm: &Mm, len: usize) -> Result<Region> {
             "region length {len} exceeds the maximum of 4 PiB"
         )));
     }
-    // Strict commit accounting (`__vm_enough_memory` with overcommit_memory=2).
-    let prev = m.committed.fetch_add(npages, Ordering::AcqRel);
+    // Strict commit accounting (`__vm_enough_memory` with overcommit_memory=2). Shared file
+    // mappings commit nothing: their pages are backed by the file.
+    let npages_commit = if file.as_ref().is_some_and(|f| f.shared) {
+        0
+    } else {
+        npages
+    };
+    let prev = m.committed.fetch_add(npages_commit, Ordering::AcqRel);
+    let npages_all = npages;
+    let npages = npages_commit;
     if !m.cfg.overcommit && prev + npages > m.commit_limit {
         m.committed.fetch_sub(npages, Ordering::AcqRel);
         return Err(Error::CommitLimit {
@@ -83,7 +138,7 @@ pub(crate) fn map_anon(mm: &Mm, len: usize) -> Result<Region> {
         m.committed.fetch_sub(npages, Ordering::AcqRel);
         e
     };
-    let view = Mapping::anon(npages as usize * PAGE_SIZE, 0)
+    let view = Mapping::anon(npages_all as usize * PAGE_SIZE, 0)
         .map_err(|e| undo(Error::io(format!("mmap of {len} bytes"), e)))?;
     view.advise(0, view.len(), Advice::NoHugePage)
         .map_err(|e| undo(Error::io("madvise(NOHUGEPAGE) on a region", e)))?;
@@ -94,13 +149,14 @@ pub(crate) fn map_anon(mm: &Mm, len: usize) -> Result<Region> {
         Arc::new(RegionInner {
             id,
             view,
-            pt: PageTable::new(npages),
+            pt: PageTable::new(npages_all),
             dead: AtomicBool::new(false),
             next_write: AtomicU64::new(u64::MAX),
             write_win: AtomicU32::new(1),
             last_major: AtomicU64::new(u64::MAX),
             ra_hits: AtomicU32::new(0),
             ra_win: AtomicU32::new(0),
+            file,
         })
     });
     Ok(Region { r, h: mm.h.clone() })
@@ -172,8 +228,29 @@ impl Region {
         n
     }
 
+    /// Writes back the dirty pages of `[off, off+len)` of a shared file region and fdatasyncs
+    /// the file (`msync(MS_SYNC)`), returning a writeback error once per region (errseq); the
+    /// pages that failed stay dirty. Anonymous and private regions have nothing to write.
+    pub fn flush(&self, off: usize, len: usize) -> Result<()> {
+        if off.checked_add(len).is_none_or(|e| e > self.len()) {
+            return Err(Error::inval(format!(
+                "flush range {off:#x}+{len:#x} goes past the end of the region ({:#x} bytes)",
+                self.len()
+            )));
+        }
+        let Some(fm) = self.r.file.as_ref().filter(|f| f.shared) else {
+            return Ok(());
+        };
+        if len == 0 {
+            return Ok(());
+        }
+        let first = fm.pgoff + (off / PAGE_SIZE) as u64;
+        let last = fm.pgoff + ((off + len - 1) / PAGE_SIZE) as u64;
+        filemap::sync_range(&self.h.inner, &fm.mapping, first, last, &fm.err_cursor)
+    }
+
     /// Frees the memory and swap space of `[off, off+len)` (4 KiB aligned); reads of it then
-    /// return zeros. Like `MADV_DONTNEED` on private anonymous memory.
+    /// return zeros (anonymous) or the file's contents (file regions). Like `MADV_DONTNEED`.
     pub fn discard(&self, off: usize, len: usize) -> Result<()> {
         if !off.is_multiple_of(PAGE_SIZE) || !len.is_multiple_of(PAGE_SIZE) {
             return Err(Error::inval(format!(
@@ -247,6 +324,17 @@ pub(crate) fn release_range(m: &MmInner, r: &RegionInner, from: u64, to: u64, co
                             sw.free_slot(s, &m.vm);
                         }
                     }
+                    Pte::Frame(f) if m.pages[f as usize].test(pg::PAGECACHE) => {
+                        // A shared file page: back to the page cache, not freed.
+                        let p = &m.pages[f as usize];
+                        if p.test(pg::MAPPED) {
+                            unmap_file_page_at(m, r, i, f);
+                        }
+                        g.set(Pte::None);
+                        drop(g);
+                        p.unlock();
+                        break;
+                    }
                     Pte::Frame(f) => {
                         let p = &m.pages[f as usize];
                         m.lru.del(&m.pages, f, &m.vm);
@@ -301,6 +389,62 @@ impl Drop for Region {
         release_range(m, &self.r, 0, self.r.npages(), false);
         let _ = m.uffd.unregister(self.r.view.addr(), self.r.view.len());
         m.regions.write().remove_id(self.r.id);
-        m.committed.fetch_sub(self.r.npages(), Ordering::AcqRel);
+        let shared = self.r.file.as_ref().is_some_and(|f| f.shared);
+        if !shared {
+            m.committed.fetch_sub(self.r.npages(), Ordering::AcqRel);
+        }
+        if let Some(fm) = &self.r.file {
+            super::file::put_mapping(m, &fm.mapping);
+        }
+    }
+}
+
+/// Moves locked, mapped page-cache page `f` from page `idx` of `r`'s view back into its pool
+/// slot (the pte lock of `idx` is held by the caller or not needed).
+pub(crate) fn unmap_file_page_at(m: &MmInner, r: &RegionInner, idx: u64, f: u32) {
+    let p = &m.pages[f as usize];
+    let dst = m.pool.addr() + MmInner::frame_off(f);
+    match m
+        .uffd
+        .move_pages(dst, r.page_addr(idx), PAGE_SIZE, false, true)
+    {
+        Ok(_) => {}
+        Err(e) if e.errno == libc::EEXIST => {
+            // The slot still holds the page's copy (mapped by COPY, slot not yet dropped): the
+            // view copy is the current one if dirty; copy it over.
+            let _ = m.pool.copy_from(
+                MmInner::frame_off(f),
+                &r.view,
+                idx as usize * PAGE_SIZE,
+                PAGE_SIZE,
+            );
+            let _ = r
+                .view
+                .advise(idx as usize * PAGE_SIZE, PAGE_SIZE, Advice::DontNeed);
+        }
+        Err(e) => log::error!("moving file page {f} out of {:#x}: {e}", r.page_addr(idx)),
+    }
+    p.clear(pg::MAPPED | pg::WP);
+    m.vm.sub(Item::NrMapped, 1);
+}
+
+/// Unmaps locked page-cache page `f` from the shared region that maps it (taking that region's
+/// pte lock) and clears the entry, so the next access there faults.
+pub(crate) fn unmap_file_page(m: &MmInner, f: u32) {
+    let p = &m.pages[f as usize];
+    if !p.test(pg::MAPPED) {
+        return;
+    }
+    let v = p.private.load(Ordering::Acquire);
+    let (rid, idx) = ((v >> 40) as u32, v & ((1 << 40) - 1));
+    let Some(r) = m.regions.read().get(rid).cloned() else {
+        p.clear(pg::MAPPED | pg::WP);
+        m.vm.sub(Item::NrMapped, 1);
+        return;
+    };
+    let mut g = r.pt.lock(idx);
+    unmap_file_page_at(m, &r, idx, f);
+    if g.get() == Pte::Frame(f) {
+        g.set(Pte::None);
     }
 }

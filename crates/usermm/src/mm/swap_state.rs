@@ -2,68 +2,61 @@
 //! `delete_from_swap_cache`, `lookup_swap_cache`, `swapin_nr_pages`) and the slot half of
 //! `mm/swapfile.c` (`get_swap_pages`, `swap_free`, `vm_swap_full`).
 //!
-//! The swap cache maps a swap slot to the frame holding its page while the page is in flight
+//! The swap cache (address spaces of 2^14 slots, flagged AS_NO_WRITEBACK_TAGS with the new
+//! behaviour of seed 000) maps a swap slot to the frame holding its page while the page is in flight
 //! (added at reclaim, removed when the page is freed) and after swap-in while the swap copy is
 //! still valid, so a clean page is dropped without being written again.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::swap::{SwapDevice, SwapSlots};
-use crate::sync::Mutex;
 use crate::vmstat::{Counters, Item};
 
-const SHARDS: usize = 16;
+use super::filemap::{as_flags, AddressSpace, Host};
 
-/// Swap slot -> frame, sharded by slot cluster.
-pub struct SwapCache {
-    shards: Vec<Mutex<HashMap<u64, u32>>>,
-}
+/// Slots per swap-cache address space (`SWAP_ADDRESS_SPACE_SHIFT` = 14: 64 MiB each, as Linux
+/// splits the swap cache since 4.11 to spread its tree lock).
+pub const SWAP_ADDRESS_SPACE_PAGES: u64 = 1 << 14;
 
-impl Default for SwapCache {
-    fn default() -> Self {
-        SwapCache {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-        }
-    }
-}
-
-impl SwapCache {
-    fn shard(&self, slot: u64) -> &Mutex<HashMap<u64, u32>> {
-        &self.shards[((slot >> 8) as usize) % SHARDS]
-    }
-    pub fn insert(&self, slot: u64, frame: u32) {
-        self.shard(slot).lock().insert(slot, frame);
-    }
-    pub fn remove(&self, slot: u64) -> Option<u32> {
-        self.shard(slot).lock().remove(&slot)
-    }
-    pub fn lookup(&self, slot: u64) -> Option<u32> {
-        self.shard(slot).lock().get(&slot).copied()
-    }
-    pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().len()).sum()
-    }
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-/// A manager's swap: the device, its slot allocator, its cache.
+/// A manager's swap: the device, its slot allocator, its cache (address spaces indexed by slot).
 pub struct SwapState {
     pub dev: Arc<dyn SwapDevice>,
     pub slots: SwapSlots,
-    pub cache: SwapCache,
+    spaces: Vec<AddressSpace>,
 }
 
 impl SwapState {
-    pub fn new(dev: Arc<dyn SwapDevice>) -> SwapState {
+    /// `writeback_tags`: the old behaviour of seed 000 (the swap cache maintains writeback marks);
+    /// false sets AS_NO_WRITEBACK_TAGS on every swap-cache space.
+    pub fn new(dev: Arc<dyn SwapDevice>, writeback_tags: bool) -> SwapState {
         let slots = SwapSlots::new(dev.nr_pages());
+        let n = dev.nr_pages().div_ceil(SWAP_ADDRESS_SPACE_PAGES).max(1);
+        let flags = as_flags::SWAP
+            | if writeback_tags {
+                0
+            } else {
+                as_flags::NO_WRITEBACK_TAGS
+            };
         SwapState {
             dev,
             slots,
-            cache: SwapCache::default(),
+            spaces: (0..n)
+                .map(|_| AddressSpace::new(u32::MAX, Host::Swap, 0, flags))
+                .collect(),
         }
+    }
+
+    /// The swap-cache address space of `slot` (`swap_address_space`).
+    pub fn space(&self, slot: u64) -> &AddressSpace {
+        &self.spaces[(slot / SWAP_ADDRESS_SPACE_PAGES) as usize]
+    }
+
+    /// Pages in the swap cache.
+    pub fn cache_len(&self) -> u64 {
+        self.spaces
+            .iter()
+            .map(|s| s.nrpages.load(std::sync::atomic::Ordering::Relaxed))
+            .sum()
     }
 
     /// `vm_swap_full`: more than half the slots are in use, so swap-in should free slots rather
@@ -72,15 +65,15 @@ impl SwapState {
         self.slots.nr_free() * 2 < self.slots.nr_pages()
     }
 
-    /// Adds a page to the swap cache under `slot`.
+    /// Adds a page to the swap cache under `slot` (`__add_to_swap_cache`).
     pub fn add_to_cache(&self, slot: u64, frame: u32, vm: &Counters) {
-        self.cache.insert(slot, frame);
+        self.space(slot).add_swap_entry(vm, slot, frame);
         vm.inc(Item::NrSwapcache);
     }
 
     /// Removes `slot` from the swap cache (the slot itself stays allocated).
     pub fn delete_from_cache(&self, slot: u64, vm: &Counters) {
-        if self.cache.remove(slot).is_some() {
+        if self.space(slot).remove_swap_entry(vm, slot) {
             vm.sub(Item::NrSwapcache, 1);
         }
     }
@@ -129,12 +122,17 @@ mod tests {
     }
 
     #[test]
-    fn cache_insert_lookup_remove() {
-        let c = SwapCache::default();
-        c.insert(5, 9);
-        assert_eq!(c.lookup(5), Some(9));
-        assert_eq!(c.len(), 1);
-        assert_eq!(c.remove(5), Some(9));
-        assert!(c.is_empty());
+    fn cache_add_remove_and_tag_flag() {
+        let dev: Arc<dyn SwapDevice> = Arc::new(crate::swap::RamSwap::new(8 << 20).unwrap());
+        let vm = Counters::default();
+        let s = SwapState::new(dev.clone(), false);
+        assert!(!s.space(0).use_writeback_tags());
+        s.add_to_cache(5, 9, &vm);
+        assert_eq!(s.cache_len(), 1);
+        assert_eq!(vm.get(Item::NrSwapcache), 1);
+        s.delete_from_cache(5, &vm);
+        assert_eq!(s.cache_len(), 0);
+        assert_eq!(vm.get(Item::NrSwapcache), 0);
+        assert!(SwapState::new(dev, true).space(0).use_writeback_tags());
     }
 }

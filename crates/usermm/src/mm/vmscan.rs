@@ -15,11 +15,13 @@ use crate::sync::Ordering;
 use crate::sys::{Advice, PAGE_SIZE};
 use crate::vmstat::Item;
 
+use super::filemap;
 use super::lru::Lru;
 use super::page::pg;
 use super::pgtable::Pte;
 use super::region::RegionInner;
 use super::MmInner;
+use crate::settings::Switch;
 
 /// Pages isolated and processed per batch.
 pub const SWAP_CLUSTER_MAX: usize = 32;
@@ -173,8 +175,28 @@ fn zap_pool(m: &MmInner, frames: &[u32]) {
 /// `try_to_free_pages`: direct reclaim of at least `nr` pages, raising priority until done.
 pub fn try_to_free_pages(m: &MmInner, nr: usize) -> usize {
     let mut sc = ScanControl::new(nr, false);
+    sc.may_writepage = !m.cfg.settings.laptop_mode;
+    let mut woke = false;
     loop {
         shrink_node(m, &mut sc);
+        // Before seed 004's series: direct reclaim kicked the flushers once it had scanned
+        // 1.5x its target (and then allowed itself to write).
+        if !m.cfg.settings.is_new(Switch::ReclaimWakeFlushers)
+            && !woke
+            && sc.nr_scanned > sc.nr_to_reclaim * 3 / 2
+        {
+            super::page_writeback::wakeup_flusher_threads(
+                m,
+                super::page_writeback::WbReason::Vmscan,
+                if m.cfg.settings.laptop_mode {
+                    0
+                } else {
+                    sc.nr_scanned as u64
+                },
+            );
+            sc.may_writepage = true;
+            woke = true;
+        }
         if sc.nr_reclaimed >= sc.nr_to_reclaim || sc.priority == 0 {
             break;
         }
@@ -212,10 +234,21 @@ pub fn kswapd_main(m: std::sync::Arc<MmInner>) {
 fn balance_pgdat(m: &MmInner) {
     let mut priority = DEF_PRIORITY;
     let mut failures = 0;
+    // Balanced again: the node is no longer flagged dirty (`clear_pgdat_congested`).
+    struct Clear<'a>(&'a MmInner);
+    impl Drop for Clear<'_> {
+        fn drop(&mut self) {
+            if self.0.frames.nr_free() >= self.0.wmark.high {
+                self.0.pgdat_dirty.store(false, Ordering::Release);
+            }
+        }
+    }
+    let _clear = Clear(m);
     while m.frames.nr_free() < m.wmark.high && !m.shutdown.load(Ordering::Acquire) {
         let want = (m.wmark.high - m.frames.nr_free()) as usize;
         let mut sc = ScanControl::new(want.max(SWAP_CLUSTER_MAX), true);
         sc.priority = priority;
+        sc.may_writepage = !m.cfg.settings.laptop_mode;
         shrink_node(m, &mut sc);
         if sc.nr_reclaimed == 0 {
             if priority > 0 {
@@ -256,11 +289,16 @@ pub fn reclaim_to(m: &MmInner, target: u64) -> u64 {
     total
 }
 
-/// `inactive_is_low`: the inactive list should hold at least 1/ratio of the anon pages, where
-/// ratio = sqrt(10 * GiB of anon) (1 below 1 GiB).
-pub fn inactive_is_low(m: &MmInner) -> bool {
-    let inactive = m.lru.size(Lru::InactiveAnon);
-    let active = m.lru.size(Lru::ActiveAnon);
+/// `inactive_list_is_low`: the inactive list of a type should hold at least 1/ratio of its
+/// pages, where ratio = sqrt(10 * GiB of that type) (1 below 1 GiB).
+pub fn inactive_list_is_low(m: &MmInner, file: bool) -> bool {
+    let (il, al) = if file {
+        (Lru::InactiveFile, Lru::ActiveFile)
+    } else {
+        (Lru::InactiveAnon, Lru::ActiveAnon)
+    };
+    let inactive = m.lru.size(il);
+    let active = m.lru.size(al);
     let gb = ((inactive + active) * PAGE_SIZE as u64) >> 30;
     let ratio = if gb > 0 {
         ((10 * gb) as f64).sqrt() as u64
@@ -270,51 +308,105 @@ pub fn inactive_is_low(m: &MmInner) -> bool {
     inactive * ratio < active
 }
 
-/// `shrink_node` / `shrink_lruvec` for the anon lists.
-pub fn shrink_node(m: &MmInner, sc: &mut ScanControl) {
-    if m.swap.is_none() || !sc.may_swap {
-        // Without swap, anonymous pages cannot be reclaimed (Linux skips the anon lists).
-        return;
+/// The anon lists' `inactive_list_is_low`.
+pub fn inactive_is_low(m: &MmInner) -> bool {
+    inactive_list_is_low(m, false)
+}
+
+/// `get_scan_count`: pages to scan on each list this pass. Without swap, or with enough
+/// inactive page cache, only file pages; otherwise anon and file in proportion to
+/// `swappiness` : `200 - swappiness`.
+fn get_scan_count(m: &MmInner, sc: &ScanControl, batch: usize) -> [usize; 4] {
+    let size = |l: Lru| m.lru.size(l) as usize;
+    let scan = |n: usize| {
+        if n == 0 {
+            0
+        } else {
+            (n >> sc.priority).max(batch.min(n))
+        }
+    };
+    let can_swap = m.swap.is_some() && sc.may_swap;
+    let anon = [scan(size(Lru::InactiveAnon)), scan(size(Lru::ActiveAnon))];
+    let file = [scan(size(Lru::InactiveFile)), scan(size(Lru::ActiveFile))];
+    let file_total = size(Lru::InactiveFile) + size(Lru::ActiveFile);
+    let anon_total = size(Lru::InactiveAnon) + size(Lru::ActiveAnon);
+    if !can_swap || anon_total == 0 {
+        return [0, 0, file[0], file[1]];
     }
-    let inactive = m.lru.size(Lru::InactiveAnon) as usize;
-    let active = m.lru.size(Lru::ActiveAnon) as usize;
+    if file_total == 0 {
+        return [anon[0], anon[1], 0, 0];
+    }
+    // Enough inactive cache: leave the anon working set alone (SCAN_FILE).
+    if !inactive_list_is_low(m, true) && size(Lru::InactiveFile) >> sc.priority > 0 {
+        return [0, 0, file[0], file[1]];
+    }
+    let ap = m.cfg.swappiness as usize;
+    let fp = 200 - m.cfg.swappiness.min(200) as usize;
+    let part = |n: usize, p: usize| {
+        if n == 0 {
+            0
+        } else {
+            (n * p / (ap + fp).max(1)).max(1)
+        }
+    };
+    [
+        part(anon[0], ap),
+        part(anon[1], ap),
+        part(file[0], fp),
+        part(file[1], fp),
+    ]
+}
+
+/// `shrink_node` / `shrink_lruvec`: scans the four lists in proportion (`get_scan_count`),
+/// aging the active lists while their inactive ones are low.
+pub fn shrink_node(m: &MmInner, sc: &mut ScanControl) {
     let batch = if sc.kswapd {
         KSWAPD_BATCH
     } else {
         SWAP_CLUSTER_MAX
     };
-    let scan = |size: usize| (size >> sc.priority).max(batch.min(size));
-    let mut nr_inactive = scan(inactive);
-    let mut nr_active = scan(active);
-    while (nr_inactive > 0 || nr_active > 0) && sc.nr_reclaimed < sc.nr_to_reclaim {
-        if nr_active > 0 {
-            let b = nr_active.min(batch);
-            if inactive_is_low(m) {
-                shrink_active_list(m, b, sc);
+    let mut nr = get_scan_count(m, sc, batch);
+    let lists = [
+        Lru::InactiveAnon,
+        Lru::ActiveAnon,
+        Lru::InactiveFile,
+        Lru::ActiveFile,
+    ];
+    while nr.iter().any(|&n| n > 0) && sc.nr_reclaimed < sc.nr_to_reclaim {
+        for (k, &l) in lists.iter().enumerate() {
+            if nr[k] == 0 {
+                continue;
             }
-            nr_active -= b;
-        }
-        if nr_inactive > 0 {
-            let b = nr_inactive.min(batch);
-            sc.nr_reclaimed += shrink_inactive_list(m, b, sc);
-            nr_inactive -= b;
+            let b = nr[k].min(batch);
+            nr[k] -= b;
+            if l.active() {
+                if inactive_list_is_low(m, l.file()) {
+                    shrink_active_list(m, l, b, sc);
+                }
+            } else {
+                sc.nr_reclaimed += shrink_inactive_list(m, l, b, sc);
+            }
         }
         if m.shutdown.load(Ordering::Relaxed) {
             return;
         }
     }
-    if inactive_is_low(m) {
-        shrink_active_list(m, SWAP_CLUSTER_MAX, sc);
+    if m.swap.is_some() && sc.may_swap && inactive_is_low(m) {
+        shrink_active_list(m, Lru::ActiveAnon, SWAP_CLUSTER_MAX, sc);
+    }
+    if inactive_list_is_low(m, true) {
+        shrink_active_list(m, Lru::ActiveFile, SWAP_CLUSTER_MAX, sc);
     }
 }
 
-/// `shrink_active_list`: ages the tail of the active list. Anonymous pages are deactivated
-/// whether referenced or not; checking references clears them (unmaps the page).
-pub fn shrink_active_list(m: &MmInner, nr: usize, sc: &mut ScanControl) {
+/// `shrink_active_list`: ages the tail of an active list. Pages are deactivated whether
+/// referenced or not (no VM_EXEC exception here); checking references clears them (unmaps
+/// the page).
+pub fn shrink_active_list(m: &MmInner, lru: Lru, nr: usize, sc: &mut ScanControl) {
     let mut isolated = Vec::with_capacity(nr);
     let scanned = m
         .lru
-        .isolate(&m.pages, Lru::ActiveAnon, nr, nr * 4, &mut isolated, &m.vm);
+        .isolate(&m.pages, lru, nr, nr * 4, &mut isolated, &m.vm);
     sc.nr_scanned += scanned;
     m.vm.add(Item::PgrefillActive, scanned as u64);
     let mapped: Vec<u32> = isolated
@@ -330,17 +422,18 @@ pub fn shrink_active_list(m: &MmInner, nr: usize, sc: &mut ScanControl) {
     m.lru.putback(&m.pages, &isolated, &m.vm);
 }
 
-/// `shrink_inactive_list`: isolates a batch from the inactive tail and reclaims what it can.
-pub fn shrink_inactive_list(m: &MmInner, nr: usize, sc: &mut ScanControl) -> usize {
+/// `shrink_inactive_list`: isolates a batch from the inactive tail (only clean pages in laptop
+/// mode with the old behaviour of seed 004) and reclaims what it can. When every isolated page
+/// is dirty and not under writeback, the node is flagged dirty (kswapd may then write) and,
+/// with the new behaviour, the flushers are woken.
+pub fn shrink_inactive_list(m: &MmInner, lru: Lru, nr: usize, sc: &mut ScanControl) -> usize {
+    let settings = &m.cfg.settings;
+    let clean_only =
+        !sc.may_writepage && settings.laptop_mode && !settings.is_new(Switch::LaptopModeIsolate);
     let mut isolated = Vec::with_capacity(nr);
-    let scanned = m.lru.isolate(
-        &m.pages,
-        Lru::InactiveAnon,
-        nr,
-        nr * 4,
-        &mut isolated,
-        &m.vm,
-    );
+    let scanned = m
+        .lru
+        .isolate_mode(&m.pages, lru, nr, nr * 4, clean_only, &mut isolated, &m.vm);
     sc.nr_scanned += scanned;
     m.vm.add(
         if sc.kswapd {
@@ -350,15 +443,54 @@ pub fn shrink_inactive_list(m: &MmInner, nr: usize, sc: &mut ScanControl) -> usi
         },
         scanned as u64,
     );
+    m.vm.add(
+        if lru.file() {
+            Item::PgscanFile
+        } else {
+            Item::PgscanAnon
+        },
+        scanned as u64,
+    );
     if isolated.is_empty() {
         return 0;
     }
-    let reclaimed = shrink_page_list(m, isolated, sc);
+    let nr_taken = isolated.len();
+    let (cache, anon): (Vec<u32>, Vec<u32>) = isolated
+        .into_iter()
+        .partition(|&f| m.pages[f as usize].test(pg::PAGECACHE));
+    let mut reclaimed = 0;
+    let mut unqueued_dirty = 0;
+    if !anon.is_empty() {
+        reclaimed += shrink_page_list(m, anon, sc);
+    }
+    if !cache.is_empty() {
+        let (n, dirty) = shrink_file_list(m, cache, sc);
+        reclaimed += n;
+        unqueued_dirty += dirty;
+    }
+    if lru.file() && unqueued_dirty == nr_taken {
+        m.pgdat_dirty.store(true, Ordering::Release);
+        if settings.is_new(Switch::ReclaimWakeFlushers) {
+            super::page_writeback::wakeup_flusher_threads(
+                m,
+                super::page_writeback::WbReason::Vmscan,
+                nr_taken as u64,
+            );
+        }
+    }
     m.vm.add(
         if sc.kswapd {
             Item::PgstealKswapd
         } else {
             Item::PgstealDirect
+        },
+        reclaimed as u64,
+    );
+    m.vm.add(
+        if lru.file() {
+            Item::PgstealFile
+        } else {
+            Item::PgstealAnon
         },
         reclaimed as u64,
     );
@@ -401,7 +533,14 @@ pub fn unmap_pages(m: &MmInner, frames: &[u32]) {
     let mut v: Vec<(u32, u64, u32)> = frames
         .iter()
         .map(|&f| {
-            let (rid, idx) = m.pages[f as usize].owner();
+            let p = &m.pages[f as usize];
+            let (rid, idx) = if p.test(pg::PAGECACHE) {
+                // Where a mapped page-cache page is mapped.
+                let v = p.private.load(Ordering::Acquire);
+                ((v >> 40) as u32, v & ((1 << 40) - 1))
+            } else {
+                p.owner()
+            };
             (rid, idx, f)
         })
         .collect();
@@ -429,8 +568,9 @@ pub fn unmap_pages(m: &MmInner, frames: &[u32]) {
             .move_pages(dst, src, n * PAGE_SIZE, false, true)
             .is_ok();
         if ok {
-            for &(_, _, f) in &v[k..e] {
+            for &(_, i, f) in &v[k..e] {
                 mark_unmapped(m, f);
+                clear_file_pte(m, &r, i, f);
             }
         } else {
             // Fall back page by page (a page may be a hole or busy).
@@ -438,7 +578,10 @@ pub fn unmap_pages(m: &MmInner, frames: &[u32]) {
                 let src = r.page_addr(idx);
                 let dst = m.pool.addr() + MmInner::frame_off(f);
                 match m.uffd.move_pages(dst, src, PAGE_SIZE, false, true) {
-                    Ok(_) => mark_unmapped(m, f),
+                    Ok(_) => {
+                        mark_unmapped(m, f);
+                        clear_file_pte(m, &r, idx, f);
+                    }
                     Err(e) if e.errno == libc::ENOENT => {
                         // Nothing mapped there (zapped behind our back): the contents are zeros.
                         match m.uffd.copy(dst, m.zero_src.addr(), PAGE_SIZE, false, true) {
@@ -451,6 +594,17 @@ pub fn unmap_pages(m: &MmInner, frames: &[u32]) {
             }
         }
         k = e;
+    }
+}
+
+/// A page-cache page unmapped from a shared file region leaves no entry behind: the region's
+/// next access looks the page up in the cache again.
+fn clear_file_pte(m: &MmInner, r: &RegionInner, idx: u64, f: u32) {
+    if m.pages[f as usize].test(pg::PAGECACHE) {
+        let mut g = r.pt.lock(idx);
+        if g.get() == Pte::Frame(f) {
+            g.set(Pte::None);
+        }
     }
 }
 
@@ -543,20 +697,18 @@ pub fn shrink_page_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -
             }
             let run = &dirty[k..e];
             let offs: Vec<usize> = run.iter().map(|&(_, f)| MmInner::frame_off(f)).collect();
-            for &(_, f) in run {
-                m.pages[f as usize].set(pg::WRITEBACK);
+            // swap_writepage: writeback state through the swap cache's mapping, which with
+            // the new behaviour of seed 000 keeps no tags (no tree lock taken here).
+            for &(slot, f) in run {
+                m.pages[f as usize].clear(pg::DIRTY);
+                filemap::set_page_writeback(m, sw.space(slot), f, slot);
             }
-            m.vm.add(Item::NrWriteback, run.len() as u64);
             let res = sw.dev.write_pages(run[0].0, &m.pool, &offs);
-            m.vm.sub(Item::NrWriteback, run.len() as u64);
-            for &(_, f) in run {
-                m.pages[f as usize].clear(pg::WRITEBACK);
+            for &(slot, f) in run {
+                filemap::end_page_writeback(m, sw.space(slot), f, slot);
             }
             match res {
                 Ok(()) => {
-                    for &(_, f) in run {
-                        m.pages[f as usize].clear(pg::DIRTY);
-                    }
                     m.vm.add(Item::Pswpout, run.len() as u64);
                     m.vm.add(Item::Pgpgout, (run.len() * PAGE_SIZE / 1024) as u64);
                 }
@@ -569,7 +721,7 @@ pub fn shrink_page_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -
                     m.vm.inc(Item::SwapWriteError);
                     for &(s, f) in run {
                         let p = &m.pages[f as usize];
-                        p.set(pg::ERROR);
+                        p.set(pg::ERROR | pg::DIRTY);
                         p.clear(pg::SWAPCACHE);
                         sw.free_slot(s, &m.vm);
                         p.set(pg::ACTIVE);
@@ -623,6 +775,196 @@ pub fn shrink_page_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -
     recycle_frames(m, &freed);
     m.lru.putback(&m.pages, &keep, &m.vm);
     freed.len()
+}
+
+/// `shrink_page_list` for page-cache pages (file pages and in-memory file pages), isolated and
+/// locked. Clean file pages leave the cache without I/O; dirty file pages are written here only
+/// by kswapd under Linux's conditions (the node is flagged dirty and, with seed 004's series,
+/// the page was seen before: PG_reclaim), otherwise they are marked PG_reclaim and rotated
+/// (activated with the new behaviour) for the flushers; in-memory file pages go to swap.
+/// Returns (pages freed, dirty pages not under writeback).
+pub fn shrink_file_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -> (usize, usize) {
+    let settings = &m.cfg.settings;
+    let mut keep = Vec::new();
+    let mut to_unmap = Vec::new();
+    let mut clean: Vec<(std::sync::Arc<filemap::AddressSpace>, u32)> = Vec::new();
+    let mut write: Vec<(std::sync::Arc<filemap::AddressSpace>, u32)> = Vec::new();
+    let mut shmem: Vec<(std::sync::Arc<filemap::AddressSpace>, u32)> = Vec::new();
+    let mut unqueued_dirty = 0;
+    for f in isolated {
+        let p = &m.pages[f as usize];
+        let Some(a) = m.mappings.read().get(p.owner().0).cloned() else {
+            keep.push(f);
+            continue;
+        };
+        if p.test(pg::WRITEBACK) {
+            keep.push(f);
+            continue;
+        }
+        let swapbacked = p.test(pg::SWAPBACKED);
+        let referenced_ptes = p.test(pg::MAPPED);
+        let referenced_page = p.test_clear(pg::REFERENCED);
+        // page_check_references for page-cache pages.
+        let mut reclaim_clean = false;
+        if referenced_ptes {
+            if swapbacked || referenced_page {
+                p.set(pg::ACTIVE);
+                m.vm.inc(Item::Pgactivate);
+            } else {
+                p.set(pg::REFERENCED);
+            }
+            to_unmap.push(f);
+            keep.push(f);
+            continue;
+        } else if referenced_page && !swapbacked {
+            reclaim_clean = true;
+        }
+        if p.test(pg::DIRTY) {
+            unqueued_dirty += 1;
+            if swapbacked {
+                shmem.push((a, f));
+                continue;
+            }
+            let pgdat_dirty = m.pgdat_dirty.load(Ordering::Acquire);
+            let seen_twice = !settings.is_new(Switch::KswapdWriteTwice) || p.test(pg::RECLAIM);
+            if !sc.kswapd || !seen_twice || !pgdat_dirty {
+                // Leave it to the flushers; remember we met it (PG_reclaim).
+                m.vm.inc(Item::NrVmscanImmediate);
+                m.vm.inc(Item::PgrotatedDirty);
+                p.set(pg::RECLAIM);
+                if settings.is_new(Switch::ActivateRotatedDirty) {
+                    p.set(pg::ACTIVE);
+                    m.vm.inc(Item::Pgactivate);
+                }
+                keep.push(f);
+                continue;
+            }
+            if reclaim_clean || !sc.may_writepage {
+                keep.push(f);
+                continue;
+            }
+            write.push((a, f));
+            continue;
+        }
+        clean.push((a, f));
+    }
+    unmap_pages(m, &to_unmap);
+
+    // pageout of dirty file pages (kswapd), one run per mapping.
+    let mut k = 0;
+    while k < write.len() {
+        let a = write[k].0.clone();
+        let mut e = k;
+        let mut batch = Vec::new();
+        while e < write.len() && write[e].0.id == a.id {
+            let f = write[e].1;
+            if filemap::clear_page_dirty_for_io(m, &a, f) {
+                batch.push((m.pages[f as usize].owner().1, f));
+            }
+            e += 1;
+        }
+        batch.sort_unstable();
+        for &(i, f) in &batch {
+            filemap::set_page_writeback(m, &a, f, i);
+        }
+        let res = filemap::write_pages_locked(m, &a, &batch);
+        for &(i, f) in &batch {
+            filemap::end_page_writeback(m, &a, f, i);
+        }
+        match res {
+            Ok(()) => {
+                m.vm.add(Item::NrVmscanWrite, batch.len() as u64);
+                for &(_, f) in &batch {
+                    m.pages[f as usize].clear(pg::RECLAIM);
+                    clean.push((a.clone(), f));
+                }
+            }
+            Err(err) => {
+                log::error!("reclaim writeback of {}: {err}; pages stay dirty", a.name());
+                a.wb_err.set(err.raw_os_error().unwrap_or(libc::EIO));
+                m.vm.inc(Item::FileWriteError);
+                for &(_, f) in &batch {
+                    filemap::set_page_dirty(m, &a, f);
+                    m.pages[f as usize].set(pg::ACTIVE);
+                    keep.push(f);
+                }
+            }
+        }
+        k = e;
+    }
+
+    // In-memory file pages: to swap (shmem_writepage).
+    let mut freed = Vec::new();
+    if let Some(sw) = &m.swap {
+        let mut slots = Vec::with_capacity(shmem.len());
+        sw.slots.alloc(shmem.len(), &mut slots);
+        for (k, (a, f)) in shmem.iter().enumerate() {
+            let Some(&slot) = slots.get(k) else {
+                m.pages[*f as usize].set(pg::ACTIVE);
+                keep.push(*f);
+                continue;
+            };
+            let idx = m.pages[*f as usize].owner().1;
+            let ok = sw
+                .dev
+                .write_pages(slot, &m.pool, &[MmInner::frame_off(*f)])
+                .is_ok();
+            if ok && filemap::shmem_replace_with_swap(m, a, *f, idx, slot) {
+                m.vm.inc(Item::Pswpout);
+                freed.push(*f);
+            } else {
+                if !ok {
+                    m.vm.inc(Item::SwapWriteError);
+                }
+                sw.slots.free(slot);
+                keep.push(*f);
+            }
+        }
+    } else {
+        keep.extend(shmem.iter().map(|(_, f)| *f));
+    }
+    let nr_shmem_freed = freed.len();
+    for &f in &freed {
+        let p = &m.pages[f as usize];
+        p.flags.store(pg::POOLED, Ordering::Release);
+        p.refcount.store(0, Ordering::Release);
+    }
+    vmscan_recycle(m, &freed, true);
+
+    // __remove_mapping for clean pages.
+    let mut n_clean = 0;
+    for (a, f) in clean {
+        let idx = m.pages[f as usize].owner().1;
+        let item = if m.pages[f as usize].test(pg::SWAPBACKED) {
+            Item::NrIsolatedAnon
+        } else {
+            Item::NrIsolatedFile
+        };
+        if filemap::remove_page(m, &a, f, idx, true) {
+            n_clean += 1;
+            m.vm.sub(item, 1);
+        } else {
+            keep.push(f);
+        }
+    }
+    m.lru.putback(&m.pages, &keep, &m.vm);
+    (n_clean + nr_shmem_freed, unqueued_dirty)
+}
+
+/// Frees frames of reclaimed pages whose isolated count is still held.
+fn vmscan_recycle(m: &MmInner, frames: &[u32], anon_list: bool) {
+    if frames.is_empty() {
+        return;
+    }
+    m.vm.sub(
+        if anon_list {
+            Item::NrIsolatedAnon
+        } else {
+            Item::NrIsolatedFile
+        },
+        frames.len() as u64,
+    );
+    recycle_frames(m, frames);
 }
 
 #[cfg(test)]

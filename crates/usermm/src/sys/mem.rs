@@ -257,6 +257,47 @@ impl Mapping {
         self.page_io(file, file_off, pages, true)
     }
 
+    /// Reads `len` bytes of `file` at `file_off` into the mapping at `off`, stopping at end of
+    /// file and zero-filling the rest. Returns the bytes read from the file. With O_DIRECT,
+    /// `file_off`, `off` and `len` must be 4 KiB multiples (they are: callers read whole pages).
+    pub fn pread_at(
+        &self,
+        file: &File,
+        file_off: u64,
+        off: usize,
+        len: usize,
+    ) -> io::Result<usize> {
+        check_range(self.len, off, len)?;
+        let mut done = 0usize;
+        while done < len {
+            // SAFETY: the destination [off+done, off+len) is inside this mapping (checked); the
+            // kernel writes at most len-done bytes there.
+            let r = unsafe {
+                libc::pread(
+                    file.as_raw_fd(),
+                    self.as_ptr().add(off + done) as *mut libc::c_void,
+                    len - done,
+                    (file_off + done as u64) as libc::off_t,
+                )
+            };
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if r == 0 {
+                break;
+            }
+            done += r as usize;
+        }
+        if done < len {
+            self.fill(off + done, len - done, 0)?;
+        }
+        Ok(done)
+    }
+
     /// Reads consecutive pages of `file` from `file_off` into the mapping offsets `pages`.
     pub fn pread_pages(&self, file: &File, file_off: u64, pages: &[usize]) -> io::Result<()> {
         self.page_io(file, file_off, pages, false)

@@ -1,0 +1,331 @@
+//! Files through the page cache: [`CachedFile`] (buffered `read_at`/`write_at`/`set_len`/`sync`,
+//! on a file or in memory), the inode table that gives every open of one file the same
+//! [`AddressSpace`], and file-backed regions ([`Mm::map_file`]). Mirrors the VFS side:
+//! `fs/inode.c` (`iget`/`iput`/`evict`), `mm/filemap.c`'s `generic_file_read_iter` /
+//! `generic_file_write_iter` callers, `mm/shmem.c` for in-memory files, and `fs/sync.c`.
+//!
+//! Files are opened with O_DIRECT where the filesystem allows it, so the kernel's page cache
+//! does not keep a second copy; otherwise buffered, with `sync_file_range` and
+//! `posix_fadvise(DONTNEED)` after each writeback run and read.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::Path;
+
+use crate::error::{Error, Result};
+use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
+
+use super::filemap::{self, AddressSpace, FileRaState, Host};
+use super::region::Region;
+use super::{Mm, MmHandle, MmInner};
+
+/// How a file region shares its pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MapKind {
+    /// `MAP_SHARED`: stores reach the file through writeback.
+    Shared,
+    /// `MAP_PRIVATE`: copy-on-write against the file; written pages are anonymous and go to
+    /// swap when evicted.
+    Private,
+}
+
+/// Live address spaces by id (the id is what page descriptors name) and by inode.
+#[derive(Default)]
+pub struct MappingTable {
+    by_id: Vec<Option<Arc<AddressSpace>>>,
+    free_ids: Vec<u32>,
+    by_inode: HashMap<(u64, u64), u32>,
+}
+
+impl MappingTable {
+    pub(crate) fn get(&self, id: u32) -> Option<&Arc<AddressSpace>> {
+        self.by_id.get(id as usize).and_then(|a| a.as_ref())
+    }
+    fn alloc_id(&mut self) -> u32 {
+        match self.free_ids.pop() {
+            Some(id) => id,
+            None => {
+                self.by_id.push(None);
+                (self.by_id.len() - 1) as u32
+            }
+        }
+    }
+    /// All live mappings.
+    pub(crate) fn all(&self) -> Vec<Arc<AddressSpace>> {
+        self.by_id.iter().flatten().cloned().collect()
+    }
+}
+
+/// Opens `path` read-write (creating it when `create`), with O_DIRECT when possible.
+fn open_file(path: &Path, create: bool) -> io::Result<(File, bool)> {
+    let mut o = OpenOptions::new();
+    o.read(true).write(true).create(create);
+    match o.clone().custom_flags(libc::O_DIRECT).open(path) {
+        Ok(f) => Ok((f, true)),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok((o.open(path)?, false)),
+        Err(e) => Err(e),
+    }
+}
+
+/// `iget`: the address space of the file at `path`, shared by every open of that inode.
+pub(crate) fn get_mapping(m: &MmInner, path: &Path, create: bool) -> Result<Arc<AddressSpace>> {
+    let (file, direct) = open_file(path, create).map_err(|e| {
+        Error::io(
+            format!(
+                "opening {} for the page cache (read-write{})",
+                path.display(),
+                if create { ", created if missing" } else { "" }
+            ),
+            e,
+        )
+    })?;
+    let md = file
+        .metadata()
+        .map_err(|e| Error::io(format!("stat of {}", path.display()), e))?;
+    if !md.is_file() {
+        return Err(Error::inval(format!(
+            "{} is not a regular file; the page cache serves regular files",
+            path.display()
+        )));
+    }
+    let key = (md.dev(), md.ino());
+    let mut t = m.mappings.write();
+    if let Some(&id) = t.by_inode.get(&key) {
+        let a = t.get(id).expect("inode table names a live mapping").clone();
+        a.users.fetch_add(1, Ordering::AcqRel);
+        return Ok(a);
+    }
+    let id = t.alloc_id();
+    let a = Arc::new(AddressSpace::new(
+        id,
+        Host::File {
+            file,
+            path: path.to_path_buf(),
+            direct,
+            dev: md.dev(),
+            ino: md.ino(),
+        },
+        md.len(),
+        0,
+    ));
+    a.users.store(1, Ordering::Release);
+    t.by_id[id as usize] = Some(a.clone());
+    t.by_inode.insert(key, id);
+    Ok(a)
+}
+
+/// A new in-memory file's address space.
+fn new_memory_mapping(m: &MmInner, name: &str) -> Arc<AddressSpace> {
+    let mut t = m.mappings.write();
+    let id = t.alloc_id();
+    let a = Arc::new(AddressSpace::new(
+        id,
+        Host::Memory { name: name.into() },
+        0,
+        0,
+    ));
+    a.users.store(1, Ordering::Release);
+    t.by_id[id as usize] = Some(a.clone());
+    a
+}
+
+/// `iput`: drops a user; the last one writes the mapping back and evicts its pages.
+pub(crate) fn put_mapping(m: &MmInner, a: &Arc<AddressSpace>) {
+    if a.users.fetch_sub(1, Ordering::AcqRel) != 1 {
+        return;
+    }
+    if a.file().is_some() {
+        let cursor = AtomicU64::new(a.wb_err.sample());
+        if let Err(e) = filemap::sync_range(m, a, 0, u64::MAX, &cursor) {
+            log::error!("writeback at last close of {}: {e}", a.name());
+        }
+    }
+    let mut t = m.mappings.write();
+    if a.users.load(Ordering::Acquire) != 0 {
+        // Reopened meanwhile.
+        return;
+    }
+    if let Host::File { dev, ino, .. } = &a.host {
+        t.by_inode.remove(&(*dev, *ino));
+    }
+    drop(t);
+    filemap::evict_all(m, a);
+    let mut t = m.mappings.write();
+    t.by_id[a.id as usize] = None;
+    t.free_ids.push(a.id);
+}
+
+/// A file read and written through usermm's page cache (or an in-memory file).
+///
+/// ```no_run
+/// # use usermm::{Mm, MmConfig};
+/// let mm = Mm::new(MmConfig::new(64 << 20)).unwrap();
+/// let f = mm.open("/tmp/data.bin").unwrap();
+/// f.write_at(0, b"hello").unwrap();
+/// let mut b = [0u8; 5];
+/// f.read_at(0, &mut b).unwrap();
+/// f.sync().unwrap(); // written back and fdatasync'd; reports a writeback error once
+/// ```
+pub struct CachedFile {
+    pub(crate) mapping: Arc<AddressSpace>,
+    pub(crate) h: Arc<MmHandle>,
+    ra: Mutex<FileRaState>,
+    err_cursor: AtomicU64,
+}
+
+impl std::fmt::Debug for CachedFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CachedFile")
+            .field("name", &self.mapping.name())
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+impl Mm {
+    /// Opens `path` (created if missing) for buffered I/O through the page cache.
+    pub fn open(&self, path: impl AsRef<Path>) -> Result<CachedFile> {
+        let a = get_mapping(self.inner(), path.as_ref(), true)?;
+        Ok(self.cached(a))
+    }
+
+    /// A new in-memory file (tmpfs-like): no backing file; its pages go to swap when evicted.
+    pub fn memfile(&self, name: &str) -> Result<CachedFile> {
+        if self.inner().swap.is_none() {
+            log::debug!("in-memory file {name} without swap: its pages cannot be evicted");
+        }
+        Ok(self.cached(new_memory_mapping(self.inner(), name)))
+    }
+
+    fn cached(&self, a: Arc<AddressSpace>) -> CachedFile {
+        CachedFile {
+            err_cursor: AtomicU64::new(a.wb_err.sample()),
+            mapping: a,
+            h: self.h.clone(),
+            ra: Mutex::new(FileRaState::default()),
+        }
+    }
+
+    /// Maps `len` bytes of the file at `path` from `offset` (a multiple of 4 KiB). Shared: the
+    /// region shows the page cache and stores reach the file through writeback; the file is
+    /// extended to `offset + len` if shorter. Private: copy-on-write against the file.
+    pub fn map_file(
+        &self,
+        path: impl AsRef<Path>,
+        offset: u64,
+        len: usize,
+        kind: MapKind,
+    ) -> Result<Region> {
+        let a = get_mapping(self.inner(), path.as_ref(), false)?;
+        let r = super::region::map_file(self, a.clone(), offset, len, kind);
+        put_mapping(self.inner(), &a);
+        r
+    }
+
+    /// Writes back every dirty file page and fdatasyncs every file (`sync(2)`), returning the
+    /// first writeback error not yet reported to this manager's syncs.
+    pub fn sync(&self) -> Result<()> {
+        let m = self.inner();
+        let all = m.mappings.read().all();
+        let mut first = None;
+        for a in all {
+            if a.file().is_none() {
+                continue;
+            }
+            if let Err(e) = filemap::sync_range(m, &a, 0, u64::MAX, &a.sync_cursor) {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
+
+impl CachedFile {
+    fn m(&self) -> &MmInner {
+        &self.h.inner
+    }
+
+    /// Reads up to `buf.len()` bytes at `pos`; returns bytes read (0 at end of file).
+    pub fn read_at(&self, pos: u64, buf: &mut [u8]) -> Result<usize> {
+        filemap::file_read(self.m(), &self.mapping, &self.ra, pos, buf)
+    }
+
+    /// Reads exactly `buf.len()` bytes at `pos`.
+    pub fn read_exact_at(&self, pos: u64, buf: &mut [u8]) -> Result<()> {
+        let n = self.read_at(pos, buf)?;
+        if n < buf.len() {
+            return Err(Error::inval(format!(
+                "read of {} bytes at {pos} of {} reaches past its end ({} bytes)",
+                buf.len(),
+                self.mapping.name(),
+                self.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Writes `buf` at `pos` into the page cache (extending the file); written back later by
+    /// the flusher, or now by [`CachedFile::sync`].
+    pub fn write_at(&self, pos: u64, buf: &[u8]) -> Result<usize> {
+        filemap::file_write(self.m(), &self.mapping, pos, buf)
+    }
+
+    /// The file's size in bytes.
+    pub fn len(&self) -> u64 {
+        self.mapping.size.load(Ordering::Acquire)
+    }
+
+    /// True when the file is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Truncates or extends the file.
+    pub fn set_len(&self, size: u64) -> Result<()> {
+        filemap::truncate(self.m(), &self.mapping, size)
+    }
+
+    /// Writes back the dirty pages and fdatasyncs; returns a writeback error once per handle.
+    pub fn sync(&self) -> Result<()> {
+        filemap::sync_range(self.m(), &self.mapping, 0, u64::MAX, &self.err_cursor)
+    }
+
+    /// Bytes of this file in the page cache now.
+    pub fn cached_bytes(&self) -> u64 {
+        filemap::cached_bytes(&self.mapping)
+    }
+
+    /// The file's name (its path, or `memory:NAME`).
+    pub fn name(&self) -> String {
+        self.mapping.name()
+    }
+
+    /// Whether the file is accessed with O_DIRECT (false: buffered with fadvise, or memory).
+    pub fn is_direct(&self) -> bool {
+        matches!(self.mapping.host, Host::File { direct: true, .. })
+    }
+
+    /// Turns readahead on (Linux's ondemand, the default) or off for this handle.
+    pub fn set_readahead(&self, on: bool) {
+        self.ra.lock().ondemand = on;
+    }
+
+    /// Maps `len` bytes of this file from `offset` (see [`Mm::map_file`]).
+    pub fn map(&self, offset: u64, len: usize, kind: MapKind) -> Result<Region> {
+        let mm = Mm { h: self.h.clone() };
+        super::region::map_file(&mm, self.mapping.clone(), offset, len, kind)
+    }
+
+    /// The address space (tests and benchmarks inspect marks and pages).
+    pub fn mapping(&self) -> &Arc<AddressSpace> {
+        &self.mapping
+    }
+}
+
+impl Drop for CachedFile {
+    fn drop(&mut self) {
+        put_mapping(&self.h.inner, &self.mapping);
+    }
+}

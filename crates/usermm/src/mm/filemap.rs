@@ -1,0 +1,1307 @@
+//! The page cache. Mirrors `mm/filemap.c` (`pagecache_get_page` with `FGP_*` flags and its
+//! wrappers, `add_to_page_cache_lru`, `__delete_from_page_cache`, `generic_file_buffered_read`,
+//! `generic_perform_write`, `filemap_write_and_wait_range`), the tag half of
+//! `mm/page-writeback.c` (`__set_page_dirty_nobuffers`, `clear_page_dirty_for_io`,
+//! `__test_set_page_writeback`, `test_clear_page_writeback`, `write_cache_pages`),
+//! `include/linux/pagemap.h` (`AS_NO_WRITEBACK_TAGS`) and `lib/errseq.c`.
+//!
+//! An [`AddressSpace`] is one file's (or the swap cache's) index: a radix tree of frames with
+//! DIRTY/WRITEBACK/TOWRITE marks under a `tree_lock`, whose wait time is counted per call site
+//! (`lock_wait_ns.<site>` in vmstat), so lock contention reads like the perf-profile rows of
+//! seed 000. A page-cache page's bytes live in its frame's pool slot, or, while PG_mapped, in the
+//! view of the shared file region that maps it; every access to the bytes holds the page lock,
+//! because mapping and unmapping move them.
+
+use std::fs::File;
+use std::io;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::settings::Switch;
+use std::sync::atomic::AtomicI32;
+
+use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, Mutex, MutexGuard, Ordering};
+use crate::sys::PAGE_SIZE;
+use crate::vmstat::{Counters, Item};
+
+use super::lru::mark_page_accessed;
+use super::page::pg;
+use super::radix_tree::{Mark, RadixTree};
+use super::region::RegionInner;
+use super::{memory, page_writeback, vmscan, MmInner};
+
+/// Mapping flags (`AS_*`).
+pub mod as_flags {
+    /// Writeback start and end flip only the page flag; the tree's marks are not maintained
+    /// (set on the swap cache: seed 000).
+    pub const NO_WRITEBACK_TAGS: u32 = 1 << 0;
+    /// Shared with the swap device (the swap cache's spaces).
+    pub const SWAP: u32 = 1 << 1;
+}
+
+/// `FGP_*` flags of [`pagecache_get_page`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fgp(pub u32);
+
+impl Fgp {
+    /// Mark the page accessed: an existing page through `mark_page_accessed`, a new one with a
+    /// plain store of PG_referenced before it is visible (seed 002).
+    pub const ACCESSED: Fgp = Fgp(1 << 0);
+    /// Return the page locked.
+    pub const LOCK: Fgp = Fgp(1 << 1);
+    /// Create the page if it is not cached.
+    pub const CREAT: Fgp = Fgp(1 << 2);
+    /// The caller will write the page (kept for the write_begin semantics).
+    pub const WRITE: Fgp = Fgp(1 << 3);
+    /// Allocation must not recurse into the filesystem (direct reclaim skips file writeback).
+    pub const NOFS: Fgp = Fgp(1 << 4);
+    /// Never block: fail instead of waiting for a lock or reclaiming.
+    pub const NOWAIT: Fgp = Fgp(1 << 5);
+
+    pub fn has(self, f: Fgp) -> bool {
+        self.0 & f.0 == f.0
+    }
+}
+
+impl std::ops::BitOr for Fgp {
+    type Output = Fgp;
+    fn bitor(self, o: Fgp) -> Fgp {
+        Fgp(self.0 | o.0)
+    }
+}
+
+/// Call sites that take a mapping's tree lock, each with its own wait-time counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockSite {
+    AddToPageCache,
+    FindGetPage,
+    DeleteFromPageCache,
+    SetPageDirty,
+    SetPageWriteback,
+    EndPageWriteback,
+    TagPagesForWriteback,
+    FindGetPagesTag,
+    AddToSwapCache,
+    DeleteFromSwapCache,
+}
+
+impl LockSite {
+    fn item(self) -> Item {
+        match self {
+            LockSite::AddToPageCache => Item::LwAddToPageCache,
+            LockSite::FindGetPage => Item::LwFindGetPage,
+            LockSite::DeleteFromPageCache => Item::LwDeleteFromPageCache,
+            LockSite::SetPageDirty => Item::LwSetPageDirty,
+            LockSite::SetPageWriteback => Item::LwSetPageWriteback,
+            LockSite::EndPageWriteback => Item::LwEndPageWriteback,
+            LockSite::TagPagesForWriteback => Item::LwTagPagesForWriteback,
+            LockSite::FindGetPagesTag => Item::LwFindGetPagesTag,
+            LockSite::AddToSwapCache => Item::LwAddToSwapCache,
+            LockSite::DeleteFromSwapCache => Item::LwDeleteFromSwapCache,
+        }
+    }
+}
+
+/// `errseq_t`: a mapping's writeback error, reported once to each waiter that sampled it
+/// before the error happened.
+#[derive(Default)]
+pub struct ErrSeq {
+    seq: AtomicU64,
+    errno: AtomicI32,
+}
+
+impl ErrSeq {
+    /// Records an error.
+    pub fn set(&self, errno: i32) {
+        self.errno.store(errno, Ordering::Release);
+        self.seq.fetch_add(1, Ordering::AcqRel);
+    }
+    /// The cursor a new waiter starts from (errors before now are not reported to it).
+    pub fn sample(&self) -> u64 {
+        self.seq.load(Ordering::Acquire)
+    }
+    /// The error recorded since `cursor`, advancing it (each waiter sees each error once).
+    pub fn check_and_advance(&self, cursor: &AtomicU64) -> Option<i32> {
+        let now = self.seq.load(Ordering::Acquire);
+        let old = cursor.swap(now, Ordering::AcqRel);
+        (now != old).then(|| self.errno.load(Ordering::Acquire))
+    }
+}
+
+/// What backs a mapping.
+pub enum Host {
+    /// A file on a filesystem, read and written with O_DIRECT when `direct`.
+    File {
+        file: File,
+        path: PathBuf,
+        direct: bool,
+        dev: u64,
+        ino: u64,
+    },
+    /// An in-memory file (tmpfs-like): no backing file; pages go to swap when evicted.
+    Memory { name: String },
+    /// One of the swap cache's spaces.
+    Swap,
+}
+
+/// A tree entry: a frame, or (in-memory files) the swap slot of an evicted page.
+const SWAP_ENTRY: u64 = 1 << 63;
+
+/// What a tree slot holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entry {
+    Page(u32),
+    Swap(u64),
+}
+
+impl Entry {
+    fn decode(v: u64) -> Entry {
+        if v & SWAP_ENTRY != 0 {
+            Entry::Swap(v & !SWAP_ENTRY)
+        } else {
+            Entry::Page(v as u32)
+        }
+    }
+    fn encode(self) -> u64 {
+        match self {
+            Entry::Page(f) => f as u64,
+            Entry::Swap(s) => s | SWAP_ENTRY,
+        }
+    }
+}
+
+/// `struct address_space`.
+pub struct AddressSpace {
+    pub(crate) id: u32,
+    pub(crate) flags: AtomicU32,
+    tree: Mutex<RadixTree<u64>>,
+    /// Pages in the tree (`nrpages`).
+    pub(crate) nrpages: AtomicU64,
+    pub(crate) host: Host,
+    /// `i_size`.
+    pub(crate) size: AtomicU64,
+    pub(crate) wb_err: ErrSeq,
+    /// When the mapping went from clean to dirty (ms since the manager started; 0 = clean), for
+    /// `dirty_expire`.
+    pub(crate) dirtied_when: AtomicU64,
+    /// On its flusher's dirty list.
+    pub(crate) on_dirty_list: AtomicBool,
+    /// Users (open `CachedFile`s and file regions); at 0 the mapping is written back and
+    /// evicted (`iput` -> `evict`).
+    pub(crate) users: AtomicU64,
+    /// Serializes writeback of this mapping against truncation (`i_rwsem`'s role here).
+    pub(crate) io_lock: Mutex<()>,
+    /// The errseq cursor of `Mm::sync`.
+    pub(crate) sync_cursor: AtomicU64,
+}
+
+impl AddressSpace {
+    pub(crate) fn new(id: u32, host: Host, size: u64, flags: u32) -> AddressSpace {
+        AddressSpace {
+            id,
+            flags: AtomicU32::new(flags),
+            tree: Mutex::new(RadixTree::new()),
+            nrpages: AtomicU64::new(0),
+            host,
+            size: AtomicU64::new(size),
+            wb_err: ErrSeq::default(),
+            dirtied_when: AtomicU64::new(0),
+            on_dirty_list: AtomicBool::new(false),
+            users: AtomicU64::new(0),
+            io_lock: Mutex::new(()),
+            sync_cursor: AtomicU64::new(0),
+        }
+    }
+
+    /// Takes the tree lock for `site`, counting acquisitions and the time spent waiting.
+    pub(crate) fn lock_tree(
+        &self,
+        vm: &Counters,
+        site: LockSite,
+    ) -> MutexGuard<'_, RadixTree<u64>> {
+        vm.inc(Item::TlAcquire);
+        if let Some(g) = self.tree.try_lock() {
+            return g;
+        }
+        let t = Instant::now();
+        let g = self.tree.lock();
+        let ns = t.elapsed().as_nanos() as u64;
+        vm.add(site.item(), ns);
+        vm.add(Item::TreeLockWaitNs, ns);
+        vm.inc(Item::TreeLockContended);
+        g
+    }
+
+    /// `mapping_use_writeback_tags`.
+    pub fn use_writeback_tags(&self) -> bool {
+        self.flags.load(Ordering::Relaxed) & as_flags::NO_WRITEBACK_TAGS == 0
+    }
+
+    pub(crate) fn is_memory(&self) -> bool {
+        matches!(self.host, Host::Memory { .. })
+    }
+
+    pub(crate) fn file(&self) -> Option<&File> {
+        match &self.host {
+            Host::File { file, .. } => Some(file),
+            _ => None,
+        }
+    }
+
+    /// The device id of the backing file (the flusher it belongs to); 0 for memory.
+    pub(crate) fn dev(&self) -> u64 {
+        match &self.host {
+            Host::File { dev, .. } => *dev,
+            _ => 0,
+        }
+    }
+
+    /// A name for messages.
+    pub fn name(&self) -> String {
+        match &self.host {
+            Host::File { path, .. } => path.display().to_string(),
+            Host::Memory { name } => format!("memory:{name}"),
+            Host::Swap => "swap cache".into(),
+        }
+    }
+
+    /// The entry at `index` (no reference taken).
+    pub(crate) fn peek(&self, vm: &Counters, index: u64) -> Option<Entry> {
+        self.lock_tree(vm, LockSite::FindGetPage)
+            .get(index)
+            .map(Entry::decode)
+    }
+
+    /// Inserts a swap-cache entry (`__add_to_swap_cache`).
+    pub(crate) fn add_swap_entry(&self, vm: &Counters, slot: u64, f: u32) {
+        self.lock_tree(vm, LockSite::AddToSwapCache)
+            .insert(slot, f as u64);
+        self.nrpages.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Removes a swap-cache entry (`__delete_from_swap_cache`); true if it was there.
+    pub(crate) fn remove_swap_entry(&self, vm: &Counters, slot: u64) -> bool {
+        let had = self
+            .lock_tree(vm, LockSite::DeleteFromSwapCache)
+            .remove(slot)
+            .is_some();
+        if had {
+            self.nrpages.fetch_sub(1, Ordering::Relaxed);
+        }
+        had
+    }
+
+    /// Whether any page carries `mark` (tests).
+    pub fn tagged(&self, vm: &Counters, mark: Mark) -> bool {
+        self.lock_tree(vm, LockSite::FindGetPage).tagged(mark)
+    }
+
+    /// Whether the page at `index` carries `mark` (tests).
+    pub fn has_mark(&self, vm: &Counters, index: u64, mark: Mark) -> bool {
+        self.lock_tree(vm, LockSite::FindGetPage)
+            .get_mark(index, mark)
+    }
+}
+
+/// `get_page`.
+fn get_page(m: &MmInner, f: u32) {
+    m.pages[f as usize].refcount.fetch_add(1, Ordering::AcqRel);
+}
+
+/// `put_page`: drops a reference taken by a lookup.
+pub fn put_page(m: &MmInner, f: u32) {
+    m.pages[f as usize].refcount.fetch_sub(1, Ordering::AcqRel);
+}
+
+/// `find_get_entry`: the entry at `index`, with a reference on a page.
+pub(crate) fn find_get_entry(m: &MmInner, mapping: &AddressSpace, index: u64) -> Option<Entry> {
+    let t = mapping.lock_tree(&m.vm, LockSite::FindGetPage);
+    let e = t.get(index).map(Entry::decode)?;
+    if let Entry::Page(f) = e {
+        get_page(m, f);
+    }
+    Some(e)
+}
+
+/// `lock_page` with the page-still-here check: locks frame `f` and returns true if it is still
+/// the page at `index` of `mapping` (false: it was truncated or reclaimed meanwhile; unlocked).
+fn lock_page_in(m: &MmInner, mapping: &AddressSpace, f: u32, index: u64, nowait: bool) -> bool {
+    let p = &m.pages[f as usize];
+    if nowait {
+        if !p.trylock() {
+            return false;
+        }
+    } else {
+        p.lock();
+    }
+    if p.test(pg::PAGECACHE) && p.owner() == (mapping.id, index) {
+        true
+    } else {
+        p.unlock();
+        false
+    }
+}
+
+/// `pagecache_get_page`: looks up the page at `index`, optionally locking it, marking it
+/// accessed and creating it. A created page is not up to date: the caller fills it. Returns the
+/// frame with a reference held (drop it with [`put_page`]); `Ok(None)` when absent and not
+/// created, or when NOWAIT would have to wait. An in-memory file's swapped page is read back.
+pub fn pagecache_get_page(
+    m: &MmInner,
+    mapping: &AddressSpace,
+    index: u64,
+    fgp: Fgp,
+) -> Result<Option<u32>> {
+    loop {
+        match find_get_entry(m, mapping, index) {
+            Some(Entry::Page(f)) => {
+                if fgp.has(Fgp::LOCK) && !lock_page_in(m, mapping, f, index, fgp.has(Fgp::NOWAIT)) {
+                    put_page(m, f);
+                    if fgp.has(Fgp::NOWAIT) {
+                        return Ok(None);
+                    }
+                    continue;
+                }
+                if fgp.has(Fgp::ACCESSED) {
+                    mark_page_accessed(&m.lru, &m.pages, f, &m.vm);
+                }
+                return Ok(Some(f));
+            }
+            Some(Entry::Swap(slot)) => {
+                if fgp.has(Fgp::NOWAIT) {
+                    return Ok(None);
+                }
+                shmem_swapin(m, mapping, index, slot)?;
+                continue;
+            }
+            None => {}
+        }
+        if !fgp.has(Fgp::CREAT) {
+            return Ok(None);
+        }
+        let mut frames = Vec::with_capacity(1);
+        if fgp.has(Fgp::NOWAIT) {
+            if m.frames.nr_free() <= m.wmark.min || m.frames.alloc(1, &mut frames) == 0 {
+                return Ok(None);
+            }
+            m.note_resident();
+        } else if !vmscan::alloc_frames(m, 1, &mut frames) {
+            return Err(Error::io(
+                format!("page cache of {}", mapping.name()),
+                io::Error::from_raw_os_error(libc::ENOMEM),
+            ));
+        }
+        let f = frames[0];
+        // The new page is private until inserted: its flags are set with plain stores, including
+        // PG_referenced under FGP_ACCESSED (seed 002's __SetPageReferenced).
+        let mut flags = pg::LOCKED | pg::PAGECACHE;
+        if mapping.is_memory() {
+            flags |= pg::SWAPBACKED;
+        }
+        if fgp.has(Fgp::ACCESSED) && m.cfg.settings.is_new(Switch::AccessedInit) {
+            flags |= pg::REFERENCED;
+        }
+        let p = &m.pages[f as usize];
+        let pooled = p.test(pg::POOLED);
+        p.init(
+            mapping.id,
+            index,
+            flags | if pooled { pg::POOLED } else { 0 },
+        );
+        if !ensure_slot(m, f) {
+            vmscan::free_frames(m, &[f], false);
+            return Err(Error::io(
+                format!("page cache of {}", mapping.name()),
+                io::Error::other("could not populate a frame's pool slot"),
+            ));
+        }
+        if !add_to_page_cache_lru(m, mapping, f, index) {
+            // Raced with another creator: use theirs.
+            p.flags.store(pg::POOLED, Ordering::Release);
+            vmscan::recycle_frames(m, &[f]);
+            continue;
+        }
+        get_page(m, f);
+        if !fgp.has(Fgp::LOCK) {
+            p.unlock();
+        }
+        return Ok(Some(f));
+    }
+}
+
+/// Makes frame `f`'s pool slot hold a page (the recycled one, or a fresh zeroed one), so its
+/// bytes can be accessed. A recycled page keeps stale bytes: the caller overwrites them.
+pub(crate) fn ensure_slot(m: &MmInner, f: u32) -> bool {
+    let p = &m.pages[f as usize];
+    if p.test_clear(pg::POOLED) {
+        return true;
+    }
+    let dst = m.pool.addr() + MmInner::frame_off(f);
+    match m.uffd.copy(dst, m.zero_src.addr(), PAGE_SIZE, false, true) {
+        Ok(_) => true,
+        Err(e) if e.is_exists() => true,
+        Err(e) => {
+            log::error!("UFFDIO_COPY into frame {f}'s slot: {e}");
+            false
+        }
+    }
+}
+
+/// `add_to_page_cache_lru`: inserts locked frame `f` at `index`; false if the index is taken.
+fn add_to_page_cache_lru(m: &MmInner, mapping: &AddressSpace, f: u32, index: u64) -> bool {
+    {
+        let mut t = mapping.lock_tree(&m.vm, LockSite::AddToPageCache);
+        if t.get(index).is_some() {
+            return false;
+        }
+        t.insert(index, f as u64);
+    }
+    mapping.nrpages.fetch_add(1, Ordering::Relaxed);
+    m.vm.inc(Item::NrFilePages);
+    if mapping.is_memory() {
+        m.vm.inc(Item::NrShmem);
+    }
+    m.lru.add(&m.pages, &[f], &m.vm);
+    true
+}
+
+/// `find_get_page`.
+pub fn find_get_page(m: &MmInner, mapping: &AddressSpace, index: u64) -> Result<Option<u32>> {
+    pagecache_get_page(m, mapping, index, Fgp(0))
+}
+
+/// `find_lock_page`.
+pub fn find_lock_page(m: &MmInner, mapping: &AddressSpace, index: u64) -> Result<Option<u32>> {
+    pagecache_get_page(m, mapping, index, Fgp::LOCK)
+}
+
+/// `find_or_create_page`.
+pub fn find_or_create_page(m: &MmInner, mapping: &AddressSpace, index: u64) -> Result<Option<u32>> {
+    pagecache_get_page(m, mapping, index, Fgp::LOCK | Fgp::ACCESSED | Fgp::CREAT)
+}
+
+/// `grab_cache_page_nowait`.
+pub fn grab_cache_page_nowait(
+    m: &MmInner,
+    mapping: &AddressSpace,
+    index: u64,
+) -> Result<Option<u32>> {
+    pagecache_get_page(m, mapping, index, Fgp::LOCK | Fgp::CREAT | Fgp::NOWAIT)
+}
+
+/// `grab_cache_page_write_begin`: LOCK|WRITE|CREAT, plus ACCESSED with the new behaviour of
+/// seed 002 (the old one marks the page accessed after the copy, in write_end).
+pub fn grab_cache_page_write_begin(
+    m: &MmInner,
+    mapping: &AddressSpace,
+    index: u64,
+) -> Result<Option<u32>> {
+    let mut fgp = Fgp::LOCK | Fgp::WRITE | Fgp::CREAT;
+    if m.cfg.settings.is_new(Switch::AccessedInit) {
+        fgp = fgp | Fgp::ACCESSED;
+    }
+    pagecache_get_page(m, mapping, index, fgp)
+}
+
+/// Where a locked page-cache page's bytes are.
+pub(crate) enum Loc {
+    Pool(usize),
+    View(Arc<RegionInner>, usize),
+}
+
+/// The location of locked frame `f`'s bytes.
+pub(crate) fn page_loc(m: &MmInner, f: u32) -> Loc {
+    let p = &m.pages[f as usize];
+    if p.test(pg::MAPPED) {
+        let v = p.private.load(Ordering::Acquire);
+        let (rid, idx) = ((v >> 40) as u32, v & ((1 << 40) - 1));
+        if let Some(r) = m.regions.read().get(rid).cloned() {
+            if idx < r.npages() {
+                return Loc::View(r, idx as usize * PAGE_SIZE);
+            }
+        }
+        log::error!("frame {f} is mapped in region {rid} page {idx}, which is gone");
+    }
+    Loc::Pool(MmInner::frame_off(f))
+}
+
+/// Copies bytes out of locked page `f` at `off`.
+pub(crate) fn copy_from_page(m: &MmInner, f: u32, off: usize, buf: &mut [u8]) {
+    let r = match page_loc(m, f) {
+        Loc::Pool(o) => m.pool.read_bytes(o + off, buf),
+        Loc::View(r, o) => r.view.read_bytes(o + off, buf),
+    };
+    if let Err(e) = r {
+        log::error!("copy out of frame {f}: {e}");
+    }
+}
+
+/// Copies `buf` into locked page `f` at `off`.
+pub(crate) fn copy_to_page(m: &MmInner, f: u32, off: usize, buf: &[u8]) {
+    let r = match page_loc(m, f) {
+        Loc::Pool(o) => m.pool.write_bytes(o + off, buf),
+        Loc::View(r, o) => r.view.write_bytes(o + off, buf),
+    };
+    if let Err(e) = r {
+        log::error!("copy into frame {f}: {e}");
+    }
+}
+
+/// `set_page_dirty` for a locked page of `mapping`: the DIRTY flag, the tree's DIRTY mark, the
+/// dirty counters and the mapping's place on its flusher's dirty list. In-memory files have no
+/// writeback: only the flag (`__set_page_dirty_no_writeback`).
+pub fn set_page_dirty(m: &MmInner, mapping: &Arc<AddressSpace>, f: u32) {
+    let p = &m.pages[f as usize];
+    if p.test_set(pg::DIRTY) {
+        return;
+    }
+    if mapping.is_memory() {
+        return;
+    }
+    let index = p.owner().1;
+    mapping
+        .lock_tree(&m.vm, LockSite::SetPageDirty)
+        .set_mark(index, Mark::Dirty);
+    m.vm.inc(Item::NrDirty);
+    m.vm.inc(Item::NrDirtied);
+    page_writeback::account_mapping_dirtied(m, mapping);
+}
+
+/// `clear_page_dirty_for_io`: write-protects the page where it is mapped (so the next store is
+/// seen and redirties it), then clears PG_dirty. The DIRTY mark stays until writeback starts.
+pub(crate) fn clear_page_dirty_for_io(m: &MmInner, mapping: &AddressSpace, f: u32) -> bool {
+    let p = &m.pages[f as usize];
+    if p.test(pg::MAPPED) && !p.test(pg::WP) {
+        if let Loc::View(r, o) = page_loc(m, f) {
+            match m
+                .uffd
+                .writeprotect(r.view.addr() + o, PAGE_SIZE, true, true)
+            {
+                Ok(()) => p.set(pg::WP),
+                Err(e) => {
+                    log::error!("write-protecting a mapped file page for writeback: {e}");
+                    return false;
+                }
+            }
+        }
+    }
+    if p.test_clear(pg::DIRTY) {
+        if !mapping.is_memory() {
+            m.vm.sub(Item::NrDirty, 1);
+        }
+        true
+    } else {
+        false
+    }
+}
+
+/// `__test_set_page_writeback`: PG_writeback, and unless the mapping has NO_WRITEBACK_TAGS, the
+/// WRITEBACK mark set and the DIRTY (if clean now) and TOWRITE marks cleared under the tree lock.
+pub(crate) fn set_page_writeback(m: &MmInner, mapping: &AddressSpace, f: u32, index: u64) {
+    let p = &m.pages[f as usize];
+    if p.test_set(pg::WRITEBACK) {
+        return;
+    }
+    if mapping.use_writeback_tags() {
+        let mut t = mapping.lock_tree(&m.vm, LockSite::SetPageWriteback);
+        t.set_mark(index, Mark::Writeback);
+        if !p.test(pg::DIRTY) {
+            t.clear_mark(index, Mark::Dirty);
+        }
+        t.clear_mark(index, Mark::Towrite);
+    }
+    m.vm.inc(Item::NrWriteback);
+}
+
+/// `test_clear_page_writeback` (`end_page_writeback`).
+pub(crate) fn end_page_writeback(m: &MmInner, mapping: &AddressSpace, f: u32, index: u64) {
+    let p = &m.pages[f as usize];
+    if !p.test_clear(pg::WRITEBACK) {
+        return;
+    }
+    if mapping.use_writeback_tags() {
+        mapping
+            .lock_tree(&m.vm, LockSite::EndPageWriteback)
+            .clear_mark(index, Mark::Writeback);
+    }
+    m.vm.sub(Item::NrWriteback, 1);
+    m.vm.inc(Item::NrWritten);
+}
+
+/// Writes locked, dirty-for-io pages `run` (consecutive indices) to the mapping's file in as few
+/// calls as their locations allow, extending the file only to i_size.
+fn write_run(m: &MmInner, mapping: &AddressSpace, run: &[(u64, u32)]) -> io::Result<()> {
+    let Some(file) = mapping.file() else {
+        return Ok(());
+    };
+    let direct = matches!(mapping.host, Host::File { direct: true, .. });
+    let mut k = 0;
+    while k < run.len() {
+        // Sub-runs by location: pool slots, or one region's view.
+        let loc0 = page_loc(m, run[k].1);
+        let mut offs = Vec::new();
+        let mut e = k;
+        while e < run.len() {
+            let l = page_loc(m, run[e].1);
+            match (&loc0, &l) {
+                (Loc::Pool(_), Loc::Pool(o)) => offs.push(*o),
+                (Loc::View(a, _), Loc::View(b, o)) if a.id == b.id => offs.push(*o),
+                _ => break,
+            }
+            e += 1;
+        }
+        let file_off = run[k].0 * PAGE_SIZE as u64;
+        match &loc0 {
+            Loc::Pool(_) => m.pool.pwrite_pages(file, file_off, &offs)?,
+            Loc::View(r, _) => r.view.pwrite_pages(file, file_off, &offs)?,
+        }
+        let len = (e - k) as u64 * PAGE_SIZE as u64;
+        if !direct {
+            crate::sys::sync_file_range_wait(file, file_off, len)?;
+            let _ = crate::sys::fadvise_dontneed(file, file_off, len);
+        }
+        k = e;
+    }
+    // Whole pages were written: cut the file back to i_size if the last one reached past it.
+    let size = mapping.size.load(Ordering::Acquire);
+    let end = (run[run.len() - 1].0 + 1) * PAGE_SIZE as u64;
+    if end > size && file.metadata()?.len() > size {
+        file.set_len(size)?;
+    }
+    m.vm.add(Item::Pgpgout, run.len() as u64 * (PAGE_SIZE as u64 / 1024));
+    Ok(())
+}
+
+/// Writes locked pages `batch` (sorted by index) in runs of consecutive indices; the first error.
+pub(crate) fn write_pages_locked(
+    m: &MmInner,
+    mapping: &AddressSpace,
+    batch: &[(u64, u32)],
+) -> io::Result<()> {
+    let mut first = None;
+    let mut k = 0;
+    while k < batch.len() {
+        let mut e = k + 1;
+        while e < batch.len() && batch[e].0 == batch[e - 1].0 + 1 && e - k < 512 {
+            e += 1;
+        }
+        if let Err(err) = write_run(m, mapping, &batch[k..e]) {
+            first.get_or_insert(err);
+        }
+        k = e;
+    }
+    first.map_or(Ok(()), Err)
+}
+
+/// Writes back a batch of locked pages that were dirty (`clear_page_dirty_for_io` done): sets
+/// writeback, writes runs of consecutive indices, ends writeback, redirties on error (the data
+/// is never dropped), unlocks. Returns the first error.
+pub(crate) fn writeback_locked(
+    m: &MmInner,
+    mapping: &Arc<AddressSpace>,
+    mut batch: Vec<(u64, u32)>,
+) -> io::Result<()> {
+    batch.sort_unstable();
+    let mut first_err = None;
+    let mut k = 0;
+    while k < batch.len() {
+        let mut e = k + 1;
+        while e < batch.len() && batch[e].0 == batch[e - 1].0 + 1 && e - k < 512 {
+            e += 1;
+        }
+        let run = &batch[k..e];
+        for &(i, f) in run {
+            set_page_writeback(m, mapping, f, i);
+        }
+        let res = write_run(m, mapping, run);
+        for &(i, f) in run {
+            end_page_writeback(m, mapping, f, i);
+        }
+        if let Err(err) = res {
+            log::error!(
+                "writeback of {} pages at page {} of {} failed: {err}; they stay dirty",
+                run.len(),
+                run[0].0,
+                mapping.name()
+            );
+            m.vm.inc(Item::FileWriteError);
+            mapping.wb_err.set(err.raw_os_error().unwrap_or(libc::EIO));
+            for &(_, f) in run {
+                m.pages[f as usize].set(pg::ERROR);
+                set_page_dirty(m, mapping, f);
+            }
+            first_err.get_or_insert(err);
+        }
+        k = e;
+    }
+    for &(_, f) in &batch {
+        m.pages[f as usize].unlock();
+        put_page(m, f);
+    }
+    first_err.map_or(Ok(()), Err)
+}
+
+/// `write_cache_pages`: writes the dirty pages of `[start, end]`. `sync` (WB_SYNC_ALL) first
+/// tags them TOWRITE and walks that tag, waiting for page locks, so pages dirtied during the
+/// walk do not extend it; otherwise (WB_SYNC_NONE) it walks DIRTY, skips locked pages and stops
+/// after `nr_to_write`. Returns pages written, or the first error (after trying them all).
+pub fn write_cache_pages(
+    m: &MmInner,
+    mapping: &Arc<AddressSpace>,
+    start: u64,
+    end: u64,
+    sync: bool,
+    mut nr_to_write: i64,
+) -> io::Result<u64> {
+    if mapping.file().is_none() {
+        return Ok(0);
+    }
+    let _io = mapping.io_lock.lock();
+    let mark = if sync {
+        mapping
+            .lock_tree(&m.vm, LockSite::TagPagesForWriteback)
+            .tag_pages_for_writeback(start, end);
+        Mark::Towrite
+    } else {
+        Mark::Dirty
+    };
+    let mut written = 0u64;
+    let mut first_err = None;
+    let mut next = start;
+    let mut found = Vec::with_capacity(64);
+    while next <= end && nr_to_write > 0 {
+        found.clear();
+        {
+            let t = mapping.lock_tree(&m.vm, LockSite::FindGetPagesTag);
+            t.gang_lookup_tag(next, end, mark, 64, &mut found);
+            for &(_, v) in &found {
+                if let Entry::Page(f) = Entry::decode(v) {
+                    get_page(m, f);
+                }
+            }
+        }
+        if found.is_empty() {
+            break;
+        }
+        next = found[found.len() - 1].0 + 1;
+        let mut batch = Vec::with_capacity(found.len());
+        for &(i, v) in &found {
+            let Entry::Page(f) = Entry::decode(v) else {
+                continue;
+            };
+            let locked = if sync {
+                lock_page_in(m, mapping, f, i, false)
+            } else {
+                lock_page_in(m, mapping, f, i, true)
+            };
+            if !locked {
+                put_page(m, f);
+                continue;
+            }
+            if !clear_page_dirty_for_io(m, mapping, f) {
+                // Cleaned meanwhile: drop a stale TOWRITE mark.
+                if sync {
+                    mapping
+                        .lock_tree(&m.vm, LockSite::SetPageWriteback)
+                        .clear_mark(i, Mark::Towrite);
+                }
+                m.pages[f as usize].unlock();
+                put_page(m, f);
+                continue;
+            }
+            batch.push((i, f));
+        }
+        let n = batch.len() as u64;
+        if let Err(e) = writeback_locked(m, mapping, batch) {
+            first_err.get_or_insert(e);
+            if !sync {
+                break;
+            }
+        }
+        written += n;
+        nr_to_write -= n as i64;
+    }
+    if !mapping.tagged(&m.vm, Mark::Dirty) {
+        mapping.dirtied_when.store(0, Ordering::Release);
+    }
+    first_err.map_or(Ok(written), Err)
+}
+
+/// `filemap_write_and_wait_range` plus `fdatasync`, then the mapping's error since `cursor`
+/// (errseq: each caller sees each error once; a failed page stays dirty).
+pub fn sync_range(
+    m: &MmInner,
+    mapping: &Arc<AddressSpace>,
+    start: u64,
+    end: u64,
+    cursor: &AtomicU64,
+) -> Result<()> {
+    let res = write_cache_pages(m, mapping, start, end, true, i64::MAX);
+    let mut err = res.err();
+    if let Some(file) = mapping.file() {
+        if let Err(e) = file.sync_data() {
+            mapping.wb_err.set(e.raw_os_error().unwrap_or(libc::EIO));
+            err.get_or_insert(e);
+        }
+    }
+    if let Some(errno) = mapping.wb_err.check_and_advance(cursor) {
+        let e = err.unwrap_or_else(|| io::Error::from_raw_os_error(errno));
+        return Err(Error::io(format!("writing back {}", mapping.name()), e));
+    }
+    Ok(())
+}
+
+/// Reads `frames.len()` consecutive pages from `start` into the (locked, new) frames.
+fn read_into(m: &MmInner, mapping: &AddressSpace, start: u64, frames: &[u32]) -> io::Result<()> {
+    let n = frames.len();
+    let Some(file) = mapping.file() else {
+        // In-memory file: new pages are zeros.
+        for &f in frames {
+            let _ = m.pool.fill(MmInner::frame_off(f), PAGE_SIZE, 0);
+        }
+        return Ok(());
+    };
+    let direct = matches!(mapping.host, Host::File { direct: true, .. });
+    memory::with_bounce(n, |bounce| {
+        let off = start * PAGE_SIZE as u64;
+        bounce.pread_at(file, off, 0, n * PAGE_SIZE)?;
+        if !direct {
+            let _ = crate::sys::fadvise_dontneed(file, off, (n * PAGE_SIZE) as u64);
+        }
+        for (k, &f) in frames.iter().enumerate() {
+            m.pool
+                .copy_from(MmInner::frame_off(f), bounce, k * PAGE_SIZE, PAGE_SIZE)?;
+        }
+        Ok::<(), io::Error>(())
+    })?;
+    m.vm.add(Item::Pgpgin, n as u64 * (PAGE_SIZE as u64 / 1024));
+    Ok(())
+}
+
+/// `page_cache_ra_unbounded`: reads the uncached pages of `[start, start+nr)` (below EOF) with
+/// one I/O per run; the page at `mark` gets PG_readahead (the async trigger). Returns the
+/// pages read.
+pub fn do_page_cache_readahead(
+    m: &MmInner,
+    mapping: &AddressSpace,
+    start: u64,
+    nr: u64,
+    mark: Option<u64>,
+) -> u64 {
+    let eof = mapping
+        .size
+        .load(Ordering::Acquire)
+        .div_ceil(PAGE_SIZE as u64);
+    let end = (start + nr).min(eof);
+    let mut read = 0;
+    let mut i = start;
+    while i < end {
+        // A run of absent indices.
+        let mut run = Vec::new();
+        while i < end && run.len() < 512 {
+            if mapping.peek(&m.vm, i).is_some() {
+                break;
+            }
+            run.push(i);
+            i += 1;
+        }
+        if run.is_empty() {
+            i += 1;
+            continue;
+        }
+        let mut frames = Vec::with_capacity(run.len());
+        // Readahead must not push the working set out: no direct reclaim for it beyond one batch.
+        if !vmscan::alloc_frames(m, run.len(), &mut frames) {
+            break;
+        }
+        let mut added = Vec::with_capacity(frames.len());
+        for (k, &f) in frames.iter().enumerate() {
+            let idx = run[0] + k as u64;
+            let p = &m.pages[f as usize];
+            let pooled = p.test(pg::POOLED);
+            let mut flags = pg::LOCKED | pg::PAGECACHE;
+            if mapping.is_memory() {
+                flags |= pg::SWAPBACKED;
+            }
+            if Some(idx) == mark {
+                flags |= pg::READAHEAD;
+            }
+            p.init(mapping.id, idx, flags | if pooled { pg::POOLED } else { 0 });
+            if added.len() == k && ensure_slot(m, f) && add_to_page_cache_lru(m, mapping, f, idx) {
+                added.push(f);
+            } else {
+                p.flags.store(0, Ordering::Release);
+                vmscan::free_frames(m, &[f], true);
+            }
+        }
+        if added.is_empty() {
+            continue;
+        }
+        let ok = read_into(m, mapping, run[0], &added);
+        if let Err(e) = &ok {
+            log::error!(
+                "read of {} pages at page {} of {}: {e}",
+                added.len(),
+                run[0],
+                mapping.name()
+            );
+            m.vm.inc(Item::FileReadError);
+        }
+        for &f in &added {
+            let p = &m.pages[f as usize];
+            if ok.is_ok() {
+                p.set(pg::UPTODATE);
+            } else {
+                p.set(pg::ERROR);
+            }
+            p.unlock();
+        }
+        if ok.is_err() {
+            // Drop them so a later read retries the I/O.
+            for (k, &f) in added.iter().enumerate() {
+                let p = &m.pages[f as usize];
+                if p.trylock() && !remove_page(m, mapping, f, run[0] + k as u64, false) {
+                    p.unlock();
+                }
+            }
+            break;
+        }
+        read += added.len() as u64;
+        if added.len() > 1 || mark.is_some() {
+            m.vm.add(Item::FileRa, added.len() as u64);
+        }
+    }
+    read
+}
+
+/// Removes locked page `f` from `mapping` if nobody else holds a reference (`__remove_mapping`
+/// for reclaim with `reclaim`, `truncate` otherwise, which waits for none). The frame is freed
+/// (recycled: its slot keeps a page). Returns whether it was removed; if not, it stays locked.
+pub(crate) fn remove_page(
+    m: &MmInner,
+    mapping: &AddressSpace,
+    f: u32,
+    index: u64,
+    reclaim: bool,
+) -> bool {
+    let p = &m.pages[f as usize];
+    {
+        let mut t = mapping.lock_tree(&m.vm, LockSite::DeleteFromPageCache);
+        if t.get(index) != Some(f as u64) || (reclaim && p.refcount.load(Ordering::Acquire) != 1) {
+            return false;
+        }
+        t.remove(index);
+    }
+    mapping.nrpages.fetch_sub(1, Ordering::Relaxed);
+    m.vm.sub(Item::NrFilePages, 1);
+    if mapping.is_memory() {
+        m.vm.sub(Item::NrShmem, 1);
+    }
+    if p.test(pg::DIRTY) && !mapping.is_memory() {
+        m.vm.sub(Item::NrDirty, 1);
+    }
+    if !reclaim {
+        // Truncation: off the LRU (reclaim isolated its pages already).
+        m.lru.del(&m.pages, f, &m.vm);
+    }
+    p.flags.store(pg::POOLED, Ordering::Release);
+    p.refcount.store(0, Ordering::Release);
+    vmscan::recycle_frames(m, &[f]);
+    true
+}
+
+/// Swaps an in-memory file's page back in (`shmem_swapin`): a new frame at `index` replacing
+/// the swap entry `slot`.
+fn shmem_swapin(m: &MmInner, mapping: &AddressSpace, index: u64, slot: u64) -> Result<()> {
+    let Some(sw) = &m.swap else {
+        return Err(Error::inval(
+            "in-memory file page in swap without a swap device",
+        ));
+    };
+    let mut frames = Vec::with_capacity(1);
+    if !vmscan::alloc_frames(m, 1, &mut frames) {
+        return Err(Error::io(
+            format!("swapping in a page of {}", mapping.name()),
+            io::Error::from_raw_os_error(libc::ENOMEM),
+        ));
+    }
+    let f = frames[0];
+    let read = memory::with_bounce(1, |bounce| {
+        sw.dev
+            .read_pages(slot, bounce, &[0])
+            .map(|_| memory::fill_slot(m, f, bounce, 0))
+    });
+    match read {
+        Ok(true) => {}
+        Ok(false) | Err(_) => {
+            vmscan::free_frames(m, &[f], true);
+            m.vm.inc(Item::SwapReadError);
+            return Err(Error::io(
+                format!("swap read for {}", mapping.name()),
+                read.err()
+                    .unwrap_or_else(|| io::Error::other("could not fill a frame")),
+            ));
+        }
+    }
+    let p = &m.pages[f as usize];
+    p.init(
+        mapping.id,
+        index,
+        pg::PAGECACHE | pg::SWAPBACKED | pg::UPTODATE | pg::DIRTY,
+    );
+    {
+        let mut t = mapping.lock_tree(&m.vm, LockSite::AddToPageCache);
+        if t.get(index) != Some(Entry::Swap(slot).encode()) {
+            // Someone else swapped it in.
+            drop(t);
+            p.flags.store(pg::POOLED, Ordering::Release);
+            vmscan::recycle_frames(m, &[f]);
+            return Ok(());
+        }
+        t.insert(index, f as u64);
+    }
+    sw.free_slot(slot, &m.vm);
+    m.vm.sub(Item::NrShmemSwapped, 1);
+    mapping.nrpages.fetch_add(1, Ordering::Relaxed);
+    m.vm.inc(Item::NrFilePages);
+    m.vm.inc(Item::NrShmem);
+    m.vm.inc(Item::ShmemSwapin);
+    m.vm.inc(Item::Pswpin);
+    m.lru.add(&m.pages, &[f], &m.vm);
+    Ok(())
+}
+
+/// Replaces locked, unreferenced in-memory-file page `f` by a swap entry after writing it to
+/// `slot` (`shmem_writepage`). False if the page is busy (it is unlocked then).
+pub(crate) fn shmem_replace_with_swap(
+    m: &MmInner,
+    mapping: &AddressSpace,
+    f: u32,
+    index: u64,
+    slot: u64,
+) -> bool {
+    let p = &m.pages[f as usize];
+    {
+        let mut t = mapping.lock_tree(&m.vm, LockSite::DeleteFromPageCache);
+        if t.get(index) != Some(f as u64) || p.refcount.load(Ordering::Acquire) != 1 {
+            return false;
+        }
+        t.insert(index, Entry::Swap(slot).encode());
+    }
+    mapping.nrpages.fetch_sub(1, Ordering::Relaxed);
+    m.vm.sub(Item::NrFilePages, 1);
+    m.vm.sub(Item::NrShmem, 1);
+    m.vm.inc(Item::NrShmemSwapped);
+    m.vm.inc(Item::ShmemSwapout);
+    true
+}
+
+/// Readahead state of one open file (`struct file_ra_state`).
+pub use super::readahead::FileRaState;
+
+/// `generic_file_buffered_read`: copies `buf.len()` bytes at `pos` (up to EOF) out of the page
+/// cache, reading and reading ahead as needed. Returns bytes copied.
+pub fn file_read(
+    m: &MmInner,
+    mapping: &Arc<AddressSpace>,
+    ra: &Mutex<FileRaState>,
+    pos: u64,
+    buf: &mut [u8],
+) -> Result<usize> {
+    let size = mapping.size.load(Ordering::Acquire);
+    if pos >= size || buf.is_empty() {
+        return Ok(0);
+    }
+    let len = buf.len().min((size - pos) as usize);
+    let ps = PAGE_SIZE as u64;
+    let first = pos / ps;
+    let last = (pos + len as u64 - 1) / ps;
+    let max = m.cfg.read_ahead_kb as u64 * 1024 / ps;
+    let mut done = 0usize;
+    let mut index = first;
+    while index <= last {
+        let req = last - index + 1;
+        let mut f = find_get_page(m, mapping, index)?;
+        if f.is_none() {
+            let w = ra.lock().on_miss(index, req, max);
+            do_page_cache_readahead(m, mapping, w.start, w.size, w.mark());
+            f = find_get_page(m, mapping, index)?;
+        }
+        let f = match f {
+            Some(f) => f,
+            None => {
+                // No readahead possible (memory is short): read just this page.
+                match pagecache_get_page(m, mapping, index, Fgp::LOCK | Fgp::CREAT)? {
+                    Some(f) => {
+                        if !m.pages[f as usize].test(pg::UPTODATE) {
+                            if let Err(e) = read_into(m, mapping, index, &[f]) {
+                                m.vm.inc(Item::FileReadError);
+                                put_page(m, f);
+                                if !remove_page(m, mapping, f, index, false) {
+                                    m.pages[f as usize].unlock();
+                                }
+                                return Err(Error::io(format!("reading {}", mapping.name()), e));
+                            }
+                            m.pages[f as usize].set(pg::UPTODATE);
+                        }
+                        m.pages[f as usize].unlock();
+                        f
+                    }
+                    None => continue,
+                }
+            }
+        };
+        let p = &m.pages[f as usize];
+        if p.test_clear(pg::READAHEAD) {
+            m.vm.inc(Item::FileRaHit);
+            let w = ra.lock().on_marker(index, req, max);
+            do_page_cache_readahead(m, mapping, w.start, w.size, w.mark());
+        }
+        if !lock_page_in(m, mapping, f, index, false) {
+            put_page(m, f);
+            continue;
+        }
+        if !p.test(pg::UPTODATE) {
+            // Its read failed: report it.
+            p.unlock();
+            put_page(m, f);
+            return Err(Error::io(
+                format!("reading page {index} of {}", mapping.name()),
+                io::Error::from_raw_os_error(libc::EIO),
+            ));
+        }
+        let page_start = index * ps;
+        let from = (pos + done as u64 - page_start) as usize;
+        let n = (PAGE_SIZE - from).min(len - done);
+        copy_from_page(m, f, from, &mut buf[done..done + n]);
+        p.unlock();
+        mark_page_accessed(&m.lru, &m.pages, f, &m.vm);
+        put_page(m, f);
+        ra.lock().prev_index = index;
+        done += n;
+        index += 1;
+    }
+    Ok(done)
+}
+
+/// `generic_perform_write`: copies `buf` into the page cache at `pos` page by page
+/// (`write_begin`, copy, `write_end`), throttled by `balance_dirty_pages_ratelimited`.
+pub fn file_write(m: &MmInner, mapping: &Arc<AddressSpace>, pos: u64, buf: &[u8]) -> Result<usize> {
+    let ps = PAGE_SIZE as u64;
+    let mut done = 0usize;
+    while done < buf.len() {
+        let at = pos + done as u64;
+        let index = at / ps;
+        let from = (at % ps) as usize;
+        let n = (PAGE_SIZE - from).min(buf.len() - done);
+        page_writeback::balance_dirty_pages_ratelimited(m, mapping);
+        let Some(f) = grab_cache_page_write_begin(m, mapping, index)? else {
+            continue;
+        };
+        let p = &m.pages[f as usize];
+        if !p.test(pg::UPTODATE) {
+            let size = mapping.size.load(Ordering::Acquire);
+            if n == PAGE_SIZE || index * ps >= size {
+                // Fully overwritten, or beyond EOF: the rest is zeros.
+                if n != PAGE_SIZE {
+                    let _ = m.pool.fill(MmInner::frame_off(f), PAGE_SIZE, 0);
+                }
+            } else if let Err(e) = read_into(m, mapping, index, &[f]) {
+                m.vm.inc(Item::FileReadError);
+                put_page(m, f);
+                if !remove_page(m, mapping, f, index, false) {
+                    p.unlock();
+                }
+                return Err(Error::io(
+                    format!("reading {} before a partial write", mapping.name()),
+                    e,
+                ));
+            }
+            p.set(pg::UPTODATE);
+        }
+        copy_to_page(m, f, from, &buf[done..done + n]);
+        // write_end.
+        if !m.cfg.settings.is_new(Switch::AccessedInit) {
+            // Before seed 002: marked accessed after the copy, with atomic operations.
+            mark_page_accessed(&m.lru, &m.pages, f, &m.vm);
+        }
+        set_page_dirty(m, mapping, f);
+        mapping.size.fetch_max(at + n as u64, Ordering::AcqRel);
+        p.unlock();
+        put_page(m, f);
+        done += n;
+    }
+    Ok(done)
+}
+
+/// Truncates or extends `mapping` to `size` bytes: pages wholly past the new end are dropped
+/// (`truncate_inode_pages_range`), the partial last page is zeroed past the end.
+pub fn truncate(m: &MmInner, mapping: &AddressSpace, size: u64) -> Result<()> {
+    let _io = mapping.io_lock.lock();
+    let ps = PAGE_SIZE as u64;
+    let old = mapping.size.swap(size, Ordering::AcqRel);
+    if size < old {
+        truncate_pages_only(m, mapping, size.div_ceil(ps), old.div_ceil(ps));
+        if !size.is_multiple_of(ps) {
+            let index = size / ps;
+            if let Some(f) = find_lock_page(m, mapping, index)? {
+                let from = (size % ps) as usize;
+                copy_to_page(m, f, from, &vec![0u8; PAGE_SIZE - from]);
+                m.pages[f as usize].unlock();
+                put_page(m, f);
+            }
+        }
+    }
+    if let Some(file) = mapping.file() {
+        file.set_len(size)
+            .map_err(|e| Error::io(format!("truncating {} to {size} bytes", mapping.name()), e))?;
+    }
+    Ok(())
+}
+
+/// Drops every page of `mapping` (eviction of an unused mapping, after writeback).
+pub(crate) fn evict_all(m: &MmInner, mapping: &AddressSpace) {
+    let size = mapping.size.load(Ordering::Acquire);
+    let _ = size;
+    truncate_pages_only(m, mapping, 0, u64::MAX);
+}
+
+fn truncate_pages_only(m: &MmInner, mapping: &AddressSpace, from: u64, to: u64) -> usize {
+    let mut n = 0;
+    let mut entries: Vec<(u64, u64)> = Vec::new();
+    mapping
+        .lock_tree(&m.vm, LockSite::FindGetPage)
+        .gang_lookup(from, to, usize::MAX, &mut entries);
+    for (index, e) in entries {
+        match Entry::decode(e) {
+            Entry::Page(f) => {
+                if lock_page_in(m, mapping, f, index, false) {
+                    if m.pages[f as usize].test(pg::MAPPED) {
+                        super::region::unmap_file_page(m, f);
+                    }
+                    if remove_page(m, mapping, f, index, false) {
+                        n += 1;
+                    } else {
+                        m.pages[f as usize].unlock();
+                    }
+                }
+            }
+            Entry::Swap(slot) => {
+                mapping
+                    .lock_tree(&m.vm, LockSite::DeleteFromPageCache)
+                    .remove(index);
+                if let Some(sw) = &m.swap {
+                    sw.free_slot(slot, &m.vm);
+                }
+                m.vm.sub(Item::NrShmemSwapped, 1);
+            }
+        }
+    }
+    n
+}
+
+/// The bytes of a mapping held by the page cache now.
+pub fn cached_bytes(mapping: &AddressSpace) -> u64 {
+    mapping.nrpages.load(Ordering::Relaxed) * PAGE_SIZE as u64
+}

@@ -1,0 +1,253 @@
+//! File readahead. Mirrors `mm/readahead.c` of the 4.x kernels: `ondemand_readahead` with
+//! `get_init_ra_size` / `get_next_ra_size`, the PG_readahead marker that triggers the next
+//! asynchronous window, and sequential detection from the previous read.
+//!
+//! The window policy sits behind [`ReadaheadPolicy`] (one file per policy would be overkill for
+//! two small ones; both are here with one shared conformance test): [`Ondemand`] is Linux's,
+//! [`NoReadahead`] reads only what is asked (for random workloads and A/B runs).
+
+/// A window to read: pages `[start, start+size)`, with the marker `async_size` pages before its
+/// end (none when `async_size` is 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RaWindow {
+    pub start: u64,
+    pub size: u64,
+    pub async_size: u64,
+}
+
+impl RaWindow {
+    /// The page that gets PG_readahead.
+    pub fn mark(&self) -> Option<u64> {
+        (self.async_size > 0 && self.async_size <= self.size)
+            .then(|| self.start + self.size - self.async_size)
+    }
+}
+
+/// A readahead window policy.
+pub trait ReadaheadPolicy: Send + Sync {
+    /// Name for settings and reports.
+    fn name(&self) -> &'static str;
+    /// The window for a read of `req` pages at `index` that found `index` uncached.
+    fn on_miss(&self, st: &mut FileRaState, index: u64, req: u64, max: u64) -> RaWindow;
+    /// The window after a read hit the PG_readahead marker at `index`.
+    fn on_marker(&self, st: &mut FileRaState, index: u64, req: u64, max: u64) -> RaWindow;
+}
+
+/// `struct file_ra_state`: one open file's readahead state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileRaState {
+    /// The current window.
+    pub win: RaWindow,
+    /// The last page read (u64::MAX: none yet).
+    pub prev_index: u64,
+    /// Policy: true = Linux's ondemand, false = none.
+    pub ondemand: bool,
+}
+
+impl Default for FileRaState {
+    fn default() -> Self {
+        FileRaState {
+            win: RaWindow::default(),
+            prev_index: u64::MAX,
+            ondemand: true,
+        }
+    }
+}
+
+impl FileRaState {
+    fn policy(&self) -> &'static dyn ReadaheadPolicy {
+        if self.ondemand {
+            &Ondemand
+        } else {
+            &NoReadahead
+        }
+    }
+    /// The window for a miss at `index`, by this file's policy.
+    pub fn on_miss(&mut self, index: u64, req: u64, max: u64) -> RaWindow {
+        let p = self.policy();
+        p.on_miss(self, index, req, max)
+    }
+    /// The window after hitting the marker at `index`.
+    pub fn on_marker(&mut self, index: u64, req: u64, max: u64) -> RaWindow {
+        let p = self.policy();
+        p.on_marker(self, index, req, max)
+    }
+}
+
+/// `get_init_ra_size`: the first window, 4x (small requests) or 2x the request, rounded up to a
+/// power of two, capped at `max`.
+pub fn get_init_ra_size(req: u64, max: u64) -> u64 {
+    let newsize = req.max(1).next_power_of_two();
+    let n = if newsize <= max / 32 {
+        newsize * 4
+    } else if newsize <= max / 4 {
+        newsize * 2
+    } else {
+        max
+    };
+    n.min(max).max(1)
+}
+
+/// `get_next_ra_size`: the next window, 4x while small, then 2x, capped at `max`.
+pub fn get_next_ra_size(cur: u64, max: u64) -> u64 {
+    let n = if cur < max / 16 {
+        4 * cur
+    } else if cur <= max / 2 {
+        2 * cur
+    } else {
+        max
+    };
+    n.min(max).max(1)
+}
+
+/// Linux's `ondemand_readahead`.
+pub struct Ondemand;
+
+impl ReadaheadPolicy for Ondemand {
+    fn name(&self) -> &'static str {
+        "ondemand"
+    }
+
+    fn on_miss(&self, st: &mut FileRaState, index: u64, req: u64, max: u64) -> RaWindow {
+        let max = max.max(1);
+        let w = &mut st.win;
+        // Sequential: the read continues the current window or the last page read.
+        let seq = (st.prev_index != u64::MAX
+            && (index == st.prev_index || index == st.prev_index + 1))
+            || (w.size > 0 && index == w.start + w.size);
+        if seq && w.size > 0 && index == w.start + w.size {
+            // Ramp up from the previous window.
+            w.start = index;
+            w.size = get_next_ra_size(w.size, max);
+            w.async_size = w.size;
+        } else if seq || index == 0 {
+            // Start of file or a new sequential stream: initial window.
+            w.start = index;
+            w.size = get_init_ra_size(req, max);
+            w.async_size = if w.size > req { w.size - req } else { w.size };
+        } else {
+            // Random read: just what was asked (plus nothing).
+            w.start = index;
+            w.size = req.min(max).max(1);
+            w.async_size = 0;
+        }
+        *w
+    }
+
+    fn on_marker(&self, st: &mut FileRaState, index: u64, _req: u64, max: u64) -> RaWindow {
+        let max = max.max(1);
+        let w = &mut st.win;
+        // Hit the marker of the current window: the next window starts where it ends.
+        let expected = w.start + w.size - w.async_size;
+        if w.size > 0 && index == expected {
+            w.start += w.size;
+            w.size = get_next_ra_size(w.size, max);
+            w.async_size = w.size;
+        } else {
+            // A marker from an older window (interleaved readers): restart from here.
+            w.start = index + 1;
+            w.size = get_init_ra_size(1, max);
+            w.async_size = w.size;
+        }
+        *w
+    }
+}
+
+/// No readahead: read exactly what is requested.
+pub struct NoReadahead;
+
+impl ReadaheadPolicy for NoReadahead {
+    fn name(&self) -> &'static str {
+        "none"
+    }
+    fn on_miss(&self, st: &mut FileRaState, index: u64, req: u64, max: u64) -> RaWindow {
+        st.win = RaWindow {
+            start: index,
+            size: req.clamp(1, max.max(1)),
+            async_size: 0,
+        };
+        st.win
+    }
+    fn on_marker(&self, st: &mut FileRaState, index: u64, _req: u64, _max: u64) -> RaWindow {
+        st.win = RaWindow {
+            start: index,
+            size: 0,
+            async_size: 0,
+        };
+        st.win
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every policy: a miss window contains the missed page, never exceeds `max` (or the
+    /// request), and its marker lies inside it.
+    #[test]
+    fn conformance() {
+        let policies: [&dyn ReadaheadPolicy; 2] = [&Ondemand, &NoReadahead];
+        for p in policies {
+            let mut st = FileRaState::default();
+            let max = 32;
+            let mut idx = 0;
+            for step in 0..200u64 {
+                let req = 1 + step % 5;
+                let w = p.on_miss(&mut st, idx, req, max);
+                assert!(
+                    w.start <= idx && idx < w.start + w.size,
+                    "{} {w:?} {idx}",
+                    p.name()
+                );
+                assert!(w.size <= max.max(req), "{} {w:?}", p.name());
+                if let Some(m) = w.mark() {
+                    assert!(m >= w.start && m < w.start + w.size, "{} {w:?}", p.name());
+                    let w2 = p.on_marker(&mut st, m, 1, max);
+                    assert!(w2.size <= max, "{} {w2:?}", p.name());
+                }
+                st.prev_index = idx + req - 1;
+                idx = if step % 7 == 6 {
+                    idx * 3 + 11
+                } else {
+                    idx + req
+                };
+            }
+        }
+    }
+
+    #[test]
+    fn ondemand_ramps_up_sequentially() {
+        let mut st = FileRaState::default();
+        let w = st.on_miss(0, 1, 32);
+        assert_eq!((w.start, w.size), (0, 4));
+        assert_eq!(w.mark(), Some(1));
+        let w = st.on_marker(1, 1, 32);
+        assert_eq!((w.start, w.size), (4, 8));
+        let w = st.on_marker(4, 1, 32);
+        assert_eq!((w.start, w.size), (12, 16));
+        let w = st.on_marker(12, 1, 32);
+        assert_eq!((w.start, w.size), (28, 32));
+        let w = st.on_marker(28, 1, 32);
+        assert_eq!((w.start, w.size), (60, 32), "capped at max");
+    }
+
+    #[test]
+    fn ondemand_random_reads_no_more_than_asked() {
+        let mut st = FileRaState {
+            prev_index: 10,
+            ..Default::default()
+        };
+        let w = st.on_miss(1000, 2, 32);
+        assert_eq!((w.start, w.size, w.async_size), (1000, 2, 0));
+    }
+
+    #[test]
+    fn init_and_next_sizes_follow_linux() {
+        assert_eq!(get_init_ra_size(1, 32), 4);
+        assert_eq!(get_init_ra_size(4, 32), 8);
+        assert_eq!(get_init_ra_size(16, 32), 32);
+        assert_eq!(get_next_ra_size(1, 32), 4);
+        assert_eq!(get_next_ra_size(4, 32), 8);
+        assert_eq!(get_next_ra_size(16, 32), 32);
+    }
+}

@@ -1,0 +1,293 @@
+//! The page cache: buffered file I/O larger than the budget, readahead, writeback by the
+//! flushers and by sync, dirty throttling, in-memory files going to swap, shared and private
+//! file regions, truncation, and the two seed switches that live here (000: the swap cache's
+//! writeback tags; 002: how a new page is marked accessed).
+
+mod common;
+
+use std::io::Write;
+
+use usermm::{MapKind, Mm, MmConfig, Settings, SwapConfig, Switch};
+
+const MIB: u64 = 1 << 20;
+
+fn mm(budget: u64, settings: Settings) -> Mm {
+    Mm::new(
+        MmConfig::new(budget)
+            .swap(SwapConfig::Ram { size: 64 * MIB })
+            .settings(settings),
+    )
+    .unwrap()
+}
+
+fn pattern(pos: u64, buf: &mut [u8]) {
+    for (i, b) in buf.iter_mut().enumerate() {
+        let p = pos + i as u64;
+        *b = (p ^ (p >> 12) ^ (p >> 20)) as u8;
+    }
+}
+
+fn tmpdir() -> tempfile::TempDir {
+    tempfile::tempdir_in(std::env::var("TMPDIR").unwrap_or("/var/tmp".into())).unwrap()
+}
+
+#[test]
+fn buffered_io_four_times_the_budget_reaches_the_file() {
+    let d = tmpdir();
+    let path = d.path().join("big");
+    let m = mm(8 * MIB, Settings::default());
+    let f = m.open(&path).unwrap();
+    let total = 32 * MIB;
+    let mut buf = vec![0u8; 1 << 20];
+    // Odd-sized writes so pages are written partially and read back before a write.
+    let chunk = 100_003usize;
+    let mut pos = 0u64;
+    while pos < total {
+        let n = chunk.min((total - pos) as usize);
+        pattern(pos, &mut buf[..n]);
+        assert_eq!(f.write_at(pos, &buf[..n]).unwrap(), n);
+        pos += n as u64;
+    }
+    assert_eq!(f.len(), total);
+    assert!(m.peak_resident_bytes() <= 8 * MIB);
+    let v = m.vmstat();
+    assert!(v.val("nr_written") > 0, "writeback ran before sync: {v}");
+    assert!(v.val("pgsteal_file") > 0, "clean file pages were reclaimed");
+    // Read back through the cache, sequentially: readahead kicks in.
+    let mut got = vec![0u8; 1 << 20];
+    let mut want = vec![0u8; 1 << 20];
+    let mut pos = 0u64;
+    while pos < total {
+        let n = f.read_at(pos, &mut got).unwrap();
+        assert_eq!(n, (1 << 20).min((total - pos) as usize));
+        pattern(pos, &mut want[..n]);
+        assert!(got[..n] == want[..n], "mismatch at {pos}");
+        pos += n as u64;
+    }
+    let v = m.vmstat();
+    assert!(v.val("file_ra") > 0 && v.val("file_ra_hit") > 0, "{v}");
+    f.sync().unwrap();
+    assert_eq!(m.vmstat().val("nr_dirty"), 0);
+    // The file itself holds the data.
+    let data = std::fs::read(&path).unwrap();
+    assert_eq!(data.len() as u64, total);
+    let mut want = vec![0u8; data.len()];
+    pattern(0, &mut want);
+    assert!(data == want);
+    drop(f);
+    assert_eq!(
+        m.vmstat().val("nr_file_pages"),
+        0,
+        "last close evicts the pages"
+    );
+}
+
+#[test]
+fn reading_an_existing_file_larger_than_the_budget() {
+    let d = tmpdir();
+    let path = d.path().join("in");
+    let total = 24 * MIB as usize + 1234;
+    let mut data = vec![0u8; total];
+    pattern(7, &mut data);
+    std::fs::File::create(&path)
+        .unwrap()
+        .write_all(&data)
+        .unwrap();
+    let m = mm(4 * MIB, Settings::default());
+    let f = m.open(&path).unwrap();
+    assert_eq!(f.len(), total as u64);
+    let mut got = vec![0u8; total];
+    let mut pos = 0;
+    while pos < total {
+        let n = f
+            .read_at(pos as u64, &mut got[pos..(pos + 65536).min(total)])
+            .unwrap();
+        assert!(n > 0);
+        pos += n;
+    }
+    assert!(got == data);
+    assert_eq!(f.read_at(total as u64, &mut [0u8; 10]).unwrap(), 0, "EOF");
+    let v = m.vmstat();
+    assert!(v.val("pgsteal_file") > 0 && v.val("pgpgin") > 0, "{v}");
+    assert_eq!(
+        v.val("pswpout"),
+        0,
+        "clean file pages are dropped, never swapped"
+    );
+    assert!(m.peak_resident_bytes() <= 4 * MIB);
+}
+
+#[test]
+fn memfile_pages_go_to_swap_and_come_back() {
+    let m = mm(4 * MIB, Settings::default());
+    let f = m.memfile("scratch").unwrap();
+    let total = 16 * MIB;
+    let mut buf = vec![0u8; 65536];
+    for pos in (0..total).step_by(buf.len()) {
+        pattern(pos, &mut buf);
+        f.write_at(pos, &buf).unwrap();
+    }
+    let v = m.vmstat();
+    assert!(v.val("shmem_swapout") > 0, "{v}");
+    let mut want = vec![0u8; 65536];
+    for pos in (0..total).step_by(buf.len()) {
+        f.read_at(pos, &mut buf).unwrap();
+        pattern(pos, &mut want);
+        assert!(buf == want, "mismatch at {pos}");
+    }
+    assert!(m.vmstat().val("shmem_swapin") > 0);
+    f.set_len(MIB).unwrap();
+    assert_eq!(f.len(), MIB);
+    assert_eq!(f.read_at(MIB, &mut buf).unwrap(), 0);
+    drop(f);
+    let v = m.vmstat();
+    assert_eq!(v.val("nr_shmem"), 0);
+    assert_eq!(v.val("nr_shmem_swapped"), 0, "{v}");
+}
+
+#[test]
+fn shared_file_region_writes_reach_the_file() {
+    let d = tmpdir();
+    let path = d.path().join("shared");
+    let len = 24 * MIB as usize;
+    std::fs::File::create(&path)
+        .unwrap()
+        .set_len(len as u64)
+        .unwrap();
+    let m = mm(4 * MIB, Settings::default());
+    let r = m.map_file(&path, 0, len, MapKind::Shared).unwrap();
+    for i in (0..len).step_by(512) {
+        r.write_u64(i, i as u64 * 3 + 1);
+    }
+    for i in (0..len).step_by(512) {
+        assert_eq!(r.read_u64(i), i as u64 * 3 + 1, "at {i}");
+    }
+    r.flush(0, len).unwrap();
+    let v = m.vmstat();
+    assert!(v.val("wp_fault") > 0 || v.val("nr_dirtied") > 0, "{v}");
+    assert!(m.peak_resident_bytes() <= 4 * MIB);
+    let data = std::fs::read(&path).unwrap();
+    for i in (0..len).step_by(512) {
+        let w = u64::from_ne_bytes(data[i..i + 8].try_into().unwrap());
+        assert_eq!(w, i as u64 * 3 + 1, "file word at {i}");
+    }
+    // A second mapping and the cached-file API see the same pages.
+    let f = m.open(&path).unwrap();
+    let mut b = [0u8; 8];
+    f.read_at(4096, &mut b).unwrap();
+    assert_eq!(u64::from_ne_bytes(b), 4096 * 3 + 1);
+    f.write_at(8192, &77u64.to_ne_bytes()).unwrap();
+    assert_eq!(r.read_u64(8192), 77);
+    drop(r);
+    drop(f);
+    assert_eq!(m.vmstat().val("nr_file_pages"), 0);
+}
+
+#[test]
+fn private_file_region_leaves_the_file_alone() {
+    let d = tmpdir();
+    let path = d.path().join("private");
+    let mut data = vec![0u8; 8 * MIB as usize];
+    pattern(0, &mut data);
+    std::fs::write(&path, &data).unwrap();
+    let m = mm(2 * MIB, Settings::default());
+    let r = m
+        .map_file(&path, 4096, 4 * MIB as usize, MapKind::Private)
+        .unwrap();
+    let word = |off: usize| u64::from_ne_bytes(data[off..off + 8].try_into().unwrap());
+    assert_eq!(r.read_u64(0), word(4096));
+    for i in (0..4 * MIB as usize).step_by(4096) {
+        r.write_u64(i, !word(4096 + i));
+    }
+    for i in (0..4 * MIB as usize).step_by(4096) {
+        assert_eq!(r.read_u64(i), !word(4096 + i));
+    }
+    assert!(m.vmstat().val("pswpout") > 0, "private pages go to swap");
+    r.flush(0, r.len()).unwrap();
+    assert!(
+        std::fs::read(&path).unwrap() == data,
+        "the file is unchanged"
+    );
+    // Discarded private pages read the file again.
+    r.discard(0, 4096).unwrap();
+    assert_eq!(r.read_u64(0), word(4096));
+}
+
+#[test]
+fn bad_file_input_is_reported() {
+    let d = tmpdir();
+    let m = mm(2 * MIB, Settings::default());
+    let e = m
+        .map_file(d.path().join("missing"), 0, 4096, MapKind::Shared)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("missing"), "{e}");
+    let e = m.open(d.path()).unwrap_err().to_string();
+    assert!(
+        e.contains("not a regular file") || e.contains("Is a directory"),
+        "{e}"
+    );
+    let path = d.path().join("f");
+    std::fs::write(&path, b"x").unwrap();
+    let e = m
+        .map_file(&path, 100, 4096, MapKind::Shared)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("4096"), "{e}");
+    let f = m.memfile("m").unwrap();
+    let e = f.map(0, 4096, MapKind::Shared).unwrap_err().to_string();
+    assert!(e.contains("not backed by a file"), "{e}");
+}
+
+/// Seed 000: with the new behaviour the swap cache takes its tree lock only to add and delete
+/// pages; with the old one writeback start and end take it too (two more per page).
+#[test]
+fn seed_000_swap_cache_writeback_tags_cost_tree_lock_trips() {
+    let run = |s: Settings| {
+        let m = mm(4 * MIB, s);
+        let r = m.map_anon(24 * MIB as usize).unwrap();
+        for i in (0..r.len()).step_by(4096) {
+            r.write_u64(i, i as u64);
+        }
+        let v = m.vmstat();
+        (v.val("tree_lock_acquire"), v.val("pswpout"))
+    };
+    let (new_locks, new_out) = run(Settings::default());
+    let old = Settings::default().with(Switch::SwapcacheWritebackTags, usermm::Behaviour::Old);
+    let (old_locks, old_out) = run(old);
+    assert!(new_out > 1000 && old_out > 1000);
+    let per_page_new = new_locks as f64 / new_out as f64;
+    let per_page_old = old_locks as f64 / old_out as f64;
+    assert!(
+        per_page_old > per_page_new + 1.5,
+        "old {per_page_old:.2} vs new {per_page_new:.2} tree-lock trips per swapped page"
+    );
+}
+
+/// Dirty pages beyond the thresholds: writers are throttled and the flushers write without a
+/// sync.
+#[test]
+fn dirty_throttling_and_background_writeback() {
+    let d = tmpdir();
+    let mut cfg = MmConfig::new(16 * MIB).swap(SwapConfig::Ram { size: 16 * MIB });
+    cfg.dirty_background_ratio = 5;
+    cfg.dirty_ratio = 10;
+    let m = Mm::new(cfg).unwrap();
+    let f = m.open(d.path().join("w")).unwrap();
+    let buf = vec![0x5au8; 1 << 20];
+    for i in 0..48u64 {
+        f.write_at(i << 20, &buf).unwrap();
+    }
+    let v = m.vmstat();
+    assert!(v.val("balance_dirty_pages") > 0, "{v}");
+    assert!(v.val("flusher_wake") > 0 && v.val("nr_written") > 0, "{v}");
+    assert!(
+        v.val("nr_dirty") <= v.val("nr_dirty_threshold") + 256,
+        "{v}"
+    );
+    f.sync().unwrap();
+    assert_eq!(
+        std::fs::metadata(d.path().join("w")).unwrap().len(),
+        48 << 20
+    );
+}
