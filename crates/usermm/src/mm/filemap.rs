@@ -194,6 +194,9 @@ pub struct AddressSpace {
     pub(crate) io_lock: Mutex<()>,
     /// The errseq cursor of `Mm::sync`.
     pub(crate) sync_cursor: AtomicU64,
+    /// Orders i_size growth against the cut-back after a whole-page write past the end of
+    /// file, so the cut never drops a page written beyond the size it read.
+    eof_lock: Mutex<()>,
 }
 
 impl AddressSpace {
@@ -211,6 +214,7 @@ impl AddressSpace {
             users: AtomicU64::new(0),
             io_lock: Mutex::new(()),
             sync_cursor: AtomicU64::new(0),
+            eof_lock: Mutex::new(()),
         }
     }
 
@@ -636,6 +640,8 @@ fn write_run(m: &MmInner, mapping: &AddressSpace, run: &[(u64, u32)]) -> io::Res
         return Ok(());
     };
     let direct = matches!(mapping.host, Host::File { direct: true, .. });
+    let end = (run[run.len() - 1].0 + 1) * PAGE_SIZE as u64;
+    let _eof = (end > mapping.size.load(Ordering::Acquire)).then(|| mapping.eof_lock.lock());
     let mut k = 0;
     while k < run.len() {
         // Sub-runs by location: pool slots, or one region's view.
@@ -663,9 +669,9 @@ fn write_run(m: &MmInner, mapping: &AddressSpace, run: &[(u64, u32)]) -> io::Res
         }
         k = e;
     }
-    // Whole pages were written: cut the file back to i_size if the last one reached past it.
+    // Whole pages were written: cut the file back to i_size if the last one reached past it
+    // (under eof_lock, so i_size cannot grow meanwhile).
     let size = mapping.size.load(Ordering::Acquire);
-    let end = (run[run.len() - 1].0 + 1) * PAGE_SIZE as u64;
     if end > size && file.metadata()?.len() > size {
         file.set_len(size)?;
     }
@@ -1226,8 +1232,12 @@ pub fn file_write(m: &MmInner, mapping: &Arc<AddressSpace>, pos: u64, buf: &[u8]
             // Before seed 002: marked accessed after the copy, with atomic operations.
             mark_page_accessed(&m.lru, &m.pages, f, &m.vm);
         }
+        // i_size first, then the dirty page: writeback never sees a dirty page past i_size.
+        if at + n as u64 > mapping.size.load(Ordering::Acquire) {
+            let _eof = mapping.eof_lock.lock();
+            mapping.size.fetch_max(at + n as u64, Ordering::AcqRel);
+        }
         set_page_dirty(m, mapping, f);
-        mapping.size.fetch_max(at + n as u64, Ordering::AcqRel);
         p.unlock();
         put_page(m, f);
         done += n;
@@ -1240,7 +1250,10 @@ pub fn file_write(m: &MmInner, mapping: &Arc<AddressSpace>, pos: u64, buf: &[u8]
 pub fn truncate(m: &MmInner, mapping: &AddressSpace, size: u64) -> Result<()> {
     let _io = mapping.io_lock.lock();
     let ps = PAGE_SIZE as u64;
-    let old = mapping.size.swap(size, Ordering::AcqRel);
+    let old = {
+        let _eof = mapping.eof_lock.lock();
+        mapping.size.swap(size, Ordering::AcqRel)
+    };
     if size < old {
         truncate_pages_only(m, mapping, size.div_ceil(ps), old.div_ceil(ps));
         if !size.is_multiple_of(ps) {
@@ -1254,7 +1267,8 @@ pub fn truncate(m: &MmInner, mapping: &AddressSpace, size: u64) -> Result<()> {
         }
     }
     if let Some(file) = mapping.file() {
-        file.set_len(size)
+        let _eof = mapping.eof_lock.lock();
+        file.set_len(mapping.size.load(Ordering::Acquire))
             .map_err(|e| Error::io(format!("truncating {} to {size} bytes", mapping.name()), e))?;
     }
     Ok(())

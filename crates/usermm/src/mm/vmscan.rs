@@ -179,21 +179,21 @@ pub fn try_to_free_pages(m: &MmInner, nr: usize) -> usize {
     let mut woke = false;
     loop {
         shrink_node(m, &mut sc);
-        // Before seed 004's series: direct reclaim kicked the flushers once it had scanned
-        // 1.5x its target (and then allowed itself to write).
-        if !m.cfg.settings.is_new(Switch::ReclaimWakeFlushers)
-            && !woke
-            && sc.nr_scanned > sc.nr_to_reclaim * 3 / 2
-        {
-            super::page_writeback::wakeup_flusher_threads(
-                m,
-                super::page_writeback::WbReason::Vmscan,
-                if m.cfg.settings.laptop_mode {
-                    0
-                } else {
-                    sc.nr_scanned as u64
-                },
-            );
+        // Scanned 1.5x the target: write pages even in laptop mode. Before seed 004's series
+        // this is also where direct reclaim kicked the flushers; after it, reclaim kicks them
+        // when it meets dirty, unqueued pages (shrink_inactive_list).
+        if !woke && sc.nr_scanned > sc.nr_to_reclaim * 3 / 2 {
+            if !m.cfg.settings.is_new(Switch::ReclaimWakeFlushers) {
+                super::page_writeback::wakeup_flusher_threads(
+                    m,
+                    super::page_writeback::WbReason::Vmscan,
+                    if m.cfg.settings.laptop_mode {
+                        0
+                    } else {
+                        sc.nr_scanned as u64
+                    },
+                );
+            }
             sc.may_writepage = true;
             woke = true;
         }
@@ -248,7 +248,8 @@ fn balance_pgdat(m: &MmInner) {
         let want = (m.wmark.high - m.frames.nr_free()) as usize;
         let mut sc = ScanControl::new(want.max(SWAP_CLUSTER_MAX), true);
         sc.priority = priority;
-        sc.may_writepage = !m.cfg.settings.laptop_mode;
+        // In trouble: write pages even in laptop mode (balance_pgdat).
+        sc.may_writepage = !m.cfg.settings.laptop_mode || priority < DEF_PRIORITY - 2;
         shrink_node(m, &mut sc);
         if sc.nr_reclaimed == 0 {
             if priority > 0 {
@@ -971,6 +972,44 @@ fn vmscan_recycle(m: &MmInner, frames: &[u32], anon_list: bool) {
 mod tests {
     use super::*;
     use crate::mm::Watermarks;
+
+    /// Seed 004: with laptop mode on and reclaim not allowed to write, the old behaviour
+    /// isolates only clean pages (dirty ones are rotated on the list, never counted); the new
+    /// one isolates them and counts them as nr_vmscan_immediate_reclaim.
+    #[test]
+    fn laptop_mode_isolation_of_dirty_pages() {
+        use crate::{Behaviour, Mm, MmConfig, Settings, SwapConfig};
+        for b in [Behaviour::New, Behaviour::Old] {
+            let d = tempfile::tempdir_in("/var/tmp").unwrap();
+            let mut cfg = MmConfig::new(8 << 20).swap(SwapConfig::None).settings(
+                Settings::parse("laptop_mode=on")
+                    .unwrap()
+                    .with(Switch::LaptopModeIsolate, b),
+            );
+            cfg.dirty_background_ratio = 80;
+            cfg.dirty_ratio = 90;
+            cfg.dirty_expire_centisecs = 360000;
+            let m = Mm::new(cfg).unwrap();
+            let f = m.open(d.path().join("f")).unwrap();
+            f.write_at(0, &[1u8; 1 << 20]).unwrap();
+            let inner = m.inner();
+            assert_eq!(inner.lru.size(Lru::InactiveFile), 256);
+            let mut sc = ScanControl::new(32, false);
+            sc.may_writepage = false;
+            let before = inner.vm.get(Item::NrVmscanImmediate);
+            shrink_inactive_list(inner, Lru::InactiveFile, 32, &mut sc);
+            let counted = inner.vm.get(Item::NrVmscanImmediate) - before;
+            assert!(sc.nr_scanned >= 32, "{b:?}");
+            match b {
+                Behaviour::New => assert_eq!(counted, 32),
+                Behaviour::Old => {
+                    assert_eq!(counted, 0);
+                    assert_eq!(inner.lru.size(Lru::InactiveFile), 256, "rotated, not taken");
+                }
+            }
+            assert_eq!(inner.vm.get(Item::NrDirty), 256, "nothing written");
+        }
+    }
 
     #[test]
     fn references_follow_linux() {
