@@ -87,6 +87,9 @@ pub struct MmConfig {
     pub swappiness: u32,
     /// Largest file readahead window in KiB (`read_ahead_kb`).
     pub read_ahead_kb: u32,
+    /// Anonymous regions fault in 2 MiB units where aligned, and untouched units read the huge
+    /// zero page (`transparent_hugepage=always`; false = `never`).
+    pub thp: bool,
 }
 
 impl MmConfig {
@@ -113,6 +116,7 @@ impl MmConfig {
             dirty_writeback_centisecs: 500,
             swappiness: 60,
             read_ahead_kb: 128,
+            thp: false,
         }
     }
 
@@ -250,6 +254,8 @@ pub struct MmInner {
     pub(crate) wb: super::page_writeback::WbState,
     /// PGDAT_DIRTY: reclaim found only dirty, unqueued file pages at the LRU tail.
     pub(crate) pgdat_dirty: AtomicBool,
+    /// MMF_HUGE_ZERO_PAGE: this manager holds a reference on the huge zero page (seed 003).
+    pub(crate) huge_zero_used: AtomicBool,
     /// For threads started on demand (flushers).
     pub(crate) self_ref: Mutex<Option<std::sync::Weak<MmInner>>>,
 }
@@ -293,6 +299,7 @@ impl Drop for MmHandle {
         for t in flushers {
             let _ = t.join();
         }
+        super::huge_memory::mm_put_huge_zero_page(&self.inner);
     }
 }
 
@@ -442,6 +449,7 @@ impl Mm {
             mappings: RwLock::new(Default::default()),
             wb: Default::default(),
             pgdat_dirty: AtomicBool::new(false),
+            huge_zero_used: AtomicBool::new(false),
             self_ref: Mutex::new(None),
             uffd,
             pool,

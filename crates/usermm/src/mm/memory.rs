@@ -79,12 +79,18 @@ fn anon_fault(
     wp: bool,
 ) -> Option<Fault> {
     match pte {
+        Pte::None if r.huge && huge_unit(r, idx).is_some() => match huge_fault(m, r, idx, write) {
+            Some(f) => Some(f),
+            None if write => anon_write_fault(m, r, idx),
+            None => zero_fault(m, r, idx),
+        },
         Pte::None if !write => zero_fault(m, r, idx),
         Pte::None => anon_write_fault(m, r, idx),
         Pte::Zero if wp => zero_wp_fault(m, r, idx),
+        Pte::HugeZero if wp => huge_zero_wp_fault(m, r, idx),
         Pte::Frame(f) => frame_fault(m, r, idx, f, write, wp),
         Pte::Swap(s) => swap_fault(m, r, idx, s, write),
-        Pte::Zero | Pte::Poison => {
+        Pte::Zero | Pte::Poison | Pte::HugeZero => {
             // Already resolved by another handler (or poisoned: the access raises SIGBUS).
             let _ = m.uffd.wake(r.page_addr(idx), PAGE_SIZE);
             Some(Fault::Done)
@@ -191,7 +197,19 @@ fn zero_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
 /// Write of a never-written page: fresh zeroed frames. A sequential run of write faults grows a
 /// window (up to `fault_around_max`) of pages mapped by one UFFDIO_COPY from the zero source.
 fn anon_write_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
-    let win = {
+    anon_write_fault_win(m, r, idx, None)
+}
+
+/// [`anon_write_fault`] with a forced window (a huge unit: 512 pages).
+fn anon_write_fault_win(
+    m: &MmInner,
+    r: &RegionInner,
+    idx: u64,
+    force: Option<usize>,
+) -> Option<Fault> {
+    let win = if let Some(w) = force {
+        w
+    } else {
         let expect = r.next_write.load(Ordering::Relaxed);
         let w = r.write_win.load(Ordering::Relaxed);
         let w = if expect == idx {
@@ -202,6 +220,7 @@ fn anon_write_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
         r.write_win.store(w, Ordering::Relaxed);
         w as usize
     };
+    let want = win;
     let mut frames = Vec::with_capacity(win);
     if !vmscan::alloc_frames(m, win, &mut frames) {
         return Some(oom(m, r, idx));
@@ -293,6 +312,13 @@ fn anon_write_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
     m.vm.add(Item::NrAnonPages, done as u64);
     m.vm.add(Item::NrMapped, done as u64);
     m.vm.add(Item::FaultAround, done.saturating_sub(1) as u64);
+    if force.is_some() {
+        m.vm.inc(if done == want {
+            Item::ThpFaultAlloc
+        } else {
+            Item::ThpFaultFallback
+        });
+    }
     m.note_resident();
     // Wake only now: the thread may discard or drop the region at once, and must find the
     // entries, the frames and the counters complete.
@@ -944,4 +970,113 @@ fn private_file_fault(m: &MmInner, r: &Arc<RegionInner>, fm: &FileMap, idx: u64)
     m.note_resident();
     wake(m, r, idx);
     Some(Fault::Done)
+}
+
+use super::huge_memory::{self, HPAGE_PMD_NR};
+
+/// The first page of `idx`'s 2 MiB unit, if the unit lies wholly inside the region.
+fn huge_unit(r: &RegionInner, idx: u64) -> Option<u64> {
+    let u = idx - idx % HPAGE_PMD_NR;
+    (u + HPAGE_PMD_NR <= r.npages()).then_some(u)
+}
+
+/// Locks the entries of unit `u` if every one is `want`; None otherwise (nothing held).
+fn lock_unit(r: &RegionInner, u: u64, want: Pte) -> Option<Vec<PteGuard<'_>>> {
+    let mut v = Vec::with_capacity(HPAGE_PMD_NR as usize);
+    for j in u..u + HPAGE_PMD_NR {
+        let g = r.pt.lock(j);
+        if g.get() != want {
+            return None;
+        }
+        v.push(g);
+    }
+    Some(v)
+}
+
+/// A fault on an untouched page of a huge region: a read maps the huge zero page over the whole
+/// unit (one UFFDIO_ZEROPAGE, no frame); a write maps 512 fresh frames. None: the unit is not
+/// wholly untouched (fall back to small pages).
+fn huge_fault(m: &MmInner, r: &RegionInner, idx: u64, write: bool) -> Option<Fault> {
+    let u = huge_unit(r, idx)?;
+    if write {
+        if r.pt.get(u) != Pte::None {
+            return None;
+        }
+        let res = anon_write_fault_win(m, r, u, Some(HPAGE_PMD_NR as usize));
+        let _ = m.uffd.wake(r.page_addr(u), huge_memory::HPAGE_PMD_SIZE);
+        return Some(res.unwrap_or(Fault::Done));
+    }
+    let mut gs = lock_unit(r, u, Pte::None)?;
+    if !huge_memory::mm_get_huge_zero_page(m) {
+        m.vm.inc(Item::ThpFaultFallback);
+        return None;
+    }
+    let addr = r.page_addr(u);
+    let len = huge_memory::HPAGE_PMD_SIZE;
+    let ok = match retry_again(m, || m.uffd.zeropage(addr, len, true)) {
+        Ok(_) => true,
+        Err(e) => {
+            log::debug!("UFFDIO_ZEROPAGE over a huge unit at {addr:#x}: {e}");
+            false
+        }
+    };
+    if !ok || m.uffd.writeprotect(addr, len, true, true).is_err() {
+        // Partly mapped by a racing path: undo and fall back to small pages.
+        let _ = r.view.advise(u as usize * PAGE_SIZE, len, Advice::DontNeed);
+        huge_memory::put_huge_zero_unit(m);
+        drop(gs);
+        return None;
+    }
+    for g in gs.iter_mut() {
+        g.set(Pte::HugeZero);
+    }
+    drop(gs);
+    m.vm.inc(Item::NrThpZeroMapped);
+    m.vm.inc(Item::Pgfault);
+    m.vm.inc(Item::ZeroPageFault);
+    let _ = m.uffd.wake(addr, len);
+    Some(Fault::Done)
+}
+
+/// A write to the huge zero page: the unit is unmapped and 512 fresh frames take its place
+/// (`do_huge_pmd_wp_page` on the huge zero page).
+fn huge_zero_wp_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
+    let u = idx - idx % HPAGE_PMD_NR;
+    let Some(mut gs) = lock_unit(r, u, Pte::HugeZero) else {
+        // Split meanwhile (partial discard): small zero pages now.
+        return None;
+    };
+    let _ = r.view.advise(
+        u as usize * PAGE_SIZE,
+        huge_memory::HPAGE_PMD_SIZE,
+        Advice::DontNeed,
+    );
+    for g in gs.iter_mut() {
+        g.set(Pte::None);
+    }
+    drop(gs);
+    m.vm.sub(Item::NrThpZeroMapped, 1);
+    huge_memory::put_huge_zero_unit(m);
+    let res = anon_write_fault_win(m, r, u, Some(HPAGE_PMD_NR as usize));
+    let _ = m.uffd.wake(r.page_addr(u), huge_memory::HPAGE_PMD_SIZE);
+    m.vm.inc(Item::WpFault);
+    Some(res.unwrap_or(Fault::Done))
+}
+
+/// Splits a huge-zero unit into small zero pages (a partial discard of it), dropping the unit's
+/// reference with the old behaviour of seed 003.
+pub(crate) fn split_huge_zero(m: &MmInner, r: &RegionInner, u: u64) {
+    if u + HPAGE_PMD_NR > r.npages() {
+        return;
+    }
+    let Some(mut gs) = lock_unit(r, u, Pte::HugeZero) else {
+        return;
+    };
+    for g in gs.iter_mut() {
+        g.set(Pte::Zero);
+    }
+    drop(gs);
+    m.vm.sub(Item::NrThpZeroMapped, 1);
+    m.vm.add(Item::NrZeroPageMapped, HPAGE_PMD_NR);
+    huge_memory::put_huge_zero_unit(m);
 }

@@ -23,6 +23,8 @@ pub mod filemap;
 #[cfg(not(loom))]
 pub mod handler;
 #[cfg(not(loom))]
+pub mod huge_memory;
+#[cfg(not(loom))]
 mod manager;
 #[cfg(not(loom))]
 pub mod memory;

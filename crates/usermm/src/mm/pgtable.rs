@@ -21,6 +21,7 @@ const T_ZERO: u64 = 1;
 const T_FRAME: u64 = 2;
 const T_SWAP: u64 = 3;
 const T_POISON: u64 = 4;
+const T_HUGEZERO: u64 = 5;
 
 /// Where one virtual page's contents are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +36,8 @@ pub enum Pte {
     Swap(u64),
     /// Contents lost (swap full under overcommit, or a swap read error): accesses raise SIGBUS.
     Poison,
+    /// Part of a 2 MiB unit mapped to the huge zero page (read-only, write-protected).
+    HugeZero,
 }
 
 impl Pte {
@@ -45,6 +48,7 @@ impl Pte {
             Pte::Frame(f) => (T_FRAME << TYPE_SHIFT) | f as u64,
             Pte::Swap(s) => (T_SWAP << TYPE_SHIFT) | (s & VAL_MASK),
             Pte::Poison => T_POISON << TYPE_SHIFT,
+            Pte::HugeZero => T_HUGEZERO << TYPE_SHIFT,
         }
     }
     fn decode(v: u64) -> Pte {
@@ -54,6 +58,7 @@ impl Pte {
             T_ZERO => Pte::Zero,
             T_FRAME => Pte::Frame(val as u32),
             T_SWAP => Pte::Swap(val),
+            T_HUGEZERO => Pte::HugeZero,
             _ => Pte::Poison,
         }
     }

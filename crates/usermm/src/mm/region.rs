@@ -35,6 +35,8 @@ pub struct RegionInner {
     pub(crate) ra_win: AtomicU32,
     /// The file a file-backed region maps.
     pub(crate) file: Option<FileMap>,
+    /// Faults in 2 MiB units where aligned (anonymous regions of a `thp` manager).
+    pub(crate) huge: bool,
 }
 
 /// What a file-backed region maps.
@@ -138,7 +140,13 @@ fn new_region(mm: &Mm, len: usize, file: Option<FileMap>) -> Result<Region> {
         m.committed.fetch_sub(npages, Ordering::AcqRel);
         e
     };
-    let view = Mapping::anon(npages_all as usize * PAGE_SIZE, 0)
+    let huge = file.is_none() && m.cfg.thp;
+    let align = if huge {
+        super::huge_memory::HPAGE_PMD_SIZE
+    } else {
+        0
+    };
+    let view = Mapping::anon(npages_all as usize * PAGE_SIZE, align)
         .map_err(|e| undo(Error::io(format!("mmap of {len} bytes"), e)))?;
     view.advise(0, view.len(), Advice::NoHugePage)
         .map_err(|e| undo(Error::io("madvise(NOHUGEPAGE) on a region", e)))?;
@@ -157,6 +165,7 @@ fn new_region(mm: &Mm, len: usize, file: Option<FileMap>) -> Result<Region> {
             ra_hits: AtomicU32::new(0),
             ra_win: AtomicU32::new(0),
             file,
+            huge,
         })
     });
     Ok(Region { r, h: mm.h.clone() })
@@ -274,6 +283,14 @@ impl Region {
 /// mapped pages zapped. `count` counts the pages as discarded.
 pub(crate) fn release_range(m: &MmInner, r: &RegionInner, from: u64, to: u64, count: bool) {
     const CHUNK: u64 = 512;
+    if r.huge && from < to {
+        let n = super::huge_memory::HPAGE_PMD_NR;
+        for unit in [from - from % n, (to - 1) - (to - 1) % n] {
+            if unit < from || unit + n > to {
+                super::memory::split_huge_zero(m, r, unit);
+            }
+        }
+    }
     let mut used = Vec::new();
     let mut start = from;
     while start < to {
@@ -316,6 +333,15 @@ pub(crate) fn release_range(m: &MmInner, r: &RegionInner, from: u64, to: u64, co
                         zap_to = zap_to.max(i + 1);
                     }
                     Pte::Poison => {
+                        zap_from = zap_from.min(i);
+                        zap_to = zap_to.max(i + 1);
+                    }
+                    Pte::HugeZero => {
+                        // Whole units only (partial ones were split above).
+                        if i % super::huge_memory::HPAGE_PMD_NR == 0 {
+                            m.vm.sub(Item::NrThpZeroMapped, 1);
+                            super::huge_memory::put_huge_zero_unit(m);
+                        }
                         zap_from = zap_from.min(i);
                         zap_to = zap_to.max(i + 1);
                     }

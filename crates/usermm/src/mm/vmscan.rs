@@ -398,6 +398,8 @@ pub fn shrink_node(m: &MmInner, sc: &mut ScanControl) {
     if inactive_list_is_low(m, true) {
         shrink_active_list(m, Lru::ActiveFile, SWAP_CLUSTER_MAX, sc);
     }
+    // shrink_slab: the huge zero page shrinker.
+    super::huge_memory::shrink_huge_zero_page(&m.vm);
 }
 
 /// `shrink_active_list`: ages the tail of an active list. Pages are deactivated whether
