@@ -344,7 +344,12 @@ fn writeback_errors_are_reported_once_per_handle_and_never_lost() {
     }
     let _u = Umount(mnt.clone());
     std::fs::write(mnt.join("filler"), vec![0u8; 3 << 20]).unwrap();
-    let m = mm(16 * MIB, Settings::default());
+    // No background writeback: the only writeback attempts are the syncs below.
+    let mut cfg = MmConfig::new(16 * MIB).swap(SwapConfig::Ram { size: 16 * MIB });
+    cfg.dirty_background_ratio = 50;
+    cfg.dirty_ratio = 60;
+    cfg.dirty_expire_centisecs = 360000;
+    let m = Mm::new(cfg).unwrap();
     let path = mnt.join("data");
     let f = m.open(&path).unwrap();
     let g = m.open(&path).unwrap();
