@@ -986,7 +986,9 @@ mod tests {
             let mut cfg = MmConfig::new(8 << 20).swap(SwapConfig::None).settings(
                 Settings::parse("laptop_mode=on")
                     .unwrap()
-                    .with(Switch::LaptopModeIsolate, b),
+                    .with(Switch::LaptopModeIsolate, b)
+                    // Keep the flushers asleep: this checks isolation alone.
+                    .with(Switch::ReclaimWakeFlushers, Behaviour::Old),
             );
             cfg.dirty_background_ratio = 80;
             cfg.dirty_ratio = 90;
