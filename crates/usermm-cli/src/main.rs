@@ -86,6 +86,50 @@ enum BenchCmd {
     },
     /// vm-scalability case-swap-w-seq: total = 3/4 x (budget + swap size), split evenly over
     /// the tasks, sequential write, then read-back verification. Swap size defaults to 1G.
+    /// A simoop-like latency workload (seed 004's): worker threads allocate and touch memory,
+    /// read and write random blocks of files larger than the budget through the page cache;
+    /// CPU burners compete. Prints p50/p95/p99/max latency (usec) of Read, Write and
+    /// Allocation per interval and at the end, the work rate and the alloc stall rate.
+    Simoop {
+        /// Worker threads.
+        #[arg(short = 't', long, default_value_t = 4)]
+        threads: usize,
+        /// CPU burner threads.
+        #[arg(long, default_value_t = 1)]
+        burners: usize,
+        /// Files.
+        #[arg(long, default_value_t = 8)]
+        files: usize,
+        /// Size of each file.
+        #[arg(long = "file-size", default_value = "128M")]
+        file_size: String,
+        /// Bytes per read.
+        #[arg(long = "read-size", default_value = "2M")]
+        read_size: String,
+        /// Bytes per write.
+        #[arg(long = "write-size", default_value = "1M")]
+        write_size: String,
+        /// Memory each loop allocates and touches.
+        #[arg(long = "alloc-size", default_value = "8M")]
+        alloc_size: String,
+        /// Shared working set kept mapped [default: half the budget].
+        #[arg(long = "working-set")]
+        working_set: Option<String>,
+        /// Run time (seconds).
+        #[arg(long, default_value_t = 20)]
+        duration: u64,
+        /// Reporting interval (seconds).
+        #[arg(long, default_value_t = 2)]
+        interval: u64,
+        /// Directory for the files [default: $TMPDIR/usermm-simoop].
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        mm: MmArgs,
+        /// One JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+    },
     SwapWSeq {
         /// Tasks (threads); the total is split evenly (rounded down to 4 KiB per task).
         #[arg(
@@ -117,6 +161,14 @@ struct MmArgs {
     /// Fault handler threads (0: one per CPU).
     #[arg(long = "handler-threads", default_value_t = 0)]
     handler_threads: usize,
+    /// A seed switch or setting, NAME=VALUE (repeatable; `usermm info` lists them), e.g.
+    /// --set swapcache_writeback_tags=on --set laptop_mode=on. Applied over USERMM_SET.
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    set: Vec<String>,
+    /// Transparent huge pages for anonymous regions: always (2 MiB fault units, huge zero
+    /// page) or never.
+    #[arg(long, default_value = "never", value_parser = ["always", "never"])]
+    thp: String,
 }
 
 #[derive(Args, Clone)]
@@ -189,10 +241,20 @@ impl MmArgs {
             },
         };
         let swap = swap_config(&self.swap, swap_size)?;
-        Ok(MmConfig::new(budget)
+        let mut settings =
+            usermm::Settings::from_env().map_err(|e| Failure::Usage(e.to_string()))?;
+        for s in &self.set {
+            settings
+                .apply(s)
+                .map_err(|e| Failure::Usage(format!("--set {s}: {e}")))?;
+        }
+        let mut cfg = MmConfig::new(budget)
             .swap(swap)
             .overcommit(self.overcommit)
-            .handler_threads(self.handler_threads))
+            .handler_threads(self.handler_threads)
+            .settings(settings);
+        cfg.thp = self.thp == "always";
+        Ok(cfg)
     }
 }
 
@@ -247,6 +309,70 @@ fn bench(b: BenchCmd) -> Result<(), Failure> {
                 json: run.json,
             };
             bench::usemem::run(run.mm.config(SwapDefault::FourTimesBudget)?, &params)
+        }
+        BenchCmd::Simoop {
+            threads,
+            burners,
+            files,
+            file_size,
+            read_size,
+            write_size,
+            alloc_size,
+            working_set,
+            duration,
+            interval,
+            dir,
+            mm,
+            json,
+        } => {
+            at_least_one("--threads", threads as u64)?;
+            at_least_one("--files", files as u64)?;
+            at_least_one("--duration", duration)?;
+            at_least_one("--interval", interval)?;
+            let cfg = mm.config(SwapDefault::FourTimesBudget)?;
+            let nz = |opt: &str, v: &str| -> Result<usize, Failure> {
+                let n = size(opt, v)? as usize;
+                if n < 4096 {
+                    return Err(Failure::Usage(format!(
+                        "{opt}: {v} is below one 4 KiB page"
+                    )));
+                }
+                Ok(n)
+            };
+            let params = bench::simoop::Params {
+                threads,
+                burners,
+                files,
+                file_size: nz("--file-size", &file_size)? as u64,
+                read_size: nz("--read-size", &read_size)?,
+                write_size: nz("--write-size", &write_size)?,
+                alloc_size: nz("--alloc-size", &alloc_size)?,
+                working_set: match working_set {
+                    Some(w) => nz("--working-set", &w)?,
+                    None => (cfg.budget / 2) as usize,
+                },
+                duration: std::time::Duration::from_secs(duration),
+                interval: std::time::Duration::from_secs(interval),
+                dir: dir.unwrap_or_else(|| std::env::temp_dir().join("usermm-simoop")),
+                seed: 1,
+                json,
+            };
+            if params.read_size as u64 > params.file_size
+                || params.write_size as u64 > params.file_size
+            {
+                return Err(Failure::Usage(
+                    "--read-size and --write-size must not exceed --file-size".into(),
+                ));
+            }
+            let paths = bench::simoop::prepare_files(&params)?;
+            let b = std::sync::Arc::new(bench::simoop::UsermmBackend::new(cfg, &paths)?);
+            let rep = bench::simoop::run(b, &params)?;
+            if json {
+                println!("{}", rep.json());
+            } else {
+                rep.print_text();
+            }
+            Ok(())
         }
         BenchCmd::SwapWSeq { tasks, run } => {
             at_least_one("--tasks", tasks as u64)?;

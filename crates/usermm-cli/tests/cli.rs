@@ -230,3 +230,67 @@ fn fault_latency_reports_three_kinds() {
         "{v}"
     );
 }
+
+#[test]
+fn simoop_reports_latencies_per_interval_and_final() {
+    let dir = tempfile_dir("simoop");
+    let out = usermm(&[
+        "bench",
+        "simoop",
+        "--budget",
+        "16M",
+        "--swap",
+        "ram",
+        "--swap-size",
+        "64M",
+        "--threads",
+        "2",
+        "--burners",
+        "1",
+        "--files",
+        "2",
+        "--file-size",
+        "16M",
+        "--alloc-size",
+        "1M",
+        "--duration",
+        "2",
+        "--interval",
+        "1",
+        "--dir",
+        &dir,
+        "--json",
+    ]);
+    let v = json(&out);
+    assert_eq!(v["workload"], "simoop");
+    assert!(v["intervals"].as_array().unwrap().len() >= 2, "{v}");
+    for k in ["read", "write", "alloc"] {
+        let f = &v["final"][k];
+        assert!(f["n"].as_u64().unwrap() > 0, "{k}: {v}");
+        assert!(f["p50"].as_u64().unwrap() <= f["p95"].as_u64().unwrap());
+        assert!(f["p95"].as_u64().unwrap() <= f["p99"].as_u64().unwrap());
+        assert!(f["p99"].as_u64().unwrap() <= f["max"].as_u64().unwrap());
+    }
+    assert!(v["work_rate"].as_f64().unwrap() > 0.0);
+    assert!(
+        v["vmstat"]["pgsteal_file"].as_u64().unwrap() > 0,
+        "files larger than the budget"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_switch_is_a_usage_error() {
+    let out = usermm(&["bench", "usemem", "--set", "nosuch=old", "1M"]);
+    assert_eq!(out.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains("--set nosuch=old") && e.contains("accessed_init"),
+        "{e}"
+    );
+}
+
+fn tempfile_dir(name: &str) -> String {
+    let d = std::env::temp_dir().join(format!("usermm-cli-test-{name}-{}", std::process::id()));
+    d.display().to_string()
+}

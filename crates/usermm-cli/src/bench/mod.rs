@@ -3,6 +3,7 @@
 //! major faults, in [`latency`]). Shared here: the small pseudo-random generator both use.
 
 pub mod latency;
+pub mod simoop;
 pub mod usemem;
 
 /// xorshift64 (Marsaglia): a tiny, fast, reproducible generator. usemem uses `lrand48_r`; any
