@@ -742,7 +742,8 @@ fn oom(m: &MmInner, r: &RegionInner, idx: u64) -> Fault {
     Fault::Done
 }
 
-/// Read-around window of a file fault (pages, aligned): Linux's `ra_pages` around the fault.
+/// Fault-around of a read fault in a file region (pages): Linux's `fault_around_bytes` (64 KiB)
+/// is 16 pages; a user-space fault costs a handler round trip, so twice that.
 const FILE_FAULT_AROUND: u64 = 32;
 
 /// The page-cache page for file page `index` of a file region, read (with read-around) if
@@ -752,9 +753,12 @@ fn file_fault_page(m: &MmInner, fm: &FileMap, index: u64) -> std::result::Result
     let f = match filemap::find_get_page(m, a, index) {
         Ok(Some(f)) => f,
         Ok(None) => {
-            // do_sync_mmap_readahead: read around the fault.
-            let start = index & !(FILE_FAULT_AROUND - 1);
-            filemap::do_page_cache_readahead(m, a, start, FILE_FAULT_AROUND, None);
+            // do_sync_mmap_readahead: read around the fault (ra_pages, aligned).
+            let ra = (m.cfg.read_ahead_kb as u64 / 4)
+                .clamp(1, 512)
+                .next_power_of_two();
+            let start = index & !(ra - 1);
+            filemap::do_page_cache_readahead(m, a, start, ra, None);
             m.vm.inc(Item::Pgmajfault);
             match filemap::find_get_page(m, a, index) {
                 Ok(Some(f)) => f,
@@ -875,7 +879,66 @@ fn shared_file_fault(
         filemap::put_page(m, f);
         return None;
     }
+    if !map_file_page(m, r, a, idx, f, write) {
+        drop(g);
+        p.unlock();
+        filemap::put_page(m, f);
+        return Some(Fault::Retry);
+    }
+    m.vm.inc(Item::Pgfault);
+    g.set(Pte::Frame(f));
+    drop(g);
+    p.unlock();
+    filemap::put_page(m, f);
+    // Fault-around (filemap_map_pages): map the cached pages that follow. A sequential writer
+    // gets a growing window of pages mapped writable and dirty (one fault per window instead
+    // of one wp fault per page); a reader gets up to FILE_FAULT_AROUND clean pages mapped
+    // write-protected.
+    let win = if write {
+        let expect = r.next_write.load(Ordering::Relaxed);
+        let w = r.write_win.load(Ordering::Relaxed);
+        let w = if expect == idx {
+            (w * 2).min(m.cfg.fault_around_max)
+        } else {
+            1
+        };
+        r.write_win.store(w, Ordering::Relaxed);
+        w as u64
+    } else {
+        FILE_FAULT_AROUND
+    };
+    let mut last = idx;
+    let mut j = idx + 1;
+    while j < r.npages() && j - idx < win {
+        if !map_around_one(m, r, fm, j, write) {
+            break;
+        }
+        m.vm.inc(Item::FaultAround);
+        last = j;
+        j += 1;
+    }
     if write {
+        r.next_write.store(last + 1, Ordering::Relaxed);
+    }
+    let _ = m
+        .uffd
+        .wake(r.page_addr(idx), (last - idx + 1) as usize * PAGE_SIZE);
+    Some(Fault::Done)
+}
+
+/// Maps locked page-cache page `f` at page `idx` of shared region `r` (its pte locked and
+/// None by the caller): dirtied and moved in when `dirty_it` or already dirty, else copied in
+/// write-protected so its first store is seen. False if it could not be mapped.
+fn map_file_page(
+    m: &MmInner,
+    r: &RegionInner,
+    a: &Arc<filemap::AddressSpace>,
+    idx: u64,
+    f: u32,
+    dirty_it: bool,
+) -> bool {
+    let p = &m.pages[f as usize];
+    if dirty_it {
         filemap::set_page_dirty(m, a, f);
     }
     let dst = r.page_addr(idx);
@@ -890,11 +953,8 @@ fn shared_file_fault(
         retry_again(m, || m.uffd.move_pages(dst, src, PAGE_SIZE, false, true))
     };
     if let Err(e) = res {
-        log::error!("mapping file page {index} of {} at {dst:#x}: {e}", a.name());
-        drop(g);
-        p.unlock();
-        filemap::put_page(m, f);
-        return Some(Fault::Retry);
+        log::error!("mapping file page {f} of {} at {dst:#x}: {e}", a.name());
+        return false;
     }
     if clean {
         p.set(pg::WP);
@@ -903,13 +963,53 @@ fn shared_file_fault(
         .store(((r.id as u64) << 40) | idx, Ordering::Release);
     p.set(pg::MAPPED);
     m.vm.inc(Item::NrMapped);
-    m.vm.inc(Item::Pgfault);
-    g.set(Pte::Frame(f));
-    drop(g);
+    true
+}
+
+/// One page of fault-around: only a cached, up-to-date, unlocked page not mapped anywhere, at
+/// an untouched entry inside the file. Never waits.
+fn map_around_one(m: &MmInner, r: &RegionInner, fm: &FileMap, j: u64, write: bool) -> bool {
+    let a = &fm.mapping;
+    let index = fm.pgoff + j;
+    if (index + 1) * PAGE_SIZE as u64
+        > a.size.load(Ordering::Acquire).div_ceil(PAGE_SIZE as u64) * PAGE_SIZE as u64
+    {
+        return false;
+    }
+    if r.pt.get(j) != Pte::None {
+        return false;
+    }
+    let Ok(Some(f)) = filemap::find_get_page(m, a, index) else {
+        return false;
+    };
+    let p = &m.pages[f as usize];
+    let ok = p.trylock();
+    if !ok {
+        filemap::put_page(m, f);
+        return false;
+    }
+    let usable = p.test(pg::PAGECACHE)
+        && p.owner() == (a.id, index)
+        && p.test(pg::UPTODATE)
+        && !p.test(pg::MAPPED);
+    let mapped = usable
+        && match r.pt.try_lock(j) {
+            Some(mut g) if g.get() == Pte::None => {
+                if map_file_page(m, r, a, j, f, write) {
+                    if p.test_clear(pg::READAHEAD) {
+                        m.vm.inc(Item::FileRaHit);
+                    }
+                    g.set(Pte::Frame(f));
+                    true
+                } else {
+                    false
+                }
+            }
+            _ => false,
+        };
     p.unlock();
     filemap::put_page(m, f);
-    wake(m, r, idx);
-    Some(Fault::Done)
+    mapped
 }
 
 /// First touch of a page of a private file region: a private anonymous copy of the file's page
