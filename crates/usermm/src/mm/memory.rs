@@ -994,16 +994,12 @@ fn map_around_one(m: &MmInner, r: &RegionInner, fm: &FileMap, j: u64, write: boo
         && !p.test(pg::MAPPED);
     let mapped = usable
         && match r.pt.try_lock(j) {
-            Some(mut g) if g.get() == Pte::None => {
-                if map_file_page(m, r, a, j, f, write) {
-                    if p.test_clear(pg::READAHEAD) {
-                        m.vm.inc(Item::FileRaHit);
-                    }
-                    g.set(Pte::Frame(f));
-                    true
-                } else {
-                    false
+            Some(mut g) if g.get() == Pte::None && map_file_page(m, r, a, j, f, write) => {
+                if p.test_clear(pg::READAHEAD) {
+                    m.vm.inc(Item::FileRaHit);
                 }
+                g.set(Pte::Frame(f));
+                true
             }
             _ => false,
         };
