@@ -130,6 +130,34 @@ enum BenchCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Seed 002's dd loop: write a file of SIZE (default 1/10 of the budget) through the page
+    /// cache, ITERATIONS times, deleting it each time; async or --sync (fdatasync); on a file
+    /// or an in-memory file (--memory, the tmpfs case).
+    Dd {
+        /// Bytes per file [default: budget / 10].
+        #[arg(long)]
+        size: Option<String>,
+        /// Bytes per write call.
+        #[arg(long, default_value = "1M")]
+        bs: String,
+        /// Iterations.
+        #[arg(short = 'i', long, default_value_t = 10)]
+        iterations: u32,
+        /// fdatasync before stopping the clock (dd conv=fdatasync).
+        #[arg(long)]
+        sync: bool,
+        /// An in-memory file (tmpfs-like) instead of a file in --dir.
+        #[arg(long)]
+        memory: bool,
+        /// Directory for the file [default: $TMPDIR].
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        mm: MmArgs,
+        /// One JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+    },
     SwapWSeq {
         /// Tasks (threads); the total is split evenly (rounded down to 4 KiB per task).
         #[arg(
@@ -372,6 +400,39 @@ fn bench(b: BenchCmd) -> Result<(), Failure> {
             } else {
                 rep.print_text();
             }
+            Ok(())
+        }
+        BenchCmd::Dd {
+            size: sz,
+            bs,
+            iterations,
+            sync,
+            memory,
+            dir,
+            mm,
+            json,
+        } => {
+            at_least_one("--iterations", iterations as u64)?;
+            let cfg = mm.config(SwapDefault::FourTimesBudget)?;
+            let size_b = match sz {
+                Some(s) => size("--size", &s)?,
+                None => cfg.budget / 10,
+            };
+            at_least_one("--size", size_b)?;
+            let bs = size("--bs", &bs)? as usize;
+            at_least_one("--bs", bs as u64)?;
+            let params = bench::dd::Params {
+                size: size_b,
+                bs,
+                iterations,
+                sync,
+                memory,
+                dir: dir.unwrap_or_else(std::env::temp_dir),
+                json,
+            };
+            let settings = cfg.settings;
+            let rep = bench::dd::run(cfg, &params)?;
+            bench::dd::print(&params, &rep, &settings);
             Ok(())
         }
         BenchCmd::SwapWSeq { tasks, run } => {

@@ -294,3 +294,42 @@ fn tempfile_dir(name: &str) -> String {
     let d = std::env::temp_dir().join(format!("usermm-cli-test-{name}-{}", std::process::id()));
     d.display().to_string()
 }
+
+#[test]
+fn dd_loop_counts_accessed_marking_by_switch() {
+    let dir = tempfile_dir("dd");
+    let run = |v: &str| {
+        json(&usermm(&[
+            "bench",
+            "dd",
+            "--budget",
+            "32M",
+            "--swap",
+            "ram",
+            "--swap-size",
+            "32M",
+            "--size",
+            "4M",
+            "--iterations",
+            "3",
+            "--sync",
+            "--dir",
+            &dir,
+            "--set",
+            v,
+            "--json",
+        ]))
+    };
+    let new = run("accessed_init=new");
+    assert_eq!(new["elapsed_s"].as_array().unwrap().len(), 3);
+    assert_eq!(new["vmstat"]["init_page_accessed"], 3 * 1024, "{new}");
+    assert_eq!(new["vmstat"]["mark_page_accessed"], 0, "{new}");
+    let old = run("accessed_init=old");
+    assert_eq!(old["vmstat"]["init_page_accessed"], 0, "{old}");
+    assert_eq!(old["vmstat"]["mark_page_accessed"], 3 * 1024, "{old}");
+    assert!(
+        old["vmstat"]["nr_written"].as_u64().unwrap() >= 3 * 1024,
+        "sync wrote it all"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -115,6 +115,8 @@ items! {
     LwAddToSwapCache = "lock_wait_ns.__add_to_swap_cache",
     LwDeleteFromSwapCache = "lock_wait_ns.__delete_from_swap_cache",
     TlAcquire = "tree_lock_acquire",
+    MarkPageAccessed = "mark_page_accessed",
+    InitPageAccessed = "init_page_accessed",
 }
 
 /// The live counters of one memory manager.

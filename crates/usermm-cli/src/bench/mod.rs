@@ -2,6 +2,7 @@
 //! manager, in [`usemem`]) and `fault-latency` (per-access latency of resident pages, minor and
 //! major faults, in [`latency`]). Shared here: the small pseudo-random generator both use.
 
+pub mod dd;
 pub mod latency;
 pub mod simoop;
 pub mod usemem;

@@ -404,7 +404,9 @@ pub fn pagecache_get_page(
             flags |= pg::SWAPBACKED;
         }
         if fgp.has(Fgp::ACCESSED) && m.cfg.settings.is_new(Switch::AccessedInit) {
+            // init_page_accessed.
             flags |= pg::REFERENCED;
+            m.vm.inc(Item::InitPageAccessed);
         }
         let p = &m.pages[f as usize];
         let pooled = p.test(pg::POOLED);

@@ -255,6 +255,7 @@ impl Lruvec {
 
 /// `mark_page_accessed`: inactive,unreferenced -> inactive,referenced -> active,unreferenced.
 pub fn mark_page_accessed(lruvec: &Lruvec, pages: &[Page], f: u32, vm: &Counters) {
+    vm.inc(Item::MarkPageAccessed);
     let p = &pages[f as usize];
     let flags = p.flags();
     if flags & pg::ACTIVE == 0 && flags & pg::REFERENCED != 0 {

@@ -17,7 +17,6 @@ use crate::sync::{Arc, Condvar, Mutex, Ordering};
 use crate::vmstat::Item;
 
 use super::filemap::{write_cache_pages, AddressSpace};
-use super::lru::Lru;
 use super::MmInner;
 
 /// Longest single throttling pause (`MAX_PAUSE`, 200 ms in Linux).
@@ -84,8 +83,11 @@ impl WbState {
 /// `global_dirty_limits`: (background threshold, threshold) in pages, as ratios of the dirtyable
 /// memory (free frames plus file pages).
 pub fn global_dirty_limits(m: &MmInner) -> (u64, u64) {
-    let dirtyable =
-        m.frames.nr_free() + m.lru.size(Lru::InactiveFile) + m.lru.size(Lru::ActiveFile);
+    // The file LRU sizes from the counters: no lru_lock on the writer's path.
+    let dirtyable = m.frames.nr_free()
+        + m.vm.get(Item::NrInactiveFile)
+        + m.vm.get(Item::NrActiveFile)
+        + m.vm.get(Item::NrIsolatedFile);
     let thresh = dirtyable * m.cfg.dirty_ratio as u64 / 100;
     let mut bg = dirtyable * m.cfg.dirty_background_ratio as u64 / 100;
     if bg >= thresh {
@@ -163,6 +165,18 @@ pub fn wakeup_flusher_threads(m: &MmInner, reason: WbReason, nr_pages: u64) {
 /// writeback.
 pub fn balance_dirty_pages_ratelimited(m: &MmInner, mapping: &AddressSpace) {
     if mapping.is_memory() {
+        return;
+    }
+    // ratelimit_pages: look at the global state every 32 pages a thread dirties.
+    thread_local! {
+        static DIRTIED: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    }
+    let skip = DIRTIED.with(|d| {
+        let n = (d.get() + 1) % 32;
+        d.set(n);
+        n != 0
+    });
+    if skip {
         return;
     }
     let dirty = nr_dirty(m);
