@@ -194,6 +194,9 @@ pub struct AddressSpace {
     pub(crate) io_lock: Mutex<()>,
     /// The errseq cursor of `Mm::sync`.
     pub(crate) sync_cursor: AtomicU64,
+    /// Shared regions mapping this file (`i_mmap`), to clear their beyond-EOF markers when the
+    /// file grows.
+    pub(crate) i_mmap: Mutex<Vec<std::sync::Weak<RegionInner>>>,
     /// Orders i_size growth against the cut-back after a whole-page write past the end of
     /// file, so the cut never drops a page written beyond the size it read.
     eof_lock: Mutex<()>,
@@ -214,6 +217,7 @@ impl AddressSpace {
             users: AtomicU64::new(0),
             io_lock: Mutex::new(()),
             sync_cursor: AtomicU64::new(0),
+            i_mmap: Mutex::new(Vec::new()),
             eof_lock: Mutex::new(()),
         }
     }
@@ -1235,9 +1239,12 @@ pub fn file_write(m: &MmInner, mapping: &Arc<AddressSpace>, pos: u64, buf: &[u8]
             mark_page_accessed(&m.lru, &m.pages, f, &m.vm);
         }
         // i_size first, then the dirty page: writeback never sees a dirty page past i_size.
-        if at + n as u64 > mapping.size.load(Ordering::Acquire) {
+        let old_size = mapping.size.load(Ordering::Acquire);
+        if at + n as u64 > old_size {
             let _eof = mapping.eof_lock.lock();
             mapping.size.fetch_max(at + n as u64, Ordering::AcqRel);
+            drop(_eof);
+            file_grew(m, mapping, old_size, at + n as u64);
         }
         set_page_dirty(m, mapping, f);
         p.unlock();
@@ -1267,6 +1274,9 @@ pub fn truncate(m: &MmInner, mapping: &AddressSpace, size: u64) -> Result<()> {
                 put_page(m, f);
             }
         }
+    }
+    if size > old {
+        file_grew(m, mapping, old, size);
     }
     if let Some(file) = mapping.file() {
         let _eof = mapping.eof_lock.lock();
@@ -1315,6 +1325,45 @@ fn truncate_pages_only(m: &MmInner, mapping: &AddressSpace, from: u64, to: u64) 
         }
     }
     n
+}
+
+/// The file grew from `old` to `new` bytes: pages of shared regions that faulted beyond the old
+/// end (SIGBUS markers) become accessible again.
+fn file_grew(m: &MmInner, mapping: &AddressSpace, old: u64, new: u64) {
+    let regions: Vec<Arc<RegionInner>> = {
+        let mut l = mapping.i_mmap.lock();
+        l.retain(|w| w.strong_count() > 0);
+        l.iter().filter_map(|w| w.upgrade()).collect()
+    };
+    let ps = PAGE_SIZE as u64;
+    for r in regions {
+        let Some(fm) = &r.file else { continue };
+        let first = (old / ps).saturating_sub(fm.pgoff);
+        let last = new.div_ceil(ps).saturating_sub(fm.pgoff).min(r.npages());
+        let mut used = Vec::new();
+        r.pt.for_each_used(first, last, |i, p| {
+            if p == super::pgtable::Pte::Poison {
+                used.push(i);
+            }
+        });
+        log::debug!(
+            "file_grew {old}->{new}: region {} pages {first}..{last} poisoned {:?}",
+            r.id,
+            used
+        );
+        for i in used {
+            let mut g = r.pt.lock(i);
+            if g.get() == super::pgtable::Pte::Poison {
+                let _ = r.view.advise(
+                    i as usize * PAGE_SIZE,
+                    PAGE_SIZE,
+                    crate::sys::Advice::DontNeed,
+                );
+                g.set(super::pgtable::Pte::None);
+            }
+        }
+    }
+    let _ = m;
 }
 
 /// The bytes of a mapping held by the page cache now.

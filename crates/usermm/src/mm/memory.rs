@@ -788,15 +788,22 @@ fn file_fault_page(m: &MmInner, fm: &FileMap, index: u64) -> std::result::Result
 fn beyond_eof(m: &MmInner, r: &RegionInner, fm: &FileMap, idx: u64) -> bool {
     let size = fm.mapping.size.load(Ordering::Acquire);
     if (fm.pgoff + idx) * PAGE_SIZE as u64 >= size.div_ceil(PAGE_SIZE as u64) * PAGE_SIZE as u64 {
-        if let Err(e) = m.uffd.poison(r.page_addr(idx), PAGE_SIZE, false) {
+        // The entry records it, so a later growth of the file clears the marker; the thread
+        // is woken only once the entry is stored.
+        let mut g = r.pt.lock(idx);
+        if g.get() == Pte::None {
+            g.set(Pte::Poison);
+        }
+        if let Err(e) = m.uffd.poison(r.page_addr(idx), PAGE_SIZE, true) {
             if !e.is_exists() {
                 log::error!(
                     "UFFDIO_POISON beyond end of file at {:#x}: {e}",
                     r.page_addr(idx)
                 );
             }
-            let _ = m.uffd.wake(r.page_addr(idx), PAGE_SIZE);
         }
+        drop(g);
+        let _ = m.uffd.wake(r.page_addr(idx), PAGE_SIZE);
         return true;
     }
     false

@@ -104,7 +104,12 @@ pub(crate) fn map_file(
         shared: kind == MapKind::Shared,
         mapping: mapping.clone(),
     };
-    new_region(mm, len, Some(fm)).inspect_err(|_| super::file::put_mapping(mm.inner(), &mapping))
+    let r = new_region(mm, len, Some(fm))
+        .inspect_err(|_| super::file::put_mapping(mm.inner(), &mapping))?;
+    if kind == MapKind::Shared {
+        mapping.i_mmap.lock().push(Arc::downgrade(&r.r));
+    }
+    Ok(r)
 }
 
 fn new_region(mm: &Mm, len: usize, file: Option<FileMap>) -> Result<Region> {
