@@ -548,10 +548,32 @@ pub(crate) fn copy_from_page(m: &MmInner, f: u32, off: usize, buf: &mut [u8]) {
 }
 
 /// Copies `buf` into locked page `f` at `off`.
-pub(crate) fn copy_to_page(m: &MmInner, f: u32, off: usize, buf: &[u8]) {
+/// A page mapped write-protected (clean) is unprotected first and dirtied: the store would
+/// otherwise be a write-protect fault on a page whose lock the caller holds.
+pub(crate) fn copy_to_page(
+    m: &MmInner,
+    mapping: &Arc<AddressSpace>,
+    f: u32,
+    off: usize,
+    buf: &[u8],
+) {
     let r = match page_loc(m, f) {
         Loc::Pool(o) => m.pool.write_bytes(o + off, buf),
-        Loc::View(r, o) => r.view.write_bytes(o + off, buf),
+        Loc::View(r, o) => {
+            let p = &m.pages[f as usize];
+            if p.test(pg::WP) {
+                if let Err(e) = m
+                    .uffd
+                    .writeprotect(r.view.addr() + o, PAGE_SIZE, false, true)
+                {
+                    log::error!("unprotecting a mapped file page to write it: {e}");
+                    return;
+                }
+                p.clear(pg::WP);
+                set_page_dirty(m, mapping, f);
+            }
+            r.view.write_bytes(o + off, buf)
+        }
     };
     if let Err(e) = r {
         log::error!("copy into frame {f}: {e}");
@@ -1232,7 +1254,7 @@ pub fn file_write(m: &MmInner, mapping: &Arc<AddressSpace>, pos: u64, buf: &[u8]
             }
             p.set(pg::UPTODATE);
         }
-        copy_to_page(m, f, from, &buf[done..done + n]);
+        copy_to_page(m, mapping, f, from, &buf[done..done + n]);
         // write_end.
         if !m.cfg.settings.is_new(Switch::AccessedInit) {
             // Before seed 002: marked accessed after the copy, with atomic operations.
@@ -1256,7 +1278,7 @@ pub fn file_write(m: &MmInner, mapping: &Arc<AddressSpace>, pos: u64, buf: &[u8]
 
 /// Truncates or extends `mapping` to `size` bytes: pages wholly past the new end are dropped
 /// (`truncate_inode_pages_range`), the partial last page is zeroed past the end.
-pub fn truncate(m: &MmInner, mapping: &AddressSpace, size: u64) -> Result<()> {
+pub fn truncate(m: &MmInner, mapping: &Arc<AddressSpace>, size: u64) -> Result<()> {
     let _io = mapping.io_lock.lock();
     let ps = PAGE_SIZE as u64;
     let old = {
@@ -1269,7 +1291,7 @@ pub fn truncate(m: &MmInner, mapping: &AddressSpace, size: u64) -> Result<()> {
             let index = size / ps;
             if let Some(f) = find_lock_page(m, mapping, index)? {
                 let from = (size % ps) as usize;
-                copy_to_page(m, f, from, &vec![0u8; PAGE_SIZE - from]);
+                copy_to_page(m, mapping, f, from, &vec![0u8; PAGE_SIZE - from]);
                 m.pages[f as usize].unlock();
                 put_page(m, f);
             }

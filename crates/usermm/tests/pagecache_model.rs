@@ -1,0 +1,152 @@
+//! Property test of the page cache against a shadow copy: random write_at / read_at / set_len /
+//! sync / map / store / load / flush / unmap sequences on two files with a 1 MiB budget (the
+//! files together are larger), then every file on disk compared byte for byte with its shadow.
+
+use proptest::prelude::*;
+use usermm::{CachedFile, MapKind, Mm, MmConfig, Region, SwapConfig};
+
+const MAX_LEN: u64 = 640 << 10;
+const MAP_LEN: usize = 256 << 10;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Write {
+        f: usize,
+        off: u64,
+        len: usize,
+        seed: u8,
+    },
+    Read {
+        f: usize,
+        off: u64,
+        len: usize,
+    },
+    SetLen {
+        f: usize,
+        len: u64,
+    },
+    Sync {
+        f: usize,
+    },
+    Map {
+        f: usize,
+    },
+    Unmap {
+        f: usize,
+    },
+    Store {
+        f: usize,
+        word: usize,
+        v: u64,
+    },
+    Load {
+        f: usize,
+        word: usize,
+    },
+    Flush {
+        f: usize,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let f = 0..2usize;
+    prop_oneof![
+        6 => (f.clone(), 0..MAX_LEN, 1..40_000usize, any::<u8>())
+            .prop_map(|(f, off, len, seed)| Op::Write { f, off, len, seed }),
+        4 => (f.clone(), 0..MAX_LEN, 1..40_000usize).prop_map(|(f, off, len)| Op::Read { f, off, len }),
+        1 => (f.clone(), 0..MAX_LEN).prop_map(|(f, len)| Op::SetLen { f, len }),
+        1 => f.clone().prop_map(|f| Op::Sync { f }),
+        1 => f.clone().prop_map(|f| Op::Map { f }),
+        1 => f.clone().prop_map(|f| Op::Unmap { f }),
+        4 => (f.clone(), 0..MAP_LEN / 8, any::<u64>()).prop_map(|(f, word, v)| Op::Store { f, word, v }),
+        3 => (f.clone(), 0..MAP_LEN / 8).prop_map(|(f, word)| Op::Load { f, word }),
+        1 => f.prop_map(|f| Op::Flush { f }),
+    ]
+}
+
+fn bytes(seed: u8, off: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| seed ^ ((off + i as u64) as u8).rotate_left(3) ^ ((off + i as u64) >> 9) as u8)
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+    #[test]
+    fn page_cache_matches_a_shadow(ops in proptest::collection::vec(op(), 1..100)) {
+        let d = tempfile::tempdir_in(std::env::var("TMPDIR").unwrap_or("/var/tmp".into())).unwrap();
+        let mm = Mm::new(MmConfig::new(1 << 20).swap(SwapConfig::Ram { size: 4 << 20 })).unwrap();
+        let paths: Vec<_> = (0..2).map(|i| d.path().join(format!("f{i}"))).collect();
+        let files: Vec<CachedFile> = paths.iter().map(|p| mm.open(p).unwrap()).collect();
+        let mut shadow: Vec<Vec<u8>> = vec![Vec::new(), Vec::new()];
+        let mut maps: Vec<Option<Region>> = vec![None, None];
+        for op in ops {
+            match op {
+                Op::Write { f, off, len, seed } => {
+                    let b = bytes(seed, off, len);
+                    prop_assert_eq!(files[f].write_at(off, &b).unwrap(), len);
+                    let s = &mut shadow[f];
+                    if s.len() < off as usize + len {
+                        s.resize(off as usize + len, 0);
+                    }
+                    s[off as usize..off as usize + len].copy_from_slice(&b);
+                }
+                Op::Read { f, off, len } => {
+                    let mut b = vec![0u8; len];
+                    let n = files[f].read_at(off, &mut b).unwrap();
+                    let s = &shadow[f];
+                    let want = s.len().saturating_sub(off as usize).min(len);
+                    prop_assert_eq!(n, want);
+                    if n > 0 {
+                        prop_assert!(b[..n] == s[off as usize..off as usize + n], "read at {}", off);
+                    }
+                }
+                Op::SetLen { f, len } => {
+                    files[f].set_len(len).unwrap();
+                    shadow[f].resize(len as usize, 0);
+                }
+                Op::Sync { f } => files[f].sync().unwrap(),
+                Op::Map { f } => {
+                    if maps[f].is_none() {
+                        maps[f] = Some(files[f].map(0, MAP_LEN, MapKind::Shared).unwrap());
+                    }
+                }
+                Op::Unmap { f } => maps[f] = None,
+                Op::Store { f, word, v } => {
+                    let off = word * 8;
+                    if let Some(r) = &maps[f] {
+                        if off + 8 <= shadow[f].len() {
+                            r.write_u64(off, v);
+                            shadow[f][off..off + 8].copy_from_slice(&v.to_ne_bytes());
+                        }
+                    }
+                }
+                Op::Load { f, word } => {
+                    let off = word * 8;
+                    if let Some(r) = &maps[f] {
+                        if off + 8 <= shadow[f].len() {
+                            let want = u64::from_ne_bytes(shadow[f][off..off + 8].try_into().unwrap());
+                            prop_assert_eq!(r.read_u64(off), want, "load at {}", off);
+                        }
+                    }
+                }
+                Op::Flush { f } => {
+                    if let Some(r) = &maps[f] {
+                        r.flush(0, MAP_LEN).unwrap();
+                    }
+                }
+            }
+        }
+        for f in 0..2 {
+            files[f].sync().unwrap();
+        }
+        prop_assert!(mm.peak_resident_bytes() <= 1 << 20);
+        drop(maps);
+        drop(files);
+        for f in 0..2 {
+            let disk = std::fs::read(&paths[f]).unwrap();
+            prop_assert_eq!(disk.len(), shadow[f].len(), "file {} length", f);
+            prop_assert!(disk == shadow[f], "file {} contents", f);
+        }
+    }
+}
