@@ -137,8 +137,8 @@ proptest! {
                 }
             }
         }
-        for f in 0..2 {
-            files[f].sync().unwrap();
+        for f in &files {
+            f.sync().unwrap();
         }
         prop_assert!(mm.peak_resident_bytes() <= 1 << 20);
         drop(maps);
