@@ -216,6 +216,8 @@ pub struct usermm_mm {
     mm: Mm,
     space: Space,
     is_default: bool,
+    /// The claim on the swap file path, if the swap device is a named file.
+    _swap_claim: Option<usermm_vma::SwapClaim>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -432,11 +434,19 @@ pub extern "C" fn usermm_create(cfg: *const usermm_config) -> *mut usermm_mm {
             // SAFETY: non-NULL config pointers point to a caller-owned usermm_config.
             unsafe { *cfg }
         };
-        let mm = Mm::new(config_from_c(&c)?)?;
+        let cfg = config_from_c(&c)?;
+        let claim = usermm_vma::claim_swap_path(&cfg.swap).map_err(|e| {
+            Failure::new(
+                USERMM_ERR_BUSY,
+                format!("{e}: give each manager its own swap_path"),
+            )
+        })?;
+        let mm = Mm::new(cfg)?;
         Ok(Box::into_raw(Box::new(usermm_mm {
             mm,
             space: Space::new(),
             is_default: false,
+            _swap_claim: claim,
         })))
     })
 }
@@ -481,12 +491,25 @@ fn default_manager() -> Result<&'static usermm_mm, Failure> {
     if let Some(m) = DEFAULT.get() {
         return Ok(m);
     }
-    let cfg = MmConfig::from_env().map_err(|e| {
+    let mut cfg = MmConfig::from_env().map_err(|e| {
         Failure::new(
             USERMM_ERR_INVALID,
             format!("creating the default manager from the environment: {e}"),
         )
     })?;
+    // USERMM_SWAP=file:PATH is shared by every process that inherits the environment: the
+    // first manager claims PATH, later ones swap to an unlinked temporary file.
+    let claim = match usermm_vma::claim_swap_path(&cfg.swap) {
+        Ok(c) => c,
+        Err(_) => {
+            let size = match &cfg.swap {
+                SwapConfig::File { size, .. } => *size,
+                _ => cfg.budget.saturating_mul(4),
+            };
+            cfg.swap = SwapConfig::File { path: None, size };
+            None
+        }
+    };
     let mm = Mm::new(cfg).map_err(|e| {
         let f = Failure::from(e);
         Failure::new(f.code, format!("creating the default manager: {}", f.msg))
@@ -495,6 +518,7 @@ fn default_manager() -> Result<&'static usermm_mm, Failure> {
         mm,
         space: Space::new(),
         is_default: true,
+        _swap_claim: claim,
     });
     Ok(DEFAULT.get().expect("just set"))
 }

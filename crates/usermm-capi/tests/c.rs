@@ -97,23 +97,17 @@ fn assert_passed(o: &Output, text: &str, min_checks: u32) {
     );
 }
 
-fn capi_test(static_link: bool) -> PathBuf {
-    gcc(
-        &manifest().join("tests/c/capi_test.c"),
-        if static_link {
-            "capi_test_static"
-        } else {
-            "capi_test"
-        },
-        static_link,
-    )
+/// Builds the C test under a name of its own per test (tests run in parallel: one binary being
+/// rewritten while another test executes it fails with ETXTBSY).
+fn capi_test(name: &str, static_link: bool) -> PathBuf {
+    gcc(&manifest().join("tests/c/capi_test.c"), name, static_link)
 }
 
 const SMALL: &[(&str, &str)] = &[("USERMM_BUDGET", "16M"), ("USERMM_SWAP", "ram")];
 
 #[test]
 fn c_maps_four_times_the_budget_and_reads_it_back() {
-    let exe = capi_test(false);
+    let exe = capi_test("capi_test_big", false);
     let (o, text) = run(
         &exe,
         "big",
@@ -128,7 +122,7 @@ fn c_maps_four_times_the_budget_and_reads_it_back() {
 
 #[test]
 fn c_static_library_with_swap_file() {
-    let exe = capi_test(true);
+    let exe = capi_test("capi_test_static", true);
     let (o, text) = run(
         &exe,
         "big",
@@ -143,21 +137,21 @@ fn c_static_library_with_swap_file() {
 
 #[test]
 fn c_bad_input_gets_errno_and_messages() {
-    let exe = capi_test(false);
+    let exe = capi_test("capi_test_bad", false);
     let (o, text) = run(&exe, "bad", SMALL);
     assert_passed(&o, &text, 90);
 }
 
 #[test]
 fn c_handle_api() {
-    let exe = capi_test(false);
+    let exe = capi_test("capi_test_handle", false);
     let (o, text) = run(&exe, "handle", SMALL);
     assert_passed(&o, &text, 20);
 }
 
 #[test]
 fn c_bad_budget_in_environment_is_named() {
-    let exe = capi_test(false);
+    let exe = capi_test("capi_test_badenv", false);
     let (o, text) = run(&exe, "badenv", &[("USERMM_BUDGET", "256Q")]);
     assert_passed(&o, &text, 3);
     assert!(

@@ -206,6 +206,38 @@ fn usemem_single_task_and_forked_tasks() {
         assert_eq!(u(&k["managed_mmaps"]), 1, "{k}");
         assert_memory(k, 16 * MIB, 16 * MIB);
     }
+
+    // A named swap file is claimed by one process; the other swaps to a temporary file.
+    let swap = tmp().join("usemem-swapfile");
+    let (o, v) = run_json(
+        "usemem3",
+        &[
+            "--budget",
+            "8M",
+            "--swap",
+            &format!("file:{}", swap.display()),
+            "--swap-size",
+            "64M",
+        ],
+        &[exe.to_str().unwrap(), "-n", "2", "--verify", "32M"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let notes: Vec<&Value> = v["other_processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["forked"] == true)
+        .map(|p| &p["swap_note"])
+        .collect();
+    assert_eq!(notes.len(), 2, "{v}");
+    assert_eq!(notes.iter().filter(|n| n.is_null()).count(), 1, "{v}");
+    assert!(
+        notes.iter().any(|n| n
+            .as_str()
+            .is_some_and(|s| s.contains("in use by another usermm manager"))),
+        "{v}"
+    );
+    let _ = std::fs::remove_file(swap);
 }
 
 #[test]

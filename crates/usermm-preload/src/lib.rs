@@ -59,6 +59,8 @@ static SPACE: Space = Space::new();
 static MANAGER: Mutex<Option<Mm>> = Mutex::new(None);
 static MANAGER_ERROR: Mutex<Option<String>> = Mutex::new(None);
 static FORKED: AtomicBool = AtomicBool::new(false);
+static SWAP_CLAIM: Mutex<Option<usermm_vma::SwapClaim>> = Mutex::new(None);
+static SWAP_NOTE: Mutex<Option<String>> = Mutex::new(None);
 
 /// Per-process counters reported at exit.
 static N_MALLOC: AtomicU64 = AtomicU64::new(0);
@@ -141,6 +143,19 @@ fn manager() -> Option<Mm> {
     let _guard = Guard::enter();
     let made = MmConfig::from_env().and_then(|mut cfg| {
         cfg.uffd_policy = OpenPolicy::Full;
+        // USERMM_SWAP=file:PATH reaches every process of the program (children, exec'd
+        // programs): the first manager claims PATH, the others swap to a temporary file.
+        match usermm_vma::claim_swap_path(&cfg.swap) {
+            Ok(c) => *SWAP_CLAIM.lock() = c,
+            Err(e) => {
+                if let usermm::SwapConfig::File { size, .. } = cfg.swap {
+                    cfg.swap = usermm::SwapConfig::File { path: None, size };
+                }
+                *SWAP_NOTE.lock() = Some(format!(
+                    "{e}: this process swaps to an unlinked temporary file in $TMPDIR"
+                ));
+            }
+        }
         Mm::new(cfg)
     });
     match made {
@@ -816,6 +831,9 @@ extern "C" fn fork_child() {
     if let Some(m) = MANAGER.lock().take() {
         std::mem::forget(m);
     }
+    // Closing the child's copy of the claim's descriptor leaves the parent's lock in place.
+    drop(SWAP_CLAIM.lock().take());
+    *SWAP_NOTE.lock() = None;
     FORKED.store(true, Ordering::Relaxed);
     for c in [
         &N_MALLOC,
@@ -892,6 +910,7 @@ fn stats_json() -> serde_json::Value {
         "threshold_bytes": threshold(),
         "manager": manager,
         "manager_error": MANAGER_ERROR.lock().clone(),
+        "swap_note": SWAP_NOTE.lock().clone(),
         "managed_mallocs": N_MALLOC.load(Ordering::Relaxed),
         "managed_mmaps": N_MMAP.load(Ordering::Relaxed),
         "mremap_moved": N_MREMAP_MOVED.load(Ordering::Relaxed),

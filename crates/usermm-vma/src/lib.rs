@@ -775,3 +775,40 @@ mod classify_tests {
         );
     }
 }
+
+/// An exclusive claim (`flock(LOCK_EX)`) on a swap file path, held as long as the manager that
+/// swaps to it: two managers writing slots of one file would overwrite each other's pages.
+/// `USERMM_SWAP=file:PATH` is inherited by every process of a program run under `usermm run`
+/// (and by forked children), so each manager claims the path before using it.
+#[derive(Debug)]
+pub struct SwapClaim {
+    _file: std::fs::File,
+}
+
+/// Claims the swap file of `swap` if it names a path (Ok(None) otherwise); Err with a message
+/// when another manager (in this or another process) holds it.
+pub fn claim_swap_path(swap: &usermm::SwapConfig) -> Result<Option<SwapClaim>, String> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let usermm::SwapConfig::File { path: Some(p), .. } = swap else {
+        return Ok(None);
+    };
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(p)
+        .map_err(|e| format!("cannot open swap file {}: {e}", p.display()))?;
+    // SAFETY: flock on a descriptor we own; no memory is involved.
+    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r != 0 {
+        return Err(format!(
+            "swap file {} is in use by another usermm manager",
+            p.display()
+        ));
+    }
+    Ok(Some(SwapClaim { _file: f }))
+}

@@ -111,3 +111,27 @@ fn discard_zeroes_only_managed_pages() {
     assert_eq!(got, vec![7, 0, 0, 7]);
     assert_eq!(v.live_pages, 4);
 }
+
+#[test]
+fn a_swap_path_is_claimed_by_one_manager_at_a_time() {
+    let path = std::env::temp_dir().join(format!("usermm-vma-claim-{}", std::process::id()));
+    let cfg = SwapConfig::File {
+        path: Some(path.clone()),
+        size: 1 << 20,
+    };
+    let first = usermm_vma::claim_swap_path(&cfg).unwrap();
+    assert!(first.is_some());
+    let e = usermm_vma::claim_swap_path(&cfg).unwrap_err();
+    assert!(
+        e.contains("in use by another usermm manager") && e.contains(path.to_str().unwrap()),
+        "{e}"
+    );
+    drop(first);
+    assert!(usermm_vma::claim_swap_path(&cfg).unwrap().is_some());
+    assert!(
+        usermm_vma::claim_swap_path(&SwapConfig::Ram { size: 1 << 20 })
+            .unwrap()
+            .is_none()
+    );
+    let _ = std::fs::remove_file(path);
+}

@@ -248,6 +248,24 @@ static void test_handle(void) {
     CHECK(usermm_unmap(mm, p) == USERMM_OK, "unmap");
     CHECK(usermm_unmap(mm, p) == USERMM_ERR_NOT_FOUND, "unmap twice");
     CHECK(usermm_destroy(mm) == USERMM_OK, "destroy");
+
+    /* A named swap file serves one manager at a time. */
+    char path[] = "/tmp/usermm-capi-swap-XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    usermm_config_init(&cfg);
+    cfg.budget = 4 << 20;
+    cfg.swap_path = path;
+    usermm_mm *a = usermm_create(&cfg);
+    CHECK(a != NULL, "manager on a swap file path");
+    usermm_mm *b = usermm_create(&cfg);
+    CHECK(b == NULL && strstr(usermm_last_error(), "in use by another usermm manager") != NULL,
+          "second manager on the same swap file");
+    CHECK(usermm_destroy(a) == USERMM_OK, "destroy the first");
+    b = usermm_create(&cfg);
+    CHECK(b != NULL, "the path is free again");
+    usermm_destroy(b);
+    unlink(path);
 }
 
 static void test_badenv(void) {
