@@ -298,6 +298,24 @@ fn forked_children_never_see_stale_managed_memory() {
 }
 
 #[test]
+fn threads_allocate_concurrently() {
+    let exe = gcc(&progs().join("threads.c"), "threads", &["-pthread"]);
+    let (o, v) = run_json(
+        "threads",
+        &["--budget", "16M", "--swap-size", "256M"],
+        &[exe.to_str().unwrap(), "4", "16", "3"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("threads ok"));
+    let p = &v["process"];
+    // Each round: a malloc of half the chunk, then realloc to the whole chunk moves it.
+    assert_eq!(u(&p["managed_mallocs"]), 4 * 3 * 2, "{p}");
+    assert_eq!(u(&p["manager"]["regions"]), 0, "{p}");
+    assert_eq!(u(&p["manager"]["committed_bytes"]), 0, "{p}");
+    assert_memory(p, 16 * MIB, 16 * MIB);
+}
+
+#[test]
 fn mmap_family_semantics() {
     let exe = gcc(&progs().join("mmapcheck.c"), "mmapcheck", &[]);
     let (o, v) = run_json(

@@ -403,6 +403,15 @@ impl Space {
         if !self.might_overlap(ptr, 1) {
             return None;
         }
+        // Most pointers tested here are not ours (glibc's thread arenas live among usermm's
+        // regions): decide under the shared lock, take the exclusive one only to remove.
+        {
+            let t = self.table.read();
+            let (&s, v) = t.range(..=ptr).next_back()?;
+            if ptr >= v.end(s) || v.kind != (Kind::Malloc { ptr }) {
+                return None;
+            }
+        }
         let mut t = self.table.write();
         let (&s, v) = t.range(..=ptr).next_back()?;
         if ptr >= v.end(s) || v.kind != (Kind::Malloc { ptr }) {
