@@ -9,6 +9,7 @@
 mod bench;
 mod info;
 mod output;
+mod run;
 
 use std::process::ExitCode;
 
@@ -41,6 +42,9 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Run an unmodified, dynamically linked program with its large anonymous memory served
+    /// by usermm (a preload library); exits with the program's status.
+    Run(run::RunCmd),
 }
 
 #[derive(Subcommand)]
@@ -466,6 +470,7 @@ fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
     let r = match cli.cmd {
+        Cmd::Run(r) => return run::main(r),
         Cmd::Bench(b) => bench(b),
         Cmd::Info { mm, json } => mm
             .config(SwapDefault::FourTimesBudget)

@@ -1,0 +1,197 @@
+//! Builds the C test (tests/c/capi_test.c) and the C example (examples/c/usermm_example.c)
+//! with gcc against libusermm.so and libusermm.a as cargo just built them, runs them and
+//! checks their output. Needs gcc (CI installs it).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// target/<profile>/deps, where `cargo test` puts libusermm.so and libusermm.a (`cargo build`
+/// also copies them up to target/<profile>).
+fn lib_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/<profile>/deps/c-<hash>
+    exe.parent().expect("target/<profile>/deps").to_path_buf()
+}
+
+fn profile_dir() -> PathBuf {
+    lib_dir().parent().expect("target/<profile>").to_path_buf()
+}
+
+fn manifest() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn gcc(src: &Path, out: &str, static_link: bool) -> PathBuf {
+    let lib = lib_dir();
+    for f in ["libusermm.so", "libusermm.a"] {
+        assert!(
+            lib.join(f).exists(),
+            "{} missing: build the crate first",
+            lib.join(f).display()
+        );
+    }
+    let exe = lib.join(out);
+    let mut cmd = Command::new("gcc");
+    cmd.args(["-O2", "-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(src)
+        .arg(format!("-I{}", manifest().join("include").display()));
+    if static_link {
+        // Libs.private of usermm.pc.
+        cmd.arg(lib.join("libusermm.a")).args([
+            "-lgcc_s",
+            "-lutil",
+            "-lrt",
+            "-lpthread",
+            "-lm",
+            "-ldl",
+            "-lc",
+        ]);
+    } else {
+        cmd.arg(format!("-L{}", lib.display()))
+            .arg("-lusermm")
+            .arg(format!("-Wl,-rpath,{}", lib.display()));
+    }
+    let o = cmd.output().expect("running gcc (install gcc)");
+    assert!(
+        o.status.success(),
+        "gcc failed for {}:\n{}",
+        src.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    exe
+}
+
+fn run(exe: &Path, arg: &str, env: &[(&str, &str)]) -> (Output, String) {
+    let mut c = Command::new(exe);
+    c.arg(arg);
+    for v in [
+        "USERMM_BUDGET",
+        "USERMM_SWAP",
+        "USERMM_SWAP_SIZE",
+        "USERMM_OVERCOMMIT",
+        "USERMM_SET",
+    ] {
+        c.env_remove(v);
+    }
+    c.envs(env.iter().copied());
+    let o = c.output().expect("running the C program");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    (o, text)
+}
+
+fn assert_passed(o: &Output, text: &str, min_checks: u32) {
+    assert!(o.status.success(), "C test failed ({}):\n{text}", o.status);
+    let line = text
+        .lines()
+        .find(|l| l.ends_with(" failed"))
+        .unwrap_or_else(|| panic!("no summary line:\n{text}"));
+    let passed: u32 = line.split(' ').next().unwrap().parse().unwrap();
+    assert!(
+        line.ends_with(" 0 failed") && passed >= min_checks,
+        "{line}\n{text}"
+    );
+}
+
+/// Builds the C test under a name of its own per test (tests run in parallel: one binary being
+/// rewritten while another test executes it fails with ETXTBSY).
+fn capi_test(name: &str, static_link: bool) -> PathBuf {
+    gcc(&manifest().join("tests/c/capi_test.c"), name, static_link)
+}
+
+const SMALL: &[(&str, &str)] = &[("USERMM_BUDGET", "16M"), ("USERMM_SWAP", "ram")];
+
+#[test]
+fn c_maps_four_times_the_budget_and_reads_it_back() {
+    let exe = capi_test("capi_test_big", false);
+    let (o, text) = run(
+        &exe,
+        "big",
+        &[("USERMM_BUDGET", "32M"), ("USERMM_SWAP", "ram")],
+    );
+    assert_passed(&o, &text, 15);
+    assert!(
+        text.contains("big: 128 MiB through a 32 MiB budget"),
+        "{text}"
+    );
+}
+
+#[test]
+fn c_static_library_with_swap_file() {
+    let exe = capi_test("capi_test_static", true);
+    let (o, text) = run(
+        &exe,
+        "big",
+        &[("USERMM_BUDGET", "16M"), ("USERMM_SWAP", "file")],
+    );
+    assert_passed(&o, &text, 15);
+    assert!(
+        text.contains("big: 64 MiB through a 16 MiB budget"),
+        "{text}"
+    );
+}
+
+#[test]
+fn c_bad_input_gets_errno_and_messages() {
+    let exe = capi_test("capi_test_bad", false);
+    let (o, text) = run(&exe, "bad", SMALL);
+    assert_passed(&o, &text, 90);
+}
+
+#[test]
+fn c_handle_api() {
+    let exe = capi_test("capi_test_handle", false);
+    let (o, text) = run(&exe, "handle", SMALL);
+    assert_passed(&o, &text, 20);
+}
+
+#[test]
+fn c_bad_budget_in_environment_is_named() {
+    let exe = capi_test("capi_test_badenv", false);
+    let (o, text) = run(&exe, "badenv", &[("USERMM_BUDGET", "256Q")]);
+    assert_passed(&o, &text, 3);
+    assert!(
+        text.contains("USERMM_BUDGET") && text.contains("\"256Q\""),
+        "{text}"
+    );
+}
+
+#[test]
+fn c_example_runs() {
+    let exe = gcc(
+        &manifest().join("../../examples/c/usermm_example.c"),
+        "usermm_example",
+        false,
+    );
+    let (o, text) = run(&exe, "", SMALL);
+    assert!(o.status.success(), "{text}");
+    assert!(
+        text.contains("handle API: 256 MiB through a 64 MiB budget"),
+        "{text}"
+    );
+    assert!(text.contains("hello from usermm_mmap"), "{text}");
+    assert!(
+        text.contains("MAP_SHARED: Operation not supported: usermm_mmap: MAP_SHARED"),
+        "{text}"
+    );
+}
+
+#[test]
+fn pkg_config_file_points_at_the_build() {
+    let pc = profile_dir().join("pkgconfig/usermm.pc");
+    let text = std::fs::read_to_string(&pc).unwrap_or_else(|e| panic!("{}: {e}", pc.display()));
+    assert!(
+        text.contains(&format!("libdir={}", profile_dir().display())),
+        "{text}"
+    );
+    assert!(text.contains("Libs: -L${libdir} -lusermm"), "{text}");
+    let inc = text
+        .lines()
+        .find_map(|l| l.strip_prefix("includedir="))
+        .expect("includedir");
+    assert!(Path::new(inc).join("usermm.h").exists(), "{inc}");
+}

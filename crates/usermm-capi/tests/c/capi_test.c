@@ -1,0 +1,297 @@
+/*
+ * capi_test.c: tests of the C API, compiled with gcc and run by tests/c.rs.
+ *
+ *   capi_test big       usermm_mmap 4x the default manager's budget (USERMM_BUDGET), write a
+ *                       pattern, read it back, check the counters and the peak resident memory
+ *   capi_test bad       bad input to every call: NULL pointers, zero lengths, unaligned
+ *                       addresses, unknown flags, MAP_SHARED, fds, MAP_FIXED, unknown names
+ *   capi_test handle    the handle API: create, map, discard, vmstat, unmap, destroy
+ *   capi_test badenv    run with USERMM_BUDGET=256Q: usermm_mmap fails with EINVAL and the
+ *                       message names the variable and the value
+ *
+ * Prints one line per check and "N passed, M failed"; exits 1 if any check failed.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "usermm.h"
+
+static int passed, failed;
+
+#define CHECK(cond, ...)                                                         \
+    do {                                                                         \
+        if (cond) {                                                              \
+            passed++;                                                            \
+        } else {                                                                 \
+            failed++;                                                            \
+            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);               \
+            printf(__VA_ARGS__);                                                 \
+            printf(" (last error: %s)\n", usermm_last_error());                  \
+        }                                                                        \
+    } while (0)
+
+#define RW (PROT_READ | PROT_WRITE)
+#define PA (MAP_PRIVATE | MAP_ANONYMOUS)
+
+static uint64_t pattern(size_t i) { return (i * 0x9e3779b97f4a7c15ull) ^ 0x5555aaaa5555aaaaull; }
+
+static uint64_t stat_of(usermm_mm *mm, const char *name) {
+    uint64_t v = UINT64_MAX;
+    int rc = usermm_vmstat_get(mm, name, &v);
+    CHECK(rc == USERMM_OK, "usermm_vmstat_get(%s) = %d", name, rc);
+    return v;
+}
+
+/* Expects usermm_mmap(...) to fail with `want` and the last error to contain `word`. */
+static void expect_mmap_fail(void *addr, size_t len, int prot, int flags, int fd, off_t off, int want,
+                             const char *word, const char *what) {
+    errno = 0;
+    void *p = usermm_mmap(addr, len, prot, flags, fd, off);
+    int e = errno;
+    CHECK(p == MAP_FAILED, "%s: mapped at %p", what, p);
+    CHECK(e == want, "%s: errno %d (%s), want %d (%s)", what, e, strerror(e), want, strerror(want));
+    CHECK(strstr(usermm_last_error(), word) != NULL, "%s: message lacks \"%s\"", what, word);
+}
+
+static void test_big(void) {
+    usermm_mm *mm = usermm_default();
+    CHECK(mm != NULL, "usermm_default");
+    if (!mm) return;
+    uint64_t budget = stat_of(mm, "budget_bytes");
+    size_t len = 4 * budget;
+    uint64_t *p = usermm_mmap(NULL, len, RW, PA, -1, 0);
+    CHECK(p != MAP_FAILED, "usermm_mmap of %zu bytes: %s", len, strerror(errno));
+    if (p == MAP_FAILED) return;
+    CHECK(((uintptr_t)p & 4095) == 0, "address %p not page aligned", (void *)p);
+    size_t n = len / 8, bad = 0;
+    for (size_t i = 0; i < n; i++) p[i] = pattern(i);
+    for (size_t i = 0; i < n; i++) bad += p[i] != pattern(i);
+    CHECK(bad == 0, "%zu of %zu words wrong after the first read-back", bad, n);
+    /* Second pass backwards: everything comes back from swap in the other order. */
+    bad = 0;
+    for (size_t i = n; i-- > 0;) bad += p[i] != pattern(i);
+    CHECK(bad == 0, "%zu words wrong after the backward read-back", bad);
+    usermm_vmstat_t st;
+    memset(&st, 0xff, sizeof st);
+    CHECK(usermm_vmstat(mm, &st, sizeof st) == USERMM_OK, "usermm_vmstat");
+    CHECK(st.budget_bytes == budget, "budget %" PRIu64, st.budget_bytes);
+    CHECK(st.pswpout * 4096 >= len - budget, "pswpout %" PRIu64 " pages for %zu bytes", st.pswpout, len);
+    CHECK(st.pswpin > 0, "pswpin %" PRIu64, st.pswpin);
+    CHECK(st.peak_resident_bytes <= budget, "peak resident %" PRIu64 " > budget %" PRIu64,
+          st.peak_resident_bytes, budget);
+    CHECK(st.nr_regions == 1, "nr_regions %" PRIu64, st.nr_regions);
+    CHECK(stat_of(mm, "pswpout") >= st.pswpout, "pswpout by name");
+    /* A smaller size (an older header) gets the leading fields only. */
+    usermm_vmstat_t small;
+    memset(&small, 0, sizeof small);
+    CHECK(usermm_vmstat(mm, &small, 16) == USERMM_OK, "usermm_vmstat with size 16");
+    CHECK(small.budget_bytes == budget && small.peak_resident_bytes == 0, "size 16 fills two fields");
+    CHECK(usermm_munmap(p, len) == 0, "usermm_munmap: %s", strerror(errno));
+    CHECK(stat_of(mm, "nr_regions") == 0, "region left after munmap");
+    CHECK(stat_of(mm, "committed_bytes") == 0, "commit left after munmap");
+    printf("big: %zu MiB through a %" PRIu64 " MiB budget, pswpout %" PRIu64 " pswpin %" PRIu64
+           " peak resident %" PRIu64 " MiB\n",
+           len >> 20, budget >> 20, st.pswpout, st.pswpin, st.peak_resident_bytes >> 20);
+}
+
+static void test_bad(void) {
+    expect_mmap_fail(NULL, 0, RW, PA, -1, 0, EINVAL, "length is zero", "zero length");
+    expect_mmap_fail(NULL, 4096, RW, PA, -1, 100, EINVAL, "offset", "unaligned offset");
+    expect_mmap_fail(NULL, 4096, RW, PA | 0x200000, -1, 0, EINVAL, "unknown flags", "unknown flag");
+    expect_mmap_fail(NULL, 4096, RW, MAP_ANONYMOUS, -1, 0, EINVAL, "MAP_PRIVATE", "no type");
+    expect_mmap_fail(NULL, 4096, 0x40, PA, -1, 0, EINVAL, "protection", "unknown prot");
+    expect_mmap_fail(NULL, 4096, RW, MAP_SHARED | MAP_ANONYMOUS, -1, 0, ENOTSUP, "MAP_SHARED", "shared");
+    expect_mmap_fail(NULL, 4096, PROT_NONE, PA, -1, 0, ENOTSUP, "PROT_READ|PROT_WRITE", "PROT_NONE");
+    expect_mmap_fail(NULL, 4096, RW, PA | MAP_HUGETLB, -1, 0, ENOTSUP, "MAP_HUGETLB", "hugetlb");
+    expect_mmap_fail(NULL, 4096, RW, MAP_PRIVATE, -1, 0, EBADF, "fd -1", "file without fd");
+    expect_mmap_fail(NULL, 4096, RW, MAP_PRIVATE, 12345, 0, EBADF, "12345", "closed fd");
+    int devnull = open("/dev/null", O_RDWR);
+    expect_mmap_fail(NULL, 4096, RW, MAP_PRIVATE, devnull, 0, ENODEV, "not a regular file", "char device");
+    close(devnull);
+    char tmpl[] = "/tmp/usermm-capi-test-XXXXXX";
+    int fd = mkstemp(tmpl);
+    unlink(tmpl);
+    CHECK(fd >= 0 && ftruncate(fd, 8192) == 0, "temporary file");
+    expect_mmap_fail(NULL, 4096, RW, MAP_PRIVATE, fd, 0, ENODEV, "file mappings", "regular file");
+    close(fd);
+    expect_mmap_fail(NULL, SIZE_MAX, RW, PA, -1, 0, ENOMEM, "too large", "huge length");
+    expect_mmap_fail(NULL, (size_t)1 << 50, RW, PA, -1, 0, ENOMEM, "commit limit", "beyond commit limit");
+
+    /* MAP_FIXED: only over usermm memory, never over anyone else's. */
+    expect_mmap_fail((void *)0x10001, 4096, RW, PA | MAP_FIXED, -1, 0, EINVAL, "not page aligned",
+                     "fixed unaligned");
+    char *kernel = mmap(NULL, 8192, RW, PA, -1, 0);
+    kernel[0] = 42;
+    expect_mmap_fail(kernel, 4096, RW, PA | MAP_FIXED, -1, 0, EINVAL, "not (entirely) usermm memory",
+                     "fixed over kernel memory");
+    CHECK(kernel[0] == 42, "kernel memory changed by a failed MAP_FIXED");
+    char *q = usermm_mmap(NULL, 64 << 10, RW, PA, -1, 0);
+    CHECK(q != MAP_FAILED, "usermm_mmap 64 KiB");
+    memset(q, 7, 64 << 10);
+    expect_mmap_fail(q + 4096, 4096, RW, PA | MAP_FIXED_NOREPLACE, -1, 0, EEXIST, "overlaps",
+                     "fixed_noreplace over usermm memory");
+    CHECK(q[4096] == 7, "MAP_FIXED_NOREPLACE failure changed memory");
+    CHECK(usermm_mmap(q + 4096, 8192, RW, PA | MAP_FIXED, -1, 0) == q + 4096, "MAP_FIXED over usermm memory");
+    CHECK(q[4096] == 0 && q[3 * 4096 - 1] == 0 && q[4095] == 7 && q[3 * 4096] == 7,
+          "MAP_FIXED replaces exactly its pages with zeros");
+    expect_mmap_fail(q + 60 * 1024, 8192, RW, PA | MAP_FIXED, -1, 0, EINVAL, "not (entirely)",
+                     "fixed straddling the end of usermm memory");
+
+    /* usermm_munmap. */
+    errno = 0;
+    CHECK(usermm_munmap(q + 1, 4096) == -1 && errno == EINVAL, "unaligned munmap: errno %d", errno);
+    CHECK(strstr(usermm_last_error(), "not page aligned") != NULL, "unaligned munmap message");
+    errno = 0;
+    CHECK(usermm_munmap(q, 0) == -1 && errno == EINVAL, "zero-length munmap: errno %d", errno);
+    errno = 0;
+    CHECK(usermm_munmap(kernel, 4096) == -1 && errno == EINVAL, "munmap of kernel memory: errno %d", errno);
+    CHECK(kernel[0] == 42, "kernel memory changed by a failed usermm_munmap");
+    munmap(kernel, 8192);
+    /* Partial unmaps: the middle, then the rest; the region goes with its last page. */
+    usermm_mm *d = usermm_default();
+    uint64_t regions = stat_of(d, "nr_regions");
+    CHECK(usermm_munmap(q + 16 * 1024, 16 * 1024) == 0, "partial munmap");
+    CHECK(q[0] == 7 && q[32 * 1024] == 7, "partial munmap kept the rest");
+    CHECK(stat_of(d, "nr_regions") == regions, "region dropped too early");
+    CHECK(usermm_mmap(q + 16 * 1024, 4096, RW, PA | MAP_FIXED, -1, 0) == q + 16 * 1024,
+          "MAP_FIXED into an unmapped hole");
+    CHECK(usermm_munmap(q, 16 * 1024) == 0 && usermm_munmap(q + 32 * 1024, 32 * 1024) == 0, "munmap rest");
+    CHECK(stat_of(d, "nr_regions") == regions, "region dropped while the re-mapped page is live");
+    CHECK(usermm_munmap(q + 16 * 1024, 4096) == 0, "munmap the re-mapped page");
+    CHECK(stat_of(d, "nr_regions") == regions - 1, "region not dropped with its last page");
+    errno = 0;
+    CHECK(usermm_munmap(q, 4096) == -1 && errno == EINVAL, "munmap after the region is gone: errno %d", errno);
+
+    /* Handle API with NULL pointers and bad values. */
+    CHECK(usermm_config_init(NULL) == USERMM_ERR_INVALID, "config_init(NULL)");
+    CHECK(usermm_map_anon(NULL, 4096) == NULL, "map_anon(NULL)");
+    CHECK(strstr(usermm_last_error(), "NULL") != NULL, "map_anon(NULL) message");
+    CHECK(usermm_unmap(NULL, q) == USERMM_ERR_INVALID, "unmap(NULL mm)");
+    CHECK(usermm_unmap(d, NULL) == USERMM_ERR_INVALID, "unmap(NULL addr)");
+    CHECK(usermm_vmstat(NULL, NULL, 0) == USERMM_ERR_INVALID, "vmstat(NULL)");
+    CHECK(usermm_vmstat(d, NULL, sizeof(usermm_vmstat_t)) == USERMM_ERR_INVALID, "vmstat(mm, NULL)");
+    usermm_vmstat_t st;
+    CHECK(usermm_vmstat(d, &st, 5) == USERMM_ERR_INVALID, "vmstat size 5");
+    uint64_t v;
+    CHECK(usermm_vmstat_get(d, "no_such_counter", &v) == USERMM_ERR_INVALID, "unknown counter");
+    CHECK(strstr(usermm_last_error(), "no_such_counter") != NULL, "unknown counter message");
+    CHECK(usermm_vmstat_get(d, NULL, &v) == USERMM_ERR_INVALID, "NULL counter name");
+    CHECK(usermm_vmstat_get(d, "pswpout", NULL) == USERMM_ERR_INVALID, "NULL value");
+    CHECK(usermm_destroy(NULL) == USERMM_OK, "destroy(NULL)");
+    CHECK(usermm_destroy(d) == USERMM_ERR_BUSY, "destroy(default)");
+    CHECK(strcmp(usermm_strerror(USERMM_ERR_NOMEM), "commit limit exceeded (budget + swap)") == 0,
+          "strerror");
+    CHECK(strstr(usermm_strerror(99), "unknown") != NULL, "strerror(99)");
+
+    usermm_config cfg;
+    usermm_config_init(&cfg);
+    cfg.budget = 100;
+    CHECK(usermm_create(&cfg) == NULL && strstr(usermm_last_error(), "minimum") != NULL, "tiny budget");
+    usermm_config_init(&cfg);
+    cfg.swap_kind = 9;
+    CHECK(usermm_create(&cfg) == NULL && strstr(usermm_last_error(), "swap_kind 9") != NULL, "bad swap kind");
+    usermm_config_init(&cfg);
+    cfg.uffd_policy = 5;
+    CHECK(usermm_create(&cfg) == NULL && strstr(usermm_last_error(), "uffd_policy 5") != NULL, "bad policy");
+    usermm_config_init(&cfg);
+    cfg.settings = "nosuch=old";
+    CHECK(usermm_create(&cfg) == NULL && strstr(usermm_last_error(), "nosuch") != NULL, "bad settings");
+}
+
+static void test_handle(void) {
+    usermm_config cfg;
+    CHECK(usermm_config_init(&cfg) == USERMM_OK, "config_init");
+    CHECK(cfg.budget == 256 << 20 && cfg.swap_kind == USERMM_SWAP_FILE && cfg.swap_size == 0, "defaults");
+    cfg.budget = 16 << 20;
+    cfg.swap_kind = USERMM_SWAP_RAM;
+    cfg.swap_size = 64 << 20;
+    cfg.handler_threads = 2;
+    cfg.settings = "laptop_mode=on";
+    usermm_mm *mm = usermm_create(&cfg);
+    CHECK(mm != NULL, "usermm_create");
+    if (!mm) return;
+    size_t len = 48 << 20;
+    uint64_t *p = usermm_map_anon(mm, len);
+    CHECK(p != NULL, "map_anon");
+    if (!p) return;
+    CHECK(usermm_map_anon(mm, 0) == NULL && strstr(usermm_last_error(), "zero") != NULL, "map_anon(0)");
+    CHECK(usermm_map_anon(mm, (size_t)1 << 40) == NULL && strstr(usermm_last_error(), "commit limit"),
+          "map_anon beyond commit limit");
+    size_t n = len / 8, bad = 0;
+    for (size_t i = 0; i < n; i++) p[i] = pattern(i);
+    for (size_t i = 0; i < n; i++) bad += p[i] != pattern(i);
+    CHECK(bad == 0, "%zu words wrong", bad);
+    CHECK(usermm_discard(mm, p, 1 << 20) == USERMM_OK, "discard");
+    CHECK(p[0] == 0 && p[(1 << 20) / 8 - 1] == 0 && p[(1 << 20) / 8] == pattern((1 << 20) / 8),
+          "discard zeroes exactly its range");
+    CHECK(usermm_discard(mm, (char *)p + 1, 4096) == USERMM_ERR_INVALID, "unaligned discard");
+    CHECK(strstr(usermm_last_error(), "aligned") != NULL, "unaligned discard message");
+    CHECK(usermm_discard(mm, p, 0) == USERMM_ERR_INVALID, "zero-length discard");
+    CHECK(usermm_discard(mm, NULL, 4096) == USERMM_ERR_INVALID, "NULL discard");
+    CHECK(usermm_discard(mm, p, len + 4096) == USERMM_ERR_NOT_FOUND, "discard past the end");
+    CHECK(usermm_unmap(mm, (char *)p + 4096) == USERMM_ERR_NOT_FOUND, "unmap inside");
+    CHECK(strstr(usermm_last_error(), "not its start") != NULL, "unmap inside message");
+    CHECK(usermm_destroy(mm) == USERMM_ERR_BUSY, "destroy with a region");
+    CHECK(strstr(usermm_last_error(), "1 mapped regions") != NULL, "destroy busy message");
+    usermm_vmstat_t st;
+    CHECK(usermm_vmstat(mm, &st, sizeof st) == USERMM_OK, "vmstat");
+    CHECK(st.budget_bytes == 16 << 20 && st.swap_bytes == 64 << 20, "sizes %" PRIu64 " %" PRIu64,
+          st.budget_bytes, st.swap_bytes);
+    CHECK(st.pswpout > 0 && st.pgdiscard > 0 && st.peak_resident_bytes <= st.budget_bytes, "counters");
+    CHECK(usermm_unmap(mm, p) == USERMM_OK, "unmap");
+    CHECK(usermm_unmap(mm, p) == USERMM_ERR_NOT_FOUND, "unmap twice");
+    CHECK(usermm_destroy(mm) == USERMM_OK, "destroy");
+
+    /* A named swap file serves one manager at a time. */
+    char path[] = "/tmp/usermm-capi-swap-XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    usermm_config_init(&cfg);
+    cfg.budget = 4 << 20;
+    cfg.swap_path = path;
+    usermm_mm *a = usermm_create(&cfg);
+    CHECK(a != NULL, "manager on a swap file path");
+    usermm_mm *b = usermm_create(&cfg);
+    CHECK(b == NULL && strstr(usermm_last_error(), "in use by another usermm manager") != NULL,
+          "second manager on the same swap file");
+    CHECK(usermm_destroy(a) == USERMM_OK, "destroy the first");
+    b = usermm_create(&cfg);
+    CHECK(b != NULL, "the path is free again");
+    usermm_destroy(b);
+    unlink(path);
+}
+
+static void test_badenv(void) {
+    errno = 0;
+    void *p = usermm_mmap(NULL, 4096, RW, PA, -1, 0);
+    CHECK(p == MAP_FAILED && errno == EINVAL, "usermm_mmap with a bad USERMM_BUDGET: errno %d", errno);
+    const char *m = usermm_last_error();
+    CHECK(strstr(m, "USERMM_BUDGET") != NULL && strstr(m, "256Q") != NULL, "message: %s", m);
+    CHECK(usermm_default() == NULL, "usermm_default with a bad environment");
+    printf("badenv message: %s\n", usermm_last_error());
+}
+
+int main(int argc, char **argv) {
+    const char *what = argc > 1 ? argv[1] : "";
+    if (!strcmp(what, "big"))
+        test_big();
+    else if (!strcmp(what, "bad"))
+        test_bad();
+    else if (!strcmp(what, "handle"))
+        test_handle();
+    else if (!strcmp(what, "badenv"))
+        test_badenv();
+    else {
+        fprintf(stderr, "usage: capi_test big|bad|handle|badenv\n");
+        return 2;
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,511 @@
+//! `usermm run [OPTIONS] -- PROGRAM ARGS...`: runs an unmodified, dynamically linked program with
+//! the preload library (`libusermm_preload.so`, crate usermm-preload) so that its large
+//! anonymous memory is served by a usermm manager inside the process, configured through the
+//! `USERMM_*` environment this command sets. At exit the library appends one JSON line per
+//! process to a temporary statistics file; this command prints them (`--stats`, `--json`) and
+//! exits with the program's status.
+//!
+//! Exit codes follow env(1)/timeout(1): the program's own status; 128+N if it was killed by
+//! signal N; 125 if usermm run itself failed (preload library missing, statistics unreadable);
+//! 126 if the program cannot be run under the preload library (statically linked, not
+//! executable); 127 if it does not exist; 2 for a usage error (an option that does not parse).
+
+use std::ffi::OsString;
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+use clap::Args;
+use serde_json::{json, Value};
+
+use crate::output::mib;
+
+/// Options of `usermm run`.
+#[derive(Args)]
+pub struct RunCmd {
+    /// Memory budget of each process's manager (k, M, G, T suffixes).
+    #[arg(long, default_value = "256M")]
+    budget: String,
+    /// Swap device: file (unlinked temporary file in $TMPDIR), file:PATH, ram or none.
+    #[arg(long, default_value = "file")]
+    swap: String,
+    /// Swap size [default: 4x the budget].
+    #[arg(long = "swap-size")]
+    swap_size: Option<String>,
+    /// Serve allocations and mappings strictly larger than this (k, M, G suffixes).
+    #[arg(long, default_value = "1M")]
+    threshold: String,
+    /// Allow mapping more than budget + swap (an access that then finds swap full gets SIGBUS).
+    #[arg(long)]
+    overcommit: bool,
+    /// Seed switches, name=value[,name=value] (as USERMM_SET).
+    #[arg(long = "set")]
+    set: Option<String>,
+    /// Print the program's exit status and the memory summary at exit (to stderr, or --output).
+    #[arg(long)]
+    stats: bool,
+    /// Print the exit status and the statistics as one JSON object (to stderr, or --output).
+    #[arg(long)]
+    json: bool,
+    /// Write the --stats / --json report to this file instead of stderr.
+    #[arg(long, short = 'o')]
+    output: Option<PathBuf>,
+    /// The preload library [default: next to the usermm binary, its deps/ or ../lib, or
+    /// $USERMM_PRELOAD_LIB].
+    #[arg(long)]
+    preload: Option<PathBuf>,
+    /// The program and its arguments.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM"
+    )]
+    program: Vec<OsString>,
+}
+
+/// A failure of usermm run itself, with its exit code.
+struct Fail(u8, String);
+
+fn usage(msg: String) -> Fail {
+    Fail(2, msg)
+}
+
+/// Parses a size option; a value that does not parse is a usage error naming the option.
+fn size(opt: &str, v: &str) -> Result<u64, Fail> {
+    usermm::parse_size(v).map_err(|e| {
+        let msg = match e {
+            usermm::Error::InvalidArgument(m) => m,
+            other => other.to_string(),
+        };
+        usage(format!("{opt}: {msg}"))
+    })
+}
+
+/// Runs the command; returns the exit code.
+pub fn main(cmd: RunCmd) -> ExitCode {
+    match run(cmd) {
+        Ok(code) => ExitCode::from(code),
+        Err(Fail(code, msg)) => {
+            eprintln!("usermm run: error: {msg}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+/// The environment the preload library reads, from the options (validated here so that a bad
+/// value is a usage error of this command rather than a warning from inside the program).
+fn environment(cmd: &RunCmd) -> Result<Vec<(&'static str, String)>, Fail> {
+    let budget = size("--budget", &cmd.budget)?;
+    if budget < usermm::mm::MIN_BUDGET {
+        return Err(usage(format!(
+            "--budget: {} is below the minimum of 1 MiB",
+            cmd.budget
+        )));
+    }
+    let swap_size = match &cmd.swap_size {
+        Some(s) => size("--swap-size", s)?,
+        None => budget.saturating_mul(4),
+    };
+    usermm::SwapConfig::parse(&cmd.swap, swap_size).map_err(|e| usage(format!("--swap: {e}")))?;
+    let threshold = size("--threshold", &cmd.threshold)?;
+    if let Some(s) = &cmd.set {
+        usermm::Settings::parse(s).map_err(|e| usage(format!("--set: {e}")))?;
+    }
+    let mut env = vec![
+        ("USERMM_BUDGET", budget.to_string()),
+        ("USERMM_SWAP", cmd.swap.clone()),
+        ("USERMM_SWAP_SIZE", swap_size.to_string()),
+        (
+            "USERMM_OVERCOMMIT",
+            if cmd.overcommit { "1" } else { "0" }.to_string(),
+        ),
+        ("USERMM_PRELOAD_THRESHOLD", threshold.to_string()),
+        ("USERMM_SET", cmd.set.clone().unwrap_or_default()),
+    ];
+    env.retain(|(_, v)| !v.is_empty());
+    Ok(env)
+}
+
+/// Finds PROGRAM like execvp(3): a name with a slash is a path, anything else is looked up in
+/// $PATH. 127 if it does not exist, 126 if it is not an executable file.
+fn resolve(program: &OsString) -> Result<PathBuf, Fail> {
+    let p = Path::new(program);
+    let name = p.display().to_string();
+    let candidates: Vec<PathBuf> = if name.contains('/') {
+        vec![p.to_path_buf()]
+    } else {
+        std::env::var_os("PATH")
+            .map(|path| std::env::split_paths(&path).map(|d| d.join(p)).collect())
+            .unwrap_or_default()
+    };
+    let mut found_not_exec = None;
+    for c in candidates {
+        if let Ok(md) = std::fs::metadata(&c) {
+            if md.is_file() && md.permissions().mode() & 0o111 != 0 {
+                return Ok(c);
+            }
+            found_not_exec.get_or_insert(c);
+        }
+    }
+    match found_not_exec {
+        Some(c) => Err(Fail(
+            126,
+            format!("{}: not an executable file", c.display()),
+        )),
+        None => Err(Fail(
+            127,
+            format!(
+                "{name}: no such program (not found{})",
+                if name.contains('/') { "" } else { " in $PATH" }
+            ),
+        )),
+    }
+}
+
+/// Checks that the dynamic loader will load the preload library into `path`: a dynamically
+/// linked 64-bit ELF executable (it has a PT_INTERP program header), or a `#!` script whose
+/// interpreter is one.
+fn check_preloadable(path: &Path, depth: u32) -> Result<(), Fail> {
+    let mut head = vec![0u8; 4096];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut head))
+        .map_err(|e| Fail(126, format!("{}: {e}", path.display())))?;
+    head.truncate(n);
+    if head.starts_with(b"#!") && depth == 0 {
+        let line = head[2..].split(|&b| b == b'\n').next().unwrap_or_default();
+        let interp = String::from_utf8_lossy(line);
+        let interp = interp
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        if interp.is_empty() {
+            return Err(Fail(
+                126,
+                format!("{}: script without an interpreter", path.display()),
+            ));
+        }
+        return check_preloadable(Path::new(&interp), 1);
+    }
+    if !head.starts_with(b"\x7fELF") {
+        return Err(Fail(
+            126,
+            format!("{}: not an ELF executable or a #! script", path.display()),
+        ));
+    }
+    if head.len() < 64 || head[4] != 2 || head[5] != 1 {
+        return Err(Fail(
+            126,
+            format!(
+                "{}: not a 64-bit little-endian ELF program; the preload library is 64-bit",
+                path.display()
+            ),
+        ));
+    }
+    let u16_at = |o: usize| u16::from_le_bytes([head[o], head[o + 1]]) as usize;
+    let u64_at =
+        |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes")) as usize;
+    let phoff = u64_at(&head, 32);
+    let (phentsize, phnum) = (u16_at(54), u16_at(56));
+    let mut table = vec![0u8; phentsize * phnum];
+    {
+        use std::io::{Seek, SeekFrom};
+        let mut f =
+            std::fs::File::open(path).map_err(|e| Fail(126, format!("{}: {e}", path.display())))?;
+        f.seek(SeekFrom::Start(phoff as u64))
+            .and_then(|_| f.read_exact(&mut table))
+            .map_err(|e| {
+                Fail(
+                    126,
+                    format!("{}: reading program headers: {e}", path.display()),
+                )
+            })?;
+    }
+    const PT_INTERP: u32 = 3;
+    let dynamic = table.chunks(phentsize.max(1)).any(|ph| {
+        ph.len() >= 4 && u32::from_le_bytes(ph[0..4].try_into().expect("4 bytes")) == PT_INTERP
+    });
+    if !dynamic {
+        return Err(Fail(
+            126,
+            format!(
+                "{} is statically linked: the dynamic loader never runs in it, so the preload library cannot serve its memory; run a dynamically linked build",
+                path.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Finds libusermm_preload.so.
+fn find_preload(given: Option<&Path>) -> Result<PathBuf, Fail> {
+    const NAME: &str = "libusermm_preload.so";
+    if let Some(p) = given {
+        return if p.is_file() {
+            Ok(p.to_path_buf())
+        } else {
+            Err(usage(format!("--preload: {} does not exist", p.display())))
+        };
+    }
+    let mut tried = Vec::new();
+    if let Some(p) = std::env::var_os("USERMM_PRELOAD_LIB") {
+        tried.push(PathBuf::from(p));
+    }
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+    {
+        tried.push(dir.join(NAME));
+        tried.push(dir.join("deps").join(NAME));
+        tried.push(dir.join("../lib").join(NAME));
+    }
+    tried.push(PathBuf::from("/usr/local/lib").join(NAME));
+    tried.push(PathBuf::from("/usr/lib").join(NAME));
+    tried
+        .iter()
+        .find(|p| p.is_file())
+        .map(|p| p.canonicalize().unwrap_or_else(|_| p.clone()))
+        .ok_or_else(|| {
+            Fail(
+                125,
+                format!(
+                    "{NAME} not found (looked in {}): build it with `cargo build --release -p usermm-preload`, or pass --preload PATH",
+                    tried.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+                ),
+            )
+        })
+}
+
+/// A fresh, empty statistics file (mode 0600) in $TMPDIR.
+fn stats_file() -> Result<PathBuf, Fail> {
+    let dir = std::env::temp_dir();
+    for i in 0..100u32 {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let p = dir.join(format!(
+            "usermm-run-{}-{nanos}-{i}.jsonl",
+            std::process::id()
+        ));
+        let r = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&p);
+        if let Ok(f) = r {
+            let _ = f.set_permissions(std::fs::Permissions::from_mode(0o600));
+            return Ok(p);
+        }
+    }
+    Err(Fail(
+        125,
+        format!("cannot create a statistics file in {}", dir.display()),
+    ))
+}
+
+fn run(cmd: RunCmd) -> Result<u8, Fail> {
+    let env = environment(&cmd)?;
+    let program = cmd.program[0].clone();
+    let path = resolve(&program)?;
+    check_preloadable(&path, 0)?;
+    let preload = find_preload(cmd.preload.as_deref())?;
+    let stats = stats_file()?;
+    struct Remove(PathBuf);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    let _cleanup = Remove(stats.clone());
+    let ld_preload = match std::env::var_os("LD_PRELOAD") {
+        Some(old) if !old.is_empty() => {
+            let mut v = preload.clone().into_os_string();
+            v.push(" ");
+            v.push(old);
+            v
+        }
+        _ => preload.clone().into_os_string(),
+    };
+    let mut c = Command::new(&path);
+    c.arg0(&program)
+        .args(&cmd.program[1..])
+        .env("LD_PRELOAD", ld_preload)
+        .env("USERMM_RUN_STATS", &stats)
+        .env_remove("USERMM_SET");
+    for (k, v) in &env {
+        c.env(k, v);
+    }
+    let start = Instant::now();
+    let mut child = c
+        .spawn()
+        .map_err(|e| Fail(126, format!("{}: {e}", path.display())))?;
+    let pid = child.id();
+    let status = child
+        .wait()
+        .map_err(|e| Fail(125, format!("waiting for {}: {e}", path.display())))?;
+    let elapsed = start.elapsed().as_secs_f64();
+    let text = std::fs::read_to_string(&stats).map_err(|e| {
+        Fail(
+            125,
+            format!("reading the statistics file {}: {e}", stats.display()),
+        )
+    })?;
+    let reports: Vec<Value> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let top = reports.iter().find(|r| r["pid"] == json!(pid)).cloned();
+    let others: Vec<Value> = reports
+        .iter()
+        .filter(|r| r["pid"] != json!(pid))
+        .cloned()
+        .collect();
+
+    let (code, signal) = (status.code(), status.signal());
+    let exit = match (code, signal) {
+        (Some(c), _) => c.clamp(0, 255) as u8,
+        (None, Some(s)) => (128 + s).clamp(0, 255) as u8,
+        _ => 125,
+    };
+    let name = program.to_string_lossy().to_string();
+    let mut notes = Vec::new();
+    if top.is_none() && (cmd.stats || cmd.json) {
+        notes.push(match signal {
+            Some(s) => format!("{name} was killed by signal {s}: no memory statistics (the preload library reports at exit)"),
+            None => format!(
+                "{name} did not report: it left with _exit(2) or exec'd a program the preload library cannot reach (statically linked); its statistics are missing"
+            ),
+        });
+    }
+    if let Some(e) = top.as_ref().and_then(|t| t["manager_error"].as_str()) {
+        notes.push(format!("{name}: {e}"));
+    }
+    for n in &notes {
+        eprintln!("usermm run: warning: {n}");
+    }
+
+    let cfg: serde_json::Map<String, Value> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), Value::String(v.clone())))
+        .collect();
+    let report = if cmd.json {
+        Some(
+            json!({
+                "program": name,
+                "args": cmd.program[1..].iter().map(|a| a.to_string_lossy().to_string()).collect::<Vec<_>>(),
+                "exit_code": code,
+                "signal": signal,
+                "elapsed_s": elapsed,
+                "environment": cfg,
+                "preload": preload.display().to_string(),
+                "process": top,
+                "other_processes": others,
+                "warnings": notes,
+            })
+            .to_string()
+                + "\n",
+        )
+    } else if cmd.stats {
+        Some(summary(&name, code, signal, elapsed, top.as_ref(), &others))
+    } else {
+        None
+    };
+    if let Some(r) = report {
+        match &cmd.output {
+            Some(p) => std::fs::write(p, r)
+                .map_err(|e| Fail(125, format!("--output {}: {e}", p.display())))?,
+            None => eprint!("{r}"),
+        }
+    }
+    Ok(exit)
+}
+
+/// One process's lines of the human-readable summary.
+fn process_lines(r: &Value, out: &mut String) {
+    let u = |v: &Value| v.as_u64().unwrap_or(0);
+    out.push_str(&format!(
+        "  pid {} ({}){}: {} mallocs and {} mmaps served, peak {} mapped, {} refused (ENOMEM), peak RSS {}\n",
+        r["pid"],
+        r["exe"].as_str().unwrap_or("?"),
+        if r["forked"] == json!(true) { ", forked" } else { "" },
+        u(&r["managed_mallocs"]),
+        u(&r["managed_mmaps"]),
+        mib(u(&r["peak_managed_bytes"])),
+        u(&r["enomem"]),
+        mib(u(&r["vm_hwm_bytes"])),
+    ));
+    let m = &r["manager"];
+    if m.is_null() {
+        out.push_str("    no manager (nothing above the threshold was allocated)\n");
+        return;
+    }
+    out.push_str(&format!(
+        "    budget {}, swap {} ({}), peak resident {} (usermm)\n",
+        mib(u(&m["budget_bytes"])),
+        m["swap"].as_str().unwrap_or("?"),
+        mib(u(&m["swap_bytes"])),
+        mib(u(&m["peak_resident_bytes"])),
+    ));
+    let vm = &m["vmstat"];
+    let keys = [
+        "pgfault",
+        "pgmajfault",
+        "zero_page_fault",
+        "pswpin",
+        "pswpout",
+        "pgscan_kswapd",
+        "pgscan_direct",
+        "pgsteal_kswapd",
+        "pgsteal_direct",
+        "allocstall",
+        "swap_ra",
+        "swap_ra_hit",
+        "pgdiscard",
+        "oom_poison",
+    ];
+    let parts: Vec<String> = keys.iter().map(|k| format!("{k} {}", u(&vm[*k]))).collect();
+    out.push_str(&format!("    {}\n", parts.join(", ")));
+}
+
+fn summary(
+    name: &str,
+    code: Option<i32>,
+    signal: Option<i32>,
+    elapsed: f64,
+    top: Option<&Value>,
+    others: &[Value],
+) -> String {
+    let mut s = match (code, signal) {
+        (Some(c), _) => format!("usermm run: {name} exited with status {c} after {elapsed:.2} s\n"),
+        (None, Some(sig)) => {
+            format!("usermm run: {name} was killed by signal {sig} after {elapsed:.2} s\n")
+        }
+        _ => format!("usermm run: {name} ended after {elapsed:.2} s\n"),
+    };
+    match top {
+        Some(t) => process_lines(t, &mut s),
+        None => s.push_str("  no statistics from the program itself\n"),
+    }
+    let (with, without): (Vec<&Value>, Vec<&Value>) =
+        others.iter().partition(|o| !o["manager"].is_null());
+    if !with.is_empty() {
+        s.push_str(&format!(
+            "  {} other processes (forked children, exec'd programs) with a manager:\n",
+            with.len()
+        ));
+        for o in with {
+            process_lines(o, &mut s);
+        }
+    }
+    if !without.is_empty() {
+        s.push_str(&format!(
+            "  {} other processes reported no managed memory\n",
+            without.len()
+        ));
+    }
+    s
+}
