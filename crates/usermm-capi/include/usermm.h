@@ -145,6 +145,16 @@ typedef struct usermm_vmstat_t {
   uint64_t fault_deferred;
   uint64_t handler_spin_hit;
   uint64_t handler_wakeup;
+  uint64_t nr_file_pages;
+  uint64_t nr_dirty;
+  uint64_t nr_active_file;
+  uint64_t nr_inactive_file;
+  uint64_t nr_dirtied;
+  uint64_t nr_written;
+  uint64_t pgscan_file;
+  uint64_t pgsteal_file;
+  uint64_t nr_thp_zero_mapped;
+  uint64_t thp_fault_alloc;
 } usermm_vmstat_t;
 
 #ifdef __cplusplus
@@ -188,6 +198,30 @@ int usermm_discard(struct usermm_mm *mm,
                    void *addr,
                    size_t len);
 
+// Maps `len` bytes (rounded up to 4 KiB) of the regular file at `path` from byte `offset` (a
+// multiple of 4096) through usermm's page cache. `shared` != 0: MAP_SHARED semantics (stores
+// reach the file through writeback; usermm_flush / usermm_sync make them durable); 0:
+// MAP_PRIVATE (copy-on-write, the file is never written). Accesses beyond the end of the file
+// raise SIGBUS. The file is opened read-write. Returns the address, or NULL (last error set).
+// Unmap with usermm_unmap.
+void *usermm_map_file(struct usermm_mm *mm,
+                      const char *path,
+                      uint64_t offset,
+                      size_t len,
+                      int shared);
+
+// Writes back the dirty pages of `[addr, addr+len)` of a shared file mapping of `mm` and
+// fdatasyncs the file (msync(MS_SYNC)). Returns the first writeback error not yet reported to
+// this mapping (USERMM_ERR_IO, last error names the file); the pages that failed stay dirty.
+// Anonymous and private mappings have nothing to write (USERMM_OK).
+int usermm_flush(struct usermm_mm *mm,
+                 void *addr,
+                 size_t len);
+
+// Writes back every dirty file page of `mm` and fdatasyncs its files (sync(2)); returns the
+// first writeback error not yet reported to this manager's syncs.
+int usermm_sync(struct usermm_mm *mm);
+
 // Fills `out` (of `size` bytes: pass sizeof(usermm_vmstat_t)) with the manager's sizes and
 // counters. A smaller `size` (an older header) gets the leading fields only.
 int usermm_vmstat(struct usermm_mm *mm,
@@ -208,7 +242,8 @@ const char *usermm_strerror(int code);
 // it too, besides errno.
 const char *usermm_last_error(void);
 
-// mmap(2) for private anonymous memory served by the default manager (see usermm_default
+// mmap(2) for private anonymous memory and for regular files (MAP_SHARED through usermm's
+// page cache, MAP_PRIVATE copy-on-write), served by the default manager (see usermm_default
 // for its environment variables). Same signature and conventions as mmap(2): returns the
 // address, or MAP_FAILED with errno set (and usermm_last_error() saying why):
 // * EINVAL: length 0; offset not a multiple of 4096; unknown flag bits; neither MAP_PRIVATE
@@ -218,8 +253,11 @@ const char *usermm_last_error(void);
 // * ENOMEM: the commit limit (budget + swap) would be exceeded; length too large.
 // * EEXIST: MAP_FIXED_NOREPLACE over existing usermm memory.
 // * EBADF: no MAP_ANONYMOUS and `fd` is not an open descriptor.
-// * ENODEV: no MAP_ANONYMOUS and `fd` is open (file mappings are not served here).
-// * ENOTSUP: MAP_SHARED; prot other than PROT_READ|PROT_WRITE; MAP_HUGETLB, MAP_LOCKED,
+// * ENODEV: no MAP_ANONYMOUS and `fd` is open but not a regular file.
+// * EACCES: a file mapping whose `fd` is not open for reading, or MAP_SHARED|PROT_WRITE on a
+//   read-only `fd`.
+// * ENOTSUP: MAP_SHARED anonymous memory; MAP_FIXED with a file; prot other than
+//   PROT_READ|PROT_WRITE; MAP_HUGETLB, MAP_LOCKED,
 //   MAP_GROWSDOWN, MAP_32BIT, MAP_SYNC.
 // * EPERM: userfaultfd cannot be opened.
 //

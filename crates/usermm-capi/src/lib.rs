@@ -26,7 +26,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
 
 use mm::sys::uffd::OpenPolicy;
-use mm::{Mm, MmConfig, Settings, SwapConfig};
+use mm::{MapKind, Mm, MmConfig, Settings, SwapConfig};
 use usermm_vma::{classify_mmap, Coverage, Kind, MmapRequest, Space};
 
 /// Success.
@@ -148,6 +148,16 @@ pub struct usermm_vmstat_t {
     pub fault_deferred: u64,
     pub handler_spin_hit: u64,
     pub handler_wakeup: u64,
+    pub nr_file_pages: u64,
+    pub nr_dirty: u64,
+    pub nr_active_file: u64,
+    pub nr_inactive_file: u64,
+    pub nr_dirtied: u64,
+    pub nr_written: u64,
+    pub pgscan_file: u64,
+    pub pgsteal_file: u64,
+    pub nr_thp_zero_mapped: u64,
+    pub thp_fault_alloc: u64,
 }
 
 /// The fields of [`usermm_vmstat_t`] in declaration order (the struct is read as an array of
@@ -208,6 +218,16 @@ pub const VMSTAT_FIELDS: &[&str] = &[
     "fault_deferred",
     "handler_spin_hit",
     "handler_wakeup",
+    "nr_file_pages",
+    "nr_dirty",
+    "nr_active_file",
+    "nr_inactive_file",
+    "nr_dirtied",
+    "nr_written",
+    "pgscan_file",
+    "pgsteal_file",
+    "nr_thp_zero_mapped",
+    "thp_fault_alloc",
 ];
 const SIZE_FIELDS: usize = 7;
 
@@ -612,6 +632,78 @@ pub extern "C" fn usermm_discard(mm: *mut usermm_mm, addr: *mut c_void, len: usi
     })
 }
 
+/// Maps `len` bytes (rounded up to 4 KiB) of the regular file at `path` from byte `offset` (a
+/// multiple of 4096) through usermm's page cache. `shared` != 0: MAP_SHARED semantics (stores
+/// reach the file through writeback; usermm_flush / usermm_sync make them durable); 0:
+/// MAP_PRIVATE (copy-on-write, the file is never written). Accesses beyond the end of the file
+/// raise SIGBUS. The file is opened read-write. Returns the address, or NULL (last error set).
+/// Unmap with usermm_unmap.
+#[no_mangle]
+pub extern "C" fn usermm_map_file(
+    mm: *mut usermm_mm,
+    path: *const c_char,
+    offset: u64,
+    len: usize,
+    shared: c_int,
+) -> *mut c_void {
+    pointer(|| {
+        let m = manager(mm)?;
+        let p = opt_str(path, "path")?.ok_or_else(|| Failure::invalid("path is NULL"))?;
+        if len == 0 {
+            return Err(Failure::invalid("length is zero: map at least one byte"));
+        }
+        let kind = if shared != 0 {
+            MapKind::Shared
+        } else {
+            MapKind::Private
+        };
+        let r = m.mm.map_file(p, offset, len, kind)?;
+        dontfork(&r);
+        Ok(m.space.insert(r, Kind::Mmap) as *mut c_void)
+    })
+}
+
+/// Writes back the dirty pages of `[addr, addr+len)` of a shared file mapping of `mm` and
+/// fdatasyncs the file (msync(MS_SYNC)). Returns the first writeback error not yet reported to
+/// this mapping (USERMM_ERR_IO, last error names the file); the pages that failed stay dirty.
+/// Anonymous and private mappings have nothing to write (USERMM_OK).
+#[no_mangle]
+pub extern "C" fn usermm_flush(mm: *mut usermm_mm, addr: *mut c_void, len: usize) -> c_int {
+    status(|| {
+        let m = manager(mm)?;
+        if addr.is_null() {
+            return Err(Failure::invalid("address is NULL"));
+        }
+        let a = addr as usize;
+        let v = m.space.find(a).ok_or_else(|| {
+            Failure::new(
+                USERMM_ERR_NOT_FOUND,
+                format!("{a:#x} is not a mapping of this manager"),
+            )
+        })?;
+        let off = a - v.start;
+        if off.checked_add(len).is_none_or(|e| e > v.len) {
+            return Err(Failure::invalid(format!(
+                "range {a:#x}+{len:#x} goes past the end of its mapping ({:#x}+{:#x})",
+                v.start, v.len
+            )));
+        }
+        v.region.flush(off, len)?;
+        Ok(())
+    })
+}
+
+/// Writes back every dirty file page of `mm` and fdatasyncs its files (sync(2)); returns the
+/// first writeback error not yet reported to this manager's syncs.
+#[no_mangle]
+pub extern "C" fn usermm_sync(mm: *mut usermm_mm) -> c_int {
+    status(|| {
+        let m = manager(mm)?;
+        m.mm.sync()?;
+        Ok(())
+    })
+}
+
 fn vmstat_values(m: &usermm_mm) -> Vec<u64> {
     let v = m.mm.vmstat();
     let (committed, limit) = m.mm.commit();
@@ -669,13 +761,17 @@ pub extern "C" fn usermm_vmstat_get(
             return Err(Failure::invalid("value pointer is NULL"));
         }
         let n = opt_str(name, "name")?.ok_or_else(|| Failure::invalid("name is NULL"))?;
-        let i = VMSTAT_FIELDS.iter().position(|f| *f == n).ok_or_else(|| {
-            Failure::invalid(format!(
-                "unknown counter {n:?}: use a usermm_vmstat_t field name such as pswpout, pgmajfault or peak_resident_bytes"
-            ))
-        })?;
+        let v = match VMSTAT_FIELDS.iter().position(|f| *f == n) {
+            Some(i) => vmstat_values(m)[i],
+            // Any core counter by its vmstat name (e.g. lock_wait_ns.__add_to_swap_cache).
+            None => m.mm.vmstat().get(n).ok_or_else(|| {
+                Failure::invalid(format!(
+                    "unknown counter {n:?}: use a usermm_vmstat_t field name such as pswpout, pgmajfault or peak_resident_bytes, or a name from usermm's vmstat"
+                ))
+            })?,
+        };
         // SAFETY: value is non-NULL and points to a caller-owned u64.
-        unsafe { value.write(vmstat_values(m)[i]) };
+        unsafe { value.write(v) };
         Ok(())
     })
 }
@@ -718,6 +814,11 @@ fn mmap_impl(
     fd: c_int,
     off: i64,
 ) -> Result<usize, (c_int, String)> {
+    if flags & libc::MAP_ANONYMOUS == 0 && fd >= 0 {
+        if let Some(r) = mmap_file(len, prot, flags, fd, off) {
+            return r;
+        }
+    }
     let (len, fixed) = match classify_mmap(addr, len, prot, flags, fd, off) {
         MmapRequest::Anon { len, fixed } => (len, fixed),
         MmapRequest::Unserved { errno, msg } => return Err((errno, msg)),
@@ -752,7 +853,78 @@ fn mmap_impl(
     Ok(m.space.insert(r, Kind::Mmap))
 }
 
-/// mmap(2) for private anonymous memory served by the default manager (see usermm_default
+/// A file mapping for usermm_mmap: None when `fd` is not an open regular file (the anonymous
+/// classifier then reports EBADF / ENODEV as mmap(2) would).
+fn mmap_file(
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: i64,
+) -> Option<Result<usize, (c_int, String)>> {
+    let proc_path = format!("/proc/self/fd/{fd}");
+    let md = std::fs::metadata(&proc_path).ok()?;
+    if !md.is_file() {
+        return None;
+    }
+    Some((|| {
+        let einval = |m: String| (libc::EINVAL, m);
+        if len == 0 {
+            return Err(einval("length is zero".into()));
+        }
+        if off < 0 || off % 4096 != 0 {
+            return Err(einval(format!(
+                "offset {off} is not a non-negative multiple of 4096"
+            )));
+        }
+        if flags & libc::MAP_FIXED != 0 {
+            return Err((
+                libc::ENOTSUP,
+                "MAP_FIXED file mappings are not served by usermm: use mmap(2)".into(),
+            ));
+        }
+        if prot & !(libc::PROT_READ | libc::PROT_WRITE) != 0 {
+            return Err((
+                libc::ENOTSUP,
+                format!("prot {prot:#x}: usermm file mappings are readable and writable only"),
+            ));
+        }
+        let kind = match flags & (libc::MAP_SHARED | libc::MAP_PRIVATE | libc::MAP_SHARED_VALIDATE)
+        {
+            libc::MAP_SHARED | libc::MAP_SHARED_VALIDATE => MapKind::Shared,
+            libc::MAP_PRIVATE => MapKind::Private,
+            _ => {
+                return Err(einval(
+                    "give exactly one of MAP_SHARED and MAP_PRIVATE".into(),
+                ))
+            }
+        };
+        // SAFETY: F_GETFL on a descriptor number only reads its flags (fails with EBADF).
+        let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        let acc = fl & libc::O_ACCMODE;
+        if fl < 0 || acc == libc::O_WRONLY {
+            return Err((libc::EACCES, format!("fd {fd} is not open for reading")));
+        }
+        if kind == MapKind::Shared && prot & libc::PROT_WRITE != 0 && acc == libc::O_RDONLY {
+            return Err((
+                libc::EACCES,
+                format!("MAP_SHARED with PROT_WRITE needs fd {fd} open read-write"),
+            ));
+        }
+        let m = default_manager().map_err(|f| (f.errno(), f.msg))?;
+        let r =
+            m.mm.map_file(&proc_path, off as u64, len, kind)
+                .map_err(|e| {
+                    let f = Failure::from(e);
+                    (f.errno(), f.msg)
+                })?;
+        dontfork(&r);
+        Ok(m.space.insert(r, Kind::Mmap))
+    })())
+}
+
+/// mmap(2) for private anonymous memory and for regular files (MAP_SHARED through usermm's
+/// page cache, MAP_PRIVATE copy-on-write), served by the default manager (see usermm_default
 /// for its environment variables). Same signature and conventions as mmap(2): returns the
 /// address, or MAP_FAILED with errno set (and usermm_last_error() saying why):
 /// * EINVAL: length 0; offset not a multiple of 4096; unknown flag bits; neither MAP_PRIVATE
@@ -762,8 +934,11 @@ fn mmap_impl(
 /// * ENOMEM: the commit limit (budget + swap) would be exceeded; length too large.
 /// * EEXIST: MAP_FIXED_NOREPLACE over existing usermm memory.
 /// * EBADF: no MAP_ANONYMOUS and `fd` is not an open descriptor.
-/// * ENODEV: no MAP_ANONYMOUS and `fd` is open (file mappings are not served here).
-/// * ENOTSUP: MAP_SHARED; prot other than PROT_READ|PROT_WRITE; MAP_HUGETLB, MAP_LOCKED,
+/// * ENODEV: no MAP_ANONYMOUS and `fd` is open but not a regular file.
+/// * EACCES: a file mapping whose `fd` is not open for reading, or MAP_SHARED|PROT_WRITE on a
+///   read-only `fd`.
+/// * ENOTSUP: MAP_SHARED anonymous memory; MAP_FIXED with a file; prot other than
+///   PROT_READ|PROT_WRITE; MAP_HUGETLB, MAP_LOCKED,
 ///   MAP_GROWSDOWN, MAP_32BIT, MAP_SYNC.
 /// * EPERM: userfaultfd cannot be opened.
 ///
@@ -850,12 +1025,13 @@ mod tests {
             std::mem::size_of::<usermm_vmstat_t>(),
             8 * VMSTAT_FIELDS.len()
         );
-        let core: Vec<&str> = mm::vmstat::NAMES.to_vec();
-        assert_eq!(
-            &VMSTAT_FIELDS[SIZE_FIELDS..],
-            &core[..],
-            "usermm_vmstat_t must list every core counter: append new ones to the struct and VMSTAT_FIELDS"
-        );
+        // Every counter field names a core counter (usermm_vmstat_get reaches the others).
+        for f in &VMSTAT_FIELDS[SIZE_FIELDS..] {
+            assert!(
+                mm::vmstat::NAMES.contains(f),
+                "usermm_vmstat_t field {f} is not a core counter"
+            );
+        }
         let s = usermm_vmstat_t {
             pswpout: 7,
             handler_wakeup: 9,

@@ -119,8 +119,24 @@ static void test_bad(void) {
     int fd = mkstemp(tmpl);
     unlink(tmpl);
     CHECK(fd >= 0 && ftruncate(fd, 8192) == 0, "temporary file");
-    expect_mmap_fail(NULL, 4096, RW, MAP_PRIVATE, fd, 0, ENODEV, "file mappings", "regular file");
+    expect_mmap_fail(NULL, 4096, RW, MAP_SHARED | MAP_FIXED, fd, 0, ENOTSUP, "MAP_FIXED", "fixed file");
+    expect_mmap_fail(NULL, 4096, RW, MAP_SHARED, fd, 100, EINVAL, "offset", "unaligned file offset");
+    /* A regular file is served: MAP_SHARED stores reach it. */
+    char *fm = usermm_mmap(NULL, 8192, RW, MAP_SHARED, fd, 0);
+    CHECK(fm != MAP_FAILED, "MAP_SHARED file mapping: %s", usermm_last_error());
+    if (fm != MAP_FAILED) {
+        memcpy(fm + 4096, "through usermm", 15);
+        CHECK(usermm_flush(usermm_default(), fm, 8192) == USERMM_OK, "flush: %s", usermm_last_error());
+        char back[16] = {0};
+        CHECK(pread(fd, back, 15, 4096) == 15 && !strcmp(back, "through usermm"), "file holds the store");
+        CHECK(usermm_munmap(fm, 8192) == 0, "munmap file mapping");
+    }
     close(fd);
+    int ro = open("/etc/hostname", O_RDONLY);
+    if (ro >= 0) {
+        expect_mmap_fail(NULL, 4096, RW, MAP_SHARED, ro, 0, EACCES, "read-write", "shared writable on O_RDONLY");
+        close(ro);
+    }
     expect_mmap_fail(NULL, SIZE_MAX, RW, PA, -1, 0, ENOMEM, "too large", "huge length");
     expect_mmap_fail(NULL, (size_t)1 << 50, RW, PA, -1, 0, ENOMEM, "commit limit", "beyond commit limit");
 
@@ -247,6 +263,37 @@ static void test_handle(void) {
     CHECK(st.pswpout > 0 && st.pgdiscard > 0 && st.peak_resident_bytes <= st.budget_bytes, "counters");
     CHECK(usermm_unmap(mm, p) == USERMM_OK, "unmap");
     CHECK(usermm_unmap(mm, p) == USERMM_ERR_NOT_FOUND, "unmap twice");
+
+    /* File mappings: shared (reaches the file after flush/sync), private (never does). */
+    char fpath[] = "/var/tmp/usermm-capi-file-XXXXXX";
+    int ffd = mkstemp(fpath);
+    CHECK(ffd >= 0 && ftruncate(ffd, 32 << 20) == 0, "file of 2x the budget");
+    uint64_t *sh = usermm_map_file(mm, fpath, 0, 32 << 20, 1);
+    CHECK(sh != NULL, "map_file shared: %s", usermm_last_error());
+    uint64_t *pr = usermm_map_file(mm, fpath, 4096, 4096, 0);
+    CHECK(pr != NULL, "map_file private: %s", usermm_last_error());
+    if (sh && pr) {
+        for (size_t i = 0; i < (32 << 20) / 8; i += 512) sh[i] = pattern(i);
+        CHECK(usermm_flush(mm, sh, 32 << 20) == USERMM_OK, "flush");
+        CHECK(usermm_sync(mm) == USERMM_OK, "sync");
+        uint64_t w = 0;
+        CHECK(pread(ffd, &w, 8, 512 * 8 * 1000) == 8 && w == pattern(512 * 1000), "file word");
+        pr[0] = 7;
+        CHECK(usermm_sync(mm) == USERMM_OK, "sync after a private store");
+        CHECK(pread(ffd, &w, 8, 4096) == 8 && w == pattern(512), "private store stays private");
+        CHECK(usermm_flush(mm, sh, (32 << 20) + 4096) == USERMM_ERR_INVALID, "flush past the end");
+        CHECK(usermm_unmap(mm, sh) == USERMM_OK && usermm_unmap(mm, pr) == USERMM_OK, "unmap files");
+    }
+    CHECK(usermm_map_file(mm, "/nonexistent/x", 0, 4096, 1) == NULL &&
+              strstr(usermm_last_error(), "/nonexistent/x") != NULL,
+          "map_file of a missing file names it");
+    CHECK(usermm_map_file(mm, fpath, 100, 4096, 1) == NULL && strstr(usermm_last_error(), "4096"),
+          "map_file unaligned offset");
+    CHECK(usermm_map_file(mm, NULL, 0, 4096, 1) == NULL, "map_file NULL path");
+    CHECK(usermm_flush(mm, NULL, 4096) == USERMM_ERR_INVALID, "flush NULL");
+    CHECK(usermm_sync(NULL) == USERMM_ERR_INVALID, "sync NULL manager");
+    close(ffd);
+    unlink(fpath);
     CHECK(usermm_destroy(mm) == USERMM_OK, "destroy");
 
     /* A named swap file serves one manager at a time. */

@@ -410,6 +410,10 @@ impl Mm {
         })?;
         pool.advise(0, pool.len(), Advice::NoHugePage)
             .map_err(|e| Error::io("madvise(NOHUGEPAGE) on the frame pool", e))?;
+        // A fork(2) child must not share the pool's parked pages: the kernel refuses to move
+        // pages mapped twice (EBUSY), which would stall reclaim until the child exits.
+        pool.advise(0, pool.len(), Advice::DontFork)
+            .map_err(|e| Error::io("madvise(DONTFORK) on the frame pool", e))?;
         // UFFDIO_MOVE needs both ends registered with the same userfaultfd and the same modes.
         // Nothing ever faults on the pool: slots are filled only by MOVE and COPY.
         uffd.register(

@@ -38,6 +38,8 @@ pub enum Advice {
     NoHugePage,
     /// Back this range with transparent huge pages where possible.
     HugePage,
+    /// Not inherited by a fork(2) child (the child sees nothing mapped there).
+    DontFork,
 }
 
 impl Advice {
@@ -48,6 +50,7 @@ impl Advice {
             Advice::PopulateRead => 22,  // MADV_POPULATE_READ
             Advice::NoHugePage => libc::MADV_NOHUGEPAGE,
             Advice::HugePage => libc::MADV_HUGEPAGE,
+            Advice::DontFork => libc::MADV_DONTFORK,
         }
     }
 }
