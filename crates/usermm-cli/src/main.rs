@@ -162,6 +162,21 @@ enum BenchCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Sequential write (then a flush) and cold read of a shared file mapping of SIZE, one
+    /// word per 64 bytes.
+    MmapFile {
+        /// File size [default: 4x the budget].
+        #[arg(long)]
+        size: Option<String>,
+        /// Directory for the file [default: $TMPDIR].
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        mm: MmArgs,
+        /// One JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+    },
     SwapWSeq {
         /// Tasks (threads); the total is split evenly (rounded down to 4 KiB per task).
         #[arg(
@@ -438,6 +453,24 @@ fn bench(b: BenchCmd) -> Result<(), Failure> {
             let rep = bench::dd::run(cfg, &params)?;
             bench::dd::print(&params, &rep, &settings);
             Ok(())
+        }
+        BenchCmd::MmapFile {
+            size: sz,
+            dir,
+            mm,
+            json,
+        } => {
+            let cfg = mm.config(SwapDefault::FourTimesBudget)?;
+            let n = match sz {
+                Some(s) => size("--size", &s)?,
+                None => cfg.budget * 4,
+            };
+            if n < 4096 || n % 4096 != 0 {
+                return Err(Failure::Usage(format!(
+                    "--size: {n} bytes is not a positive multiple of 4096"
+                )));
+            }
+            bench::mmapfile::run(cfg, n, &dir.unwrap_or_else(std::env::temp_dir), json)
         }
         BenchCmd::SwapWSeq { tasks, run } => {
             at_least_one("--tasks", tasks as u64)?;

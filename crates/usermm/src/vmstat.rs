@@ -193,7 +193,7 @@ impl Vmstat {
                 .values
                 .iter()
                 .map(|(n, v)| {
-                    if n.starts_with("nr_") {
+                    if is_state(n) {
                         (*n, *v)
                     } else {
                         (*n, v.saturating_sub(before.val(n)))
@@ -202,6 +202,19 @@ impl Vmstat {
                 .collect(),
         }
     }
+}
+
+/// Events named `nr_*` in Linux (they only grow, like the other events).
+const NR_EVENTS: &[&str] = &[
+    "nr_dirtied",
+    "nr_written",
+    "nr_vmscan_write",
+    "nr_vmscan_immediate_reclaim",
+];
+
+/// Whether `name` is a state counter (a level, not an event count).
+pub fn is_state(name: &str) -> bool {
+    name.starts_with("nr_") && !NR_EVENTS.contains(&name)
 }
 
 impl std::fmt::Display for Vmstat {

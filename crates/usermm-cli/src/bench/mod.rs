@@ -4,6 +4,7 @@
 
 pub mod dd;
 pub mod latency;
+pub mod mmapfile;
 pub mod simoop;
 pub mod usemem;
 

@@ -536,7 +536,7 @@ pub fn run(b: Arc<dyn Backend>, p: &Params) -> Result<Report, Failure> {
     let vmstat: Vec<(String, u64)> = after
         .iter()
         .map(|(n, v)| {
-            if n.starts_with("nr_") {
+            if usermm::vmstat::is_state(n) {
                 (n.clone(), *v)
             } else {
                 (n.clone(), v.saturating_sub(vm_get(&before, n)))

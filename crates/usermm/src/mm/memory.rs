@@ -743,8 +743,9 @@ fn oom(m: &MmInner, r: &RegionInner, idx: u64) -> Fault {
 }
 
 /// Fault-around of a read fault in a file region (pages): Linux's `fault_around_bytes` (64 KiB)
-/// is 16 pages; a user-space fault costs a handler round trip, so twice that.
-const FILE_FAULT_AROUND: u64 = 32;
+/// is 16 pages; a user-space fault costs a handler round trip, so a whole default readahead
+/// window (512 KiB).
+const FILE_FAULT_AROUND: u64 = 128;
 
 /// The page-cache page for file page `index` of a file region, read (with read-around) if
 /// absent, returned locked and up to date with a reference; None: retry the fault.
