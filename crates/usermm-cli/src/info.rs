@@ -31,6 +31,13 @@ pub fn run(cfg: MmConfig, json_out: bool) -> Result<(), Failure> {
             "handler_threads": handlers,
             "page_cluster": m.config().page_cluster,
             "fault_around_max_pages": m.config().fault_around_max,
+            "thp": m.config().thp,
+            "laptop_mode": m.config().settings.laptop_mode,
+            "switches": m.config().settings.iter().map(|(i, b)| json!({
+                "name": i.name, "seed": i.seed, "old": i.old, "new": i.new,
+                "value": if b == usermm::Behaviour::New { i.new } else { i.old },
+                "what": i.what,
+            })).collect::<Vec<_>>(),
         });
         println!("{v}");
     } else {
@@ -63,6 +70,27 @@ pub fn run(cfg: MmConfig, json_out: bool) -> Result<(), Failure> {
             1u32 << m.config().page_cluster,
             m.config().fault_around_max
         );
+        println!(
+            "thp: {}; laptop_mode: {}",
+            if m.config().thp { "always" } else { "never" },
+            if m.config().settings.laptop_mode {
+                "on"
+            } else {
+                "off"
+            }
+        );
+        println!("seed switches (--set NAME=old|new, or the values in brackets):");
+        for (i, b) in m.config().settings.iter() {
+            let (cur, mark) = if b == usermm::Behaviour::New {
+                (i.new, "new")
+            } else {
+                (i.old, "OLD")
+            };
+            println!(
+                "  {:<26} = {cur:<10} ({mark}; seed {} [{}|{}]) {}",
+                i.name, i.seed, i.old, i.new, i.what
+            );
+        }
     }
     Ok(())
 }
