@@ -7,16 +7,20 @@
 //! mapping, verification failed) print `error: <message>` and exit with 1.
 
 mod bench;
+mod compare;
+mod counters;
+mod engine;
 mod info;
+mod kernel;
 mod output;
+mod plot;
+mod report;
 mod run;
 
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use usermm::{MmConfig, SwapConfig};
-
-use bench::usemem::Params;
 
 #[derive(Parser)]
 #[command(
@@ -45,6 +49,11 @@ enum Cmd {
     /// Run an unmodified, dynamically linked program with its large anonymous memory served
     /// by usermm (a preload library); exits with the program's status.
     Run(run::RunCmd),
+    /// A/B comparison of a seed switch: old and new alternately, LKP or mmtests table.
+    Compare(compare::CompareArgs),
+    /// The kernel engine's worker (started by the harness inside its memory cgroup).
+    #[command(name = "__kernel-worker", hide = true)]
+    KernelWorker,
 }
 
 #[derive(Subcommand)]
@@ -134,34 +143,6 @@ enum BenchCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Seed 002's dd loop: write a file of SIZE (default 1/10 of the budget) through the page
-    /// cache, ITERATIONS times, deleting it each time; async or --sync (fdatasync); on a file
-    /// or an in-memory file (--memory, the tmpfs case).
-    Dd {
-        /// Bytes per file [default: budget / 10].
-        #[arg(long)]
-        size: Option<String>,
-        /// Bytes per write call.
-        #[arg(long, default_value = "1M")]
-        bs: String,
-        /// Iterations.
-        #[arg(short = 'i', long, default_value_t = 10)]
-        iterations: u32,
-        /// fdatasync before stopping the clock (dd conv=fdatasync).
-        #[arg(long)]
-        sync: bool,
-        /// An in-memory file (tmpfs-like) instead of a file in --dir.
-        #[arg(long)]
-        memory: bool,
-        /// Directory for the file [default: $TMPDIR].
-        #[arg(long)]
-        dir: Option<std::path::PathBuf>,
-        #[command(flatten)]
-        mm: MmArgs,
-        /// One JSON object on stdout.
-        #[arg(long)]
-        json: bool,
-    },
     /// Sequential write (then a flush) and cold read of a shared file mapping of SIZE, one
     /// word per 64 bytes.
     MmapFile {
@@ -188,6 +169,67 @@ enum BenchCmd {
         tasks: usize,
         #[command(flatten)]
         run: RunArgs,
+    },
+    /// vm-scalability case-anon-r-seq: read-only usemem over 256 x the budget in total
+    /// (hw_vars' PTE_LIMIT with the budget as available memory), split over the tasks.
+    AnonRSeq {
+        /// Tasks (threads); the total is split evenly.
+        #[arg(
+            short = 'n',
+            long = "tasks",
+            visible_alias = "nproc",
+            default_value_t = 1
+        )]
+        tasks: usize,
+        /// Total bytes instead of 256 x budget (k, M, G, T suffixes).
+        #[arg(long)]
+        size: Option<String>,
+        #[command(flatten)]
+        run: RunArgs,
+    },
+    /// Seed 002's dd loop: dd if=/dev/zero of=FILE bs=BS count=N, repeated (file deleted each
+    /// time), through the page cache (usermm's, or the kernel's with --engine kernel); GNU dd's
+    /// summary line per iteration; --memory: in-memory files (the tmpfs case).
+    Dd {
+        /// Block size.
+        #[arg(long, default_value = "1M")]
+        bs: String,
+        /// Blocks per file [default: a tenth of the budget].
+        #[arg(long)]
+        count: Option<u64>,
+        /// Files written (and deleted) per run.
+        #[arg(long, default_value_t = 5)]
+        iterations: u32,
+        /// fdatasync before each iteration's clock stops (dd conv=fdatasync).
+        #[arg(long)]
+        fdatasync: bool,
+        /// Directory of the file (a local filesystem) [default: $TMPDIR].
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+        /// Memory budget (the cgroup limit).
+        #[arg(long, default_value = "256M")]
+        budget: String,
+        /// Swap: none, ram (zram) or file.
+        #[arg(long, default_value = "none")]
+        swap: String,
+        /// Swap size [default: 4x the budget].
+        #[arg(long = "swap-size")]
+        swap_size: Option<String>,
+        /// In-memory files (usermm) / /dev/shm (kernel): the tmpfs case.
+        #[arg(long)]
+        memory: bool,
+        /// A seed switch or setting, NAME=VALUE (repeatable).
+        #[arg(long = "set", value_name = "NAME=VALUE")]
+        set: Vec<String>,
+        /// Engine: usermm, kernel, or usermm,kernel (alternately, with ratios).
+        #[arg(long, default_value = "usermm")]
+        engine: String,
+        /// Runs per engine.
+        #[arg(long, default_value_t = 1)]
+        runs: u32,
+        /// One JSON object on stdout (dd's lines go to stderr).
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -228,6 +270,13 @@ struct RunArgs {
     /// One JSON object on stdout (usemem's per-task lines go to stderr).
     #[arg(long)]
     json: bool,
+    /// Memory manager: usermm, kernel (the kernel's own, in a memory cgroup of --budget, with
+    /// kernel swap on zram or a swap file; root only) or usermm,kernel (alternately).
+    #[arg(long, default_value = "usermm")]
+    engine: String,
+    /// Runs per engine (alternating engines when several).
+    #[arg(long, default_value_t = 1)]
+    runs: u32,
 }
 
 /// Why the command failed: a usage error (exit 2) or a run error (exit 1).
@@ -235,6 +284,8 @@ struct RunArgs {
 pub enum Failure {
     Usage(String),
     Run(String),
+    /// SIGINT/SIGTERM/SIGHUP while the kernel engine's handler was installed (exit 130).
+    Interrupted,
 }
 
 impl Failure {
@@ -305,15 +356,6 @@ impl MmArgs {
     }
 }
 
-/// Swap capacity a configuration asks for (0 without swap).
-fn configured_swap_bytes(cfg: &MmConfig) -> u64 {
-    match &cfg.swap {
-        SwapConfig::File { size, .. } | SwapConfig::Ram { size } => *size,
-        // The command line never builds a custom device.
-        SwapConfig::None | SwapConfig::Device(_) => 0,
-    }
-}
-
 fn bench(b: BenchCmd) -> Result<(), Failure> {
     match b {
         BenchCmd::FaultLatency { pages, mm, json } => {
@@ -329,33 +371,20 @@ fn bench(b: BenchCmd) -> Result<(), Failure> {
             repeat,
             run,
         } => {
-            at_least_one("--tasks", tasks as u64)?;
-            at_least_one("--repeat", repeat as u64)?;
-            let bytes_per_task = size("SIZE", &sz)? & !7;
-            if bytes_per_task == 0 {
-                return Err(Failure::Usage(format!(
-                    "SIZE: {sz:?} is less than one 8-byte word; give at least 8 bytes per task"
-                )));
-            }
-            if bytes_per_task.checked_mul(tasks as u64).is_none() {
-                return Err(Failure::Usage(format!(
-                    "SIZE: {tasks} tasks x {bytes_per_task} bytes overflows 64 bits"
-                )));
-            }
-            // usemem: `if (step < sizeof(long)) step = sizeof(long);`
-            let step = size("--step", &step)?.max(8);
-            let params = Params {
-                workload: "usemem",
+            let bytes = size("SIZE", &sz)?;
+            let step = size("--step", &step)?;
+            let params = bench::presets::usemem(
+                &sz,
+                bytes,
                 tasks,
-                bytes_per_task,
                 readonly,
                 step,
                 random,
                 repeat,
-                verify: !run.no_verify,
-                json: run.json,
-            };
-            bench::usemem::run(run.mm.config(SwapDefault::FourTimesBudget)?, &params)
+                !run.no_verify,
+            )?;
+            let cfg = run.mm.config(SwapDefault::FourTimesBudget)?;
+            run_usemem(&run, &cfg, &params)
         }
         BenchCmd::Simoop {
             threads,
@@ -421,39 +450,6 @@ fn bench(b: BenchCmd) -> Result<(), Failure> {
             }
             Ok(())
         }
-        BenchCmd::Dd {
-            size: sz,
-            bs,
-            iterations,
-            sync,
-            memory,
-            dir,
-            mm,
-            json,
-        } => {
-            at_least_one("--iterations", iterations as u64)?;
-            let cfg = mm.config(SwapDefault::FourTimesBudget)?;
-            let size_b = match sz {
-                Some(s) => size("--size", &s)?,
-                None => cfg.budget / 10,
-            };
-            at_least_one("--size", size_b)?;
-            let bs = size("--bs", &bs)? as usize;
-            at_least_one("--bs", bs as u64)?;
-            let params = bench::dd::Params {
-                size: size_b,
-                bs,
-                iterations,
-                sync,
-                memory,
-                dir: dir.unwrap_or_else(std::env::temp_dir),
-                json,
-            };
-            let settings = cfg.settings;
-            let rep = bench::dd::run(cfg, &params)?;
-            bench::dd::print(&params, &rep, &settings);
-            Ok(())
-        }
         BenchCmd::MmapFile {
             size: sz,
             dir,
@@ -473,30 +469,85 @@ fn bench(b: BenchCmd) -> Result<(), Failure> {
             bench::mmapfile::run(cfg, n, &dir.unwrap_or_else(std::env::temp_dir), json)
         }
         BenchCmd::SwapWSeq { tasks, run } => {
-            at_least_one("--tasks", tasks as u64)?;
             let cfg = run.mm.config(SwapDefault::Fixed(1 << 30))?;
-            let total = cfg.budget.saturating_add(configured_swap_bytes(&cfg)) / 4 * 3;
-            let per = (total / tasks as u64) & !4095;
-            if per == 0 {
-                return Err(Failure::Usage(format!(
-                    "--tasks: {tasks} tasks leave less than one 4 KiB page each of the {total} bytes \
-                     (3/4 of budget + swap); use fewer tasks or a larger budget"
-                )));
-            }
-            let params = Params {
-                workload: "swap-w-seq",
-                tasks,
-                bytes_per_task: per,
-                readonly: false,
-                step: 8,
-                random: false,
-                repeat: 1,
-                verify: !run.no_verify,
-                json: run.json,
+            let params = bench::presets::swap_w_seq(&cfg, tasks, !run.no_verify)?;
+            run_usemem(&run, &cfg, &params)
+        }
+        BenchCmd::AnonRSeq {
+            tasks,
+            size: sz,
+            run,
+        } => {
+            // Read faults map the zero page: the address space may exceed budget + swap.
+            let cfg = run
+                .mm
+                .config(SwapDefault::FourTimesBudget)?
+                .overcommit(true);
+            let total = sz.as_deref().map(|s| size("--size", s)).transpose()?;
+            let params = bench::presets::anon_r_seq(&cfg, tasks, total, !run.no_verify)?;
+            run_usemem(&run, &cfg, &params)
+        }
+        BenchCmd::Dd {
+            bs,
+            count,
+            iterations,
+            fdatasync,
+            dir,
+            budget,
+            swap,
+            swap_size,
+            memory,
+            set,
+            engine: eng,
+            runs,
+            json,
+        } => {
+            let engines = engine::parse_engines(&eng)?;
+            at_least_one("--runs", runs as u64)?;
+            at_least_one("--iterations", iterations as u64)?;
+            let bs = size("--bs", &bs)?;
+            at_least_one("--bs", bs)?;
+            let mm = MmArgs {
+                budget,
+                swap,
+                swap_size,
+                overcommit: false,
+                handler_threads: 0,
+                set,
+                thp: "never".into(),
             };
-            bench::usemem::run(cfg, &params)
+            let cfg = mm.config(SwapDefault::FourTimesBudget)?;
+            let count = count.unwrap_or_else(|| (cfg.budget / 10 / bs).max(1));
+            at_least_one("--count", count)?;
+            let p = bench::dd::DdParams {
+                bs,
+                count,
+                iterations,
+                fdatasync,
+                dir: dir.unwrap_or_else(std::env::temp_dir),
+                memory,
+            };
+            engine::run_dd(
+                &engines,
+                runs,
+                &cfg,
+                &kernel::Setup::from_config(&cfg),
+                &p,
+                json,
+            )
         }
     }
+}
+
+/// Runs a usemem-family workload on the engines `--engine` names.
+fn run_usemem(
+    run: &RunArgs,
+    cfg: &MmConfig,
+    params: &bench::usemem::Params,
+) -> Result<(), Failure> {
+    let engines = engine::parse_engines(&run.engine)?;
+    at_least_one("--runs", run.runs as u64)?;
+    engine::run_usemem(&engines, run.runs, cfg, params, run.json)
 }
 
 fn main() -> ExitCode {
@@ -508,6 +559,8 @@ fn main() -> ExitCode {
         Cmd::Info { mm, json } => mm
             .config(SwapDefault::FourTimesBudget)
             .and_then(|cfg| info::run(cfg, json)),
+        Cmd::Compare(a) => compare::run(a),
+        Cmd::KernelWorker => kernel::worker::main(),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -518,6 +571,10 @@ fn main() -> ExitCode {
         Err(Failure::Run(m)) => {
             eprintln!("error: {m}");
             ExitCode::from(1)
+        }
+        Err(Failure::Interrupted) => {
+            eprintln!("error: interrupted (anything the kernel engine set up was torn down)");
+            ExitCode::from(130)
         }
     }
 }

@@ -1,11 +1,15 @@
 //! What the benchmarks print: usemem's per-task line, the end-of-run summary as text or as one
 //! JSON object, the progress bar (only when stderr is a terminal) and the process's peak RSS.
+//! The same report serves both engines (usermm's manager and the kernel's own memory in a
+//! cgroup, see `kernel`), with the same JSON keys, so their numbers can be compared.
 
 use std::io::IsTerminal;
 
 use indicatif::{ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-use usermm::Vmstat;
+
+use crate::counters::Counters;
 
 /// The counters the text summary shows (the JSON report carries all of them).
 pub const KEY_COUNTERS: &[&str] = &[
@@ -23,6 +27,30 @@ pub const KEY_COUNTERS: &[&str] = &[
     "swap_ra_hit",
     "pgactivate",
     "pgdeactivate",
+];
+
+/// The memory cgroup counters the text summary shows when they are non-zero (the JSON report
+/// carries all of memory.stat). v1 and v2 names.
+const MEMCG_SHOWN: &[&str] = &[
+    "pgfault",
+    "pgmajfault",
+    "pswpin",
+    "pswpout",
+    "pgscan",
+    "pgsteal",
+    "pgscan_kswapd",
+    "pgscan_direct",
+    "pgsteal_kswapd",
+    "pgsteal_direct",
+    "pgpgin",
+    "pgpgout",
+    "workingset_refault_anon",
+    "workingset_refault_file",
+    "swap",
+    "anon",
+    "rss",
+    "file",
+    "cache",
 ];
 
 /// The counters reported for the verification (read-back) phase.
@@ -56,7 +84,7 @@ pub fn peak_rss_bytes() -> u64 {
 
 /// A progress bar counting bytes, or None when stderr is not a terminal (or there is nothing
 /// to count).
-pub fn progress(msg: &'static str, total: u64) -> Option<ProgressBar> {
+pub fn progress(msg: &str, total: u64) -> Option<ProgressBar> {
     if total == 0 || !std::io::stderr().is_terminal() {
         return None;
     }
@@ -65,12 +93,12 @@ pub fn progress(msg: &'static str, total: u64) -> Option<ProgressBar> {
         ProgressStyle::with_template("{msg:>10} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    b.set_message(msg);
+    b.set_message(msg.to_string());
     Some(b)
 }
 
 /// One task's usemem result.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct TaskLine {
     /// Bytes usemem counts: size/8 for the allocation plus 8 per access.
     pub bytes: u64,
@@ -95,7 +123,7 @@ impl TaskLine {
 }
 
 /// How the verification went.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Verify {
     /// Not run (--no-verify).
     Skipped,
@@ -106,7 +134,7 @@ pub enum Verify {
         result: Result<(), String>,
         seconds: f64,
         /// Counter deltas over the read-back.
-        vmstat: Vmstat,
+        vmstat: Counters,
     },
 }
 
@@ -126,8 +154,11 @@ impl Verify {
 }
 
 /// Everything a usemem-style run reports.
+#[derive(Debug, Clone)]
 pub struct Report {
-    pub workload: &'static str,
+    pub workload: String,
+    /// "usermm" or "kernel".
+    pub engine: &'static str,
     pub tasks: usize,
     pub bytes_per_task: u64,
     pub readonly: bool,
@@ -142,8 +173,14 @@ pub struct Report {
     pub verify: Verify,
     pub peak_resident_bytes: u64,
     pub peak_rss_bytes: u64,
-    /// Counters at the end of the workload (before the read-back).
-    pub vmstat: Vmstat,
+    /// Counters over the workload (before the read-back): usermm's vmstat, or the kernel's
+    /// /proc/vmstat differences.
+    pub vmstat: Counters,
+    /// Kernel engine: the memory cgroup's memory.stat over the workload (events as
+    /// differences, levels at the end).
+    pub memcg: Option<Counters>,
+    /// Engine details for the JSON report (kernel: cgroup version and path, swap device).
+    pub setup: Map<String, Value>,
 }
 
 impl Report {
@@ -152,7 +189,8 @@ impl Report {
         self.per_task.iter().map(TaskLine::kbs).sum()
     }
 
-    fn swapout_mibs(&self) -> f64 {
+    /// Swap-out rate over the workload in MiB/s (pswpout x 4 KiB / elapsed).
+    pub fn swapout_mibs(&self) -> f64 {
         self.vmstat.val("pswpout") as f64 * 4096.0 / (1 << 20) as f64 / self.elapsed_s.max(1e-9)
     }
 
@@ -190,7 +228,7 @@ impl Report {
         let kbs = self.throughput_kbs();
         json!({
             "workload": self.workload,
-            "engine": "usermm",
+            "engine": self.engine,
             "tasks": self.tasks,
             "bytes_per_task": self.bytes_per_task,
             "readonly": self.readonly,
@@ -217,6 +255,11 @@ impl Report {
                 "kbs": t.kbs(),
             })).collect::<Vec<_>>(),
             "vmstat": vmstat,
+            "memcg": self.memcg.as_ref().map(|m| m
+                .iter()
+                .map(|(k, v)| (k.to_string(), json!(v)))
+                .collect::<Map<_, _>>()),
+            "setup": self.setup,
         })
     }
 
@@ -224,8 +267,13 @@ impl Report {
     pub fn print_text(&self) {
         let kbs = self.throughput_kbs();
         println!(
-            "{}: {} task(s) x {}{}, budget {}, swap {} ({})",
+            "{}{}: {} task(s) x {}{}, budget {}, swap {} ({})",
             self.workload,
+            if self.engine == "usermm" {
+                String::new()
+            } else {
+                format!(" [{}]", self.engine)
+            },
             self.tasks,
             mib(self.bytes_per_task),
             match (self.readonly, self.random) {
@@ -238,6 +286,17 @@ impl Report {
             self.swap_device,
             mib(self.swap_bytes)
         );
+        if !self.setup.is_empty() {
+            let items: Vec<String> = self
+                .setup
+                .iter()
+                .map(|(k, v)| match v {
+                    Value::String(s) => format!("{k} {s}"),
+                    other => format!("{k} {other}"),
+                })
+                .collect();
+            println!("{}: {}", self.engine, items.join(", "));
+        }
         println!(
             "elapsed {:.2} s, throughput {:.0} MiB/s ({kbs} KB/s), swap-out {:.0} MiB/s",
             self.elapsed_s,
@@ -277,9 +336,17 @@ impl Report {
         );
         let shown: Vec<String> = KEY_COUNTERS
             .iter()
-            .map(|k| format!("{k} {}", self.vmstat.val(k)))
+            .filter_map(|k| self.vmstat.get(k).map(|v| format!("{k} {v}")))
             .collect();
         println!("vmstat: {}", shown.join(", "));
+        if let Some(m) = &self.memcg {
+            let moved: Vec<String> = m
+                .iter()
+                .filter(|(k, v)| *v > 0 && MEMCG_SHOWN.contains(k))
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect();
+            println!("memcg: {}", moved.join(", "));
+        }
     }
 }
 

@@ -298,30 +298,17 @@ fn tempfile_dir(name: &str) -> String {
 #[test]
 fn dd_loop_counts_accessed_marking_by_switch() {
     let dir = tempfile_dir("dd");
+    std::fs::create_dir_all(&dir).unwrap();
     let run = |v: &str| {
-        json(&usermm(&[
-            "bench",
-            "dd",
-            "--budget",
-            "32M",
-            "--swap",
-            "ram",
-            "--swap-size",
-            "32M",
-            "--size",
-            "4M",
-            "--iterations",
-            "3",
-            "--sync",
-            "--dir",
-            &dir,
-            "--set",
-            v,
-            "--json",
-        ]))
+        let args = format!(
+            "bench dd --budget 32M --swap ram --swap-size 32M --bs 1M --count 4 --iterations 3 \
+             --fdatasync --dir {dir} --set {v} --json"
+        );
+        json(&usermm(&args.split_whitespace().collect::<Vec<_>>()))
     };
     let new = run("accessed_init=new");
-    assert_eq!(new["elapsed_s"].as_array().unwrap().len(), 3);
+    assert_eq!(new["engine"], "usermm");
+    assert_eq!(new["per_iteration"].as_array().unwrap().len(), 3, "{new}");
     assert_eq!(new["vmstat"]["init_page_accessed"], 3 * 1024, "{new}");
     assert_eq!(new["vmstat"]["mark_page_accessed"], 0, "{new}");
     let old = run("accessed_init=old");
@@ -329,7 +316,7 @@ fn dd_loop_counts_accessed_marking_by_switch() {
     assert_eq!(old["vmstat"]["mark_page_accessed"], 3 * 1024, "{old}");
     assert!(
         old["vmstat"]["nr_written"].as_u64().unwrap() >= 3 * 1024,
-        "sync wrote it all"
+        "fdatasync wrote it all"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

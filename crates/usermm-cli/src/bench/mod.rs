@@ -1,10 +1,12 @@
-//! The benchmarks: `usemem` and its `swap-w-seq` preset (vm-scalability's usemem on a usermm
-//! manager, in [`usemem`]) and `fault-latency` (per-access latency of resident pages, minor and
-//! major faults, in [`latency`]). Shared here: the small pseudo-random generator both use.
+//! The benchmarks: `usemem` and its `swap-w-seq` and `anon-r-seq` presets (vm-scalability's
+//! usemem, in [`usemem`], sized in [`presets`]), `dd` (seed 002's page-cache write loop, in
+//! [`dd`]) and `fault-latency` (per-access latency of resident pages, minor and major faults,
+//! in [`latency`]). Shared here: the small pseudo-random generator they use.
 
 pub mod dd;
 pub mod latency;
 pub mod mmapfile;
+pub mod presets;
 pub mod simoop;
 pub mod usemem;
 

@@ -262,24 +262,6 @@ pub struct Report {
 }
 
 impl Report {
-    /// The metrics compare/plot use: latencies (lower is better) and the work rate.
-    #[allow(dead_code)] // used by `usermm compare`
-    pub fn metrics(&self) -> Vec<(String, f64)> {
-        let mut v = Vec::new();
-        for (name, l) in [
-            ("Read", &self.total.read),
-            ("Write", &self.total.write),
-            ("Allocation", &self.total.alloc),
-        ] {
-            v.push((format!("p50-{name}"), l.p50 as f64));
-            v.push((format!("p95-{name}"), l.p95 as f64));
-            v.push((format!("p99-{name}"), l.p99 as f64));
-        }
-        v.push(("work-rate".into(), self.total.work_rate));
-        v.push(("alloc-stall-rate".into(), self.total.alloc_stall_rate));
-        v
-    }
-
     pub fn json(&self) -> Value {
         json!({
             "workload": "simoop",

@@ -15,22 +15,66 @@
 //! Beyond usemem, after a write run every touched word is read back (random runs replay the
 //! generator), and a read-only run checks that every word read was zero; the first wrong word
 //! fails the run with its offset, address, expected and found values. `--no-verify` skips both.
+//!
+//! The access loop works over any [`Memory`]: a usermm [`Region`] (`--engine usermm`, here) or
+//! a plain kernel anonymous mapping (`--engine kernel`, run by `kernel::worker` inside a memory
+//! cgroup), so both engines run exactly the same code.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use serde::{Deserialize, Serialize};
+use serde_json::Map;
+use usermm::sys::Mapping;
 use usermm::{Mm, MmConfig, Region};
 
 use super::XorShift;
+use crate::counters::{vmstat_is_state, Counters};
 use crate::output::{self, Report, TaskLine, Verify};
 use crate::Failure;
 
+/// Memory the access loop can walk: word loads and stores at byte offsets, never references
+/// (the memory changes under reclaim and faults).
+pub trait Memory: Sync {
+    /// Start address (for error messages).
+    fn addr(&self) -> usize;
+    /// Volatile 64-bit load at `off` (8-byte aligned, in bounds).
+    fn read_u64(&self, off: usize) -> u64;
+    /// Volatile 64-bit store at `off` (8-byte aligned, in bounds).
+    fn write_u64(&self, off: usize, v: u64);
+}
+
+impl Memory for Region {
+    fn addr(&self) -> usize {
+        self.as_ptr() as usize
+    }
+    fn read_u64(&self, off: usize) -> u64 {
+        Region::read_u64(self, off)
+    }
+    fn write_u64(&self, off: usize, v: u64) {
+        Region::write_u64(self, off, v)
+    }
+}
+
+/// A plain private anonymous mapping: the kernel's own memory management serves it.
+impl Memory for Mapping {
+    fn addr(&self) -> usize {
+        Mapping::addr(self)
+    }
+    fn read_u64(&self, off: usize) -> u64 {
+        Mapping::read_u64(self, off)
+    }
+    fn write_u64(&self, off: usize, v: u64) {
+        Mapping::write_u64(self, off, v)
+    }
+}
+
 /// What to run.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Params {
-    /// Name in the report: "usemem" or "swap-w-seq".
-    pub workload: &'static str,
+    /// Name in the report: "usemem", "swap-w-seq" or "anon-r-seq".
+    pub workload: String,
     pub tasks: usize,
     /// Region size of each task (a multiple of 8, at least 8).
     pub bytes_per_task: u64,
@@ -41,7 +85,6 @@ pub struct Params {
     /// Passes (at least 1).
     pub repeat: u32,
     pub verify: bool,
-    pub json: bool,
 }
 
 /// Accesses between updates of the shared progress counter.
@@ -67,17 +110,17 @@ impl std::fmt::Display for Mismatch {
     }
 }
 
-/// One task: its region and how it walks it.
-struct Task<'a> {
+/// One task: its memory and how it walks it.
+struct Task<'a, M> {
     id: usize,
-    region: &'a Region,
+    region: &'a M,
     words: u64,
     /// Words between touched words.
     stride: u64,
     p: &'a Params,
 }
 
-impl Task<'_> {
+impl<M: Memory> Task<'_, M> {
     /// The task's generator; the read-back replays it from the same seed.
     fn rng(&self) -> XorShift {
         XorShift::new(
@@ -103,7 +146,7 @@ impl Task<'_> {
         Mismatch {
             task: self.id,
             offset: idx * 8,
-            address: self.region.as_ptr() as usize + (idx * 8) as usize,
+            address: self.region.addr() + (idx * 8) as usize,
             expected,
             found,
         }
@@ -146,6 +189,9 @@ impl Task<'_> {
             if pending == PROGRESS_BATCH {
                 progress.fetch_add(pending * self.unit(), Ordering::Relaxed);
                 pending = 0;
+                if crate::engine::interrupted() {
+                    break;
+                }
             }
         }
         progress.fetch_add(pending * self.unit(), Ordering::Relaxed);
@@ -162,29 +208,36 @@ impl Task<'_> {
             if pending == PROGRESS_BATCH {
                 progress.fetch_add(pending * self.unit(), Ordering::Relaxed);
                 pending = 0;
+                if crate::engine::interrupted() {
+                    return Err(None);
+                }
             }
             if v == idx {
                 Ok(())
             } else {
-                Err(self.mismatch(idx, idx, v))
+                Err(Some(self.mismatch(idx, idx, v)))
             }
         };
-        if self.p.random {
-            // Replay the generator: the same words in the same order, over all passes.
-            let mut rng = self.rng();
-            for _ in 0..self.p.repeat {
-                for _ in 0..self.accesses_per_pass() {
-                    check(self.random_index(&mut rng))?;
+        let r: Result<(), Option<Mismatch>> = (|| {
+            if self.p.random {
+                // Replay the generator: the same words in the same order, over all passes.
+                let mut rng = self.rng();
+                for _ in 0..self.p.repeat {
+                    for _ in 0..self.accesses_per_pass() {
+                        check(self.random_index(&mut rng))?;
+                    }
+                }
+            } else {
+                let mut i = 0;
+                while i < self.words {
+                    check(i)?;
+                    i += self.stride;
                 }
             }
-        } else {
-            let mut i = 0;
-            while i < self.words {
-                check(i)?;
-                i += self.stride;
-            }
-        }
-        Ok(())
+            Ok(())
+        })();
+        // An interrupted read-back is reported by the caller, not as a mismatch.
+        r.or_else(|e| e.map_or(Ok(()), Err))
     }
 }
 
@@ -222,12 +275,12 @@ impl Gate {
 /// Runs `f` for every task on its own thread, behind `gate`; shows a progress bar of `total`
 /// bytes while they run. `started` runs on this thread once all threads exist and the gate is
 /// open. Returns the results in task order.
-fn on_tasks<R: Send>(
-    tasks: &[Task<'_>],
-    msg: &'static str,
+fn on_tasks<M: Memory, R: Send>(
+    tasks: &[Task<'_, M>],
+    msg: &str,
     total: u64,
     started: impl FnOnce(),
-    f: impl Fn(&Task<'_>, &AtomicU64) -> R + Sync,
+    f: impl Fn(&Task<'_, M>, &AtomicU64) -> R + Sync,
 ) -> Result<Vec<R>, Failure> {
     let progress = AtomicU64::new(0);
     let gate = Gate::default();
@@ -272,22 +325,37 @@ fn on_tasks<R: Send>(
     })
 }
 
-/// Runs the workload on a fresh manager built from `cfg` and prints the report. A failed
-/// verification is a run error, reported after the summary.
-pub fn run(cfg: MmConfig, p: &Params) -> Result<(), Failure> {
-    let mm = Mm::new(cfg).map_err(Failure::run)?;
-    let len = usize::try_from(p.bytes_per_task).map_err(|_| {
-        Failure::Usage(format!(
-            "SIZE: {} bytes do not fit the address space",
-            p.bytes_per_task
-        ))
-    })?;
-    let regions: Vec<Region> = (0..p.tasks)
-        .map(|_| mm.map_anon(len))
-        .collect::<Result<_, _>>()
-        .map_err(Failure::run)?;
+/// What one run of the workload produced, whichever engine served the memory.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Outcome {
+    pub per_task: Vec<TaskLine>,
+    pub elapsed_s: f64,
+    pub verify: Verify,
+    /// Counter differences over the workload (state items: the value at its end).
+    pub vmstat: Counters,
+    /// Memory cgroup counters over the workload (kernel engine).
+    pub memcg: Option<Counters>,
+}
+
+/// Counter sources: `vmstat` (usermm's manager or /proc/vmstat) and, for the kernel engine,
+/// the cgroup's memory.stat.
+pub trait Sampler: Sync {
+    fn vmstat(&self) -> Counters;
+    fn memcg(&self) -> Option<Counters> {
+        None
+    }
+}
+
+/// Runs the workload over `mems` (one per task) and verifies it. Counter differences come from
+/// `sampler`. A wrong word is reported in the outcome's `verify`, not as an error; Ctrl-C (when
+/// the kernel engine's handler is installed) is [`Failure::Interrupted`].
+pub fn execute<M: Memory>(
+    mems: &[M],
+    p: &Params,
+    sampler: &dyn Sampler,
+) -> Result<Outcome, Failure> {
     let words = p.bytes_per_task / 8;
-    let tasks: Vec<Task<'_>> = regions
+    let tasks: Vec<Task<'_, M>> = mems
         .iter()
         .enumerate()
         .map(|(id, region)| Task {
@@ -302,10 +370,12 @@ pub fn run(cfg: MmConfig, p: &Params) -> Result<(), Failure> {
     let total_work = per_task_work.saturating_mul(p.tasks as u64);
 
     // The workload.
+    let vm0 = sampler.vmstat();
+    let cg0 = sampler.memcg();
     let mut start = Instant::now();
     let done = on_tasks(
         &tasks,
-        p.workload,
+        &p.workload,
         total_work,
         || start = Instant::now(),
         |t, progress| {
@@ -319,6 +389,9 @@ pub fn run(cfg: MmConfig, p: &Params) -> Result<(), Failure> {
                 bytes += rw;
                 if b.is_some() {
                     bad = b;
+                    break;
+                }
+                if crate::engine::interrupted() {
                     break;
                 }
             }
@@ -338,7 +411,14 @@ pub fn run(cfg: MmConfig, p: &Params) -> Result<(), Failure> {
         .map(|d| d.end.saturating_duration_since(start))
         .max()
         .unwrap_or_default();
-    let vmstat = mm.vmstat();
+    let vmstat = sampler.vmstat().delta(&vm0, vmstat_is_state);
+    let memcg = match (sampler.memcg(), cg0) {
+        (Some(now), Some(before)) => Some(now.delta(&before, crate::counters::memcg_is_state)),
+        _ => None,
+    };
+    if crate::engine::interrupted() {
+        return Err(Failure::Interrupted);
+    }
     let first_bad = done
         .iter()
         .find_map(|d| d.bad.as_ref())
@@ -353,10 +433,10 @@ pub fn run(cfg: MmConfig, p: &Params) -> Result<(), Failure> {
         Verify::ReadBack {
             result: Err(e),
             seconds: 0.0,
-            vmstat: mm.vmstat().delta(&vmstat),
+            vmstat: Counters::default(),
         }
     } else {
-        let before = mm.vmstat();
+        let before = sampler.vmstat();
         let t0 = Instant::now();
         let results = on_tasks(
             &tasks,
@@ -366,45 +446,132 @@ pub fn run(cfg: MmConfig, p: &Params) -> Result<(), Failure> {
             |t, progress| t.read_back(progress),
         )?;
         let seconds = t0.elapsed().as_secs_f64();
+        if crate::engine::interrupted() {
+            return Err(Failure::Interrupted);
+        }
         Verify::ReadBack {
             result: results
                 .into_iter()
                 .find_map(Result::err)
                 .map_or(Ok(()), |m| Err(m.to_string())),
             seconds,
-            vmstat: mm.vmstat().delta(&before),
+            vmstat: sampler.vmstat().delta(&before, vmstat_is_state),
         }
     };
+    Ok(Outcome {
+        per_task: done.iter().map(|d| d.line).collect(),
+        elapsed_s: elapsed.as_secs_f64(),
+        verify,
+        vmstat,
+        memcg,
+    })
+}
 
-    let report = Report {
-        workload: p.workload,
+/// Bytes per task as a mapping length; too large for the address space is a usage error.
+pub fn region_len(p: &Params) -> Result<usize, Failure> {
+    usize::try_from(p.bytes_per_task).map_err(|_| {
+        Failure::Usage(format!(
+            "SIZE: {} bytes do not fit the address space",
+            p.bytes_per_task
+        ))
+    })
+}
+
+/// Counters of a usermm manager.
+pub struct MmSampler<'a>(pub &'a Mm);
+
+impl Sampler for MmSampler<'_> {
+    fn vmstat(&self) -> Counters {
+        Counters::from_vmstat(&self.0.vmstat())
+    }
+}
+
+/// Runs the workload on a fresh usermm manager built from `cfg` and returns its report
+/// (nothing is printed).
+pub fn run_usermm(cfg: MmConfig, p: &Params) -> Result<Report, Failure> {
+    let mm = Mm::new(cfg).map_err(Failure::run)?;
+    let len = region_len(p)?;
+    let regions: Vec<Region> = (0..p.tasks)
+        .map(|_| mm.map_anon(len))
+        .collect::<Result<_, _>>()
+        .map_err(Failure::run)?;
+    let out = execute(&regions, p, &MmSampler(&mm))?;
+    drop(regions);
+    Ok(report(
+        p,
+        "usermm",
+        out,
+        Budget {
+            budget_bytes: mm.budget(),
+            swap_bytes: mm.swap_bytes(),
+            swap_device: mm.swap_name(),
+            peak_resident_bytes: mm.peak_resident_bytes(),
+            peak_rss_bytes: output::peak_rss_bytes(),
+        },
+        Map::new(),
+    ))
+}
+
+/// Memory limits and peaks of one run, as the engine reports them.
+pub struct Budget {
+    pub budget_bytes: u64,
+    pub swap_bytes: u64,
+    pub swap_device: String,
+    pub peak_resident_bytes: u64,
+    pub peak_rss_bytes: u64,
+}
+
+/// The report of one run from its outcome.
+pub fn report(
+    p: &Params,
+    engine: &'static str,
+    out: Outcome,
+    b: Budget,
+    setup: Map<String, serde_json::Value>,
+) -> Report {
+    Report {
+        workload: p.workload.clone(),
+        engine,
         tasks: p.tasks,
         bytes_per_task: p.bytes_per_task,
         readonly: p.readonly,
         step: p.step,
         random: p.random,
         repeat: p.repeat,
-        budget_bytes: mm.budget(),
-        swap_bytes: mm.swap_bytes(),
-        swap_device: mm.swap_name(),
-        per_task: done.iter().map(|d| d.line).collect(),
-        elapsed_s: elapsed.as_secs_f64(),
-        verify,
-        peak_resident_bytes: mm.peak_resident_bytes(),
-        peak_rss_bytes: output::peak_rss_bytes(),
-        vmstat,
-    };
-    drop(tasks);
-    drop(regions);
-    report.print_task_lines(p.json);
-    if p.json {
+        budget_bytes: b.budget_bytes,
+        swap_bytes: b.swap_bytes,
+        swap_device: b.swap_device,
+        per_task: out.per_task,
+        elapsed_s: out.elapsed_s,
+        verify: out.verify,
+        peak_resident_bytes: b.peak_resident_bytes,
+        peak_rss_bytes: b.peak_rss_bytes,
+        vmstat: out.vmstat,
+        memcg: out.memcg,
+        setup,
+    }
+}
+
+/// Prints a report (usemem's lines, then text or JSON). A failed verification is a run
+/// error, reported after the summary.
+pub fn print(report: &Report, json: bool) -> Result<(), Failure> {
+    report.print_task_lines(json);
+    if json {
         let text = serde_json::to_string_pretty(&report.to_json()).map_err(Failure::run)?;
         println!("{text}");
     } else {
         report.print_text();
     }
+    verify_result(report)
+}
+
+/// The run error for a failed verification, if any.
+pub fn verify_result(report: &Report) -> Result<(), Failure> {
     match report.verify.error() {
-        Some(e) => Err(Failure::Run(format!("verification failed: {e}"))),
+        Some(e) => Err(Failure::Run(format!(
+            "verification failed ({} engine): {e}",
+            report.engine
+        ))),
         None => Ok(()),
     }
 }

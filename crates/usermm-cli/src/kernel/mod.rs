@@ -1,0 +1,516 @@
+//! The kernel engine (`--engine kernel`): the same workload code on plain kernel memory, inside
+//! a memory cgroup whose limit is the budget, with kernel swap on zram or on a swap file the
+//! harness sets up itself. The Linux side of usermm's side-by-side numbers.
+//!
+//! How one run goes: take the engine's lock (one kernel-engine run at a time on a machine:
+//! swap areas are global), clean up after a run that was killed (its state file), set up swap
+//! and the cgroup ([`Env`], a guard that tears both down on every path out: normal return,
+//! error, panic, Ctrl-C/SIGTERM/SIGHUP via `engine`'s handler), start this binary again as a
+//! hidden worker (`usermm __kernel-worker`), move it into the cgroup, then hand it the job on
+//! its stdin. The worker ([`worker`]) maps plain anonymous memory (or writes a file), runs the
+//! workload and prints its outcome as JSON; counters come from /proc/vmstat and the cgroup's
+//! memory.stat, read by the worker around each phase.
+//!
+//! Root is required: creating a memory cgroup, swapon and zram all need CAP_SYS_ADMIN.
+
+pub mod cgroup;
+pub mod swap;
+pub mod worker;
+
+use std::fs;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use usermm::{MmConfig, SwapConfig};
+
+use crate::Failure;
+use cgroup::Cgroup;
+use swap::{KernelSwap, Spec};
+
+/// What the kernel engine sets up for a run.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    /// The cgroup's memory limit (bytes).
+    pub budget: u64,
+    pub swap: Spec,
+}
+
+impl Setup {
+    /// The kernel setup matching a usermm configuration: the same budget, zram for `ram`, a
+    /// swap file for `file` / `file:PATH` (in `$TMPDIR`, like usermm's), none for `none`.
+    pub fn from_config(cfg: &MmConfig) -> Setup {
+        let swap = match &cfg.swap {
+            SwapConfig::Ram { size } => Spec::Zram { size: *size },
+            SwapConfig::File { path, size } => match path {
+                Some(p) if p.is_dir() => Spec::File {
+                    path: None,
+                    dir: p.clone(),
+                    size: *size,
+                },
+                Some(p) => Spec::File {
+                    path: Some(p.clone()),
+                    dir: std::env::temp_dir(),
+                    size: *size,
+                },
+                None => Spec::File {
+                    path: None,
+                    dir: std::env::temp_dir(),
+                    size: *size,
+                },
+            },
+            SwapConfig::None | SwapConfig::Device(_) => Spec::None,
+        };
+        Setup {
+            budget: cfg.budget,
+            swap,
+        }
+    }
+}
+
+/// The effective user id, from /proc/self/status (`Uid: real effective saved fs`).
+fn euid() -> Option<u32> {
+    let s = fs::read_to_string("/proc/self/status").ok()?;
+    s.lines()
+        .find(|l| l.starts_with("Uid:"))?
+        .split_whitespace()
+        .nth(2)?
+        .parse()
+        .ok()
+}
+
+/// The error for a non-root user, or Ok for root.
+pub fn check_root(euid: Option<u32>) -> Result<(), Failure> {
+    match euid {
+        Some(0) => Ok(()),
+        other => Err(Failure::Run(format!(
+            "the kernel engine needs root{}: it creates a memory cgroup (writes under \
+             /sys/fs/cgroup), sets up kernel swap (swapon needs CAP_SYS_ADMIN) and adds a zram \
+             device; run it as root (e.g. with sudo), or use --engine usermm, which needs no \
+             privileges",
+            match other {
+                Some(u) => format!(" (running as uid {u})"),
+                None => String::new(),
+            }
+        ))),
+    }
+}
+
+/// Fails unless this process runs as root.
+pub fn require_root() -> Result<(), Failure> {
+    check_root(euid())
+}
+
+/// The directory for the engine's lock and state files.
+fn state_dir() -> PathBuf {
+    let run = Path::new("/run");
+    if run.is_dir() {
+        run.join("usermm-kernel-engine")
+    } else {
+        std::env::temp_dir().join("usermm-kernel-engine")
+    }
+}
+
+/// What one run created, written to its state file after every step, so that a run killed
+/// with SIGKILL is cleaned up by the next one.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct State {
+    pid: u32,
+    swap: Option<KernelSwap>,
+    cgroup: Option<PathBuf>,
+}
+
+/// The kernel engine's environment for one run: lock, swap, cgroup. Dropping it tears down
+/// whatever was set up (errors go to stderr); [`Env::teardown`] does the same and returns them.
+pub struct Env {
+    _lock: fs::File,
+    state_file: PathBuf,
+    state: State,
+    pub cgroup: Option<Cgroup>,
+    pub location: Option<cgroup::Location>,
+}
+
+impl Env {
+    /// Takes the lock, cleans up leftovers of killed runs, sets up swap and the cgroup.
+    pub fn create(setup: &Setup) -> Result<Env, Failure> {
+        require_root()?;
+        let dir = state_dir();
+        fs::create_dir_all(&dir)
+            .map_err(|e| Failure::Run(format!("cannot create {}: {e}", dir.display())))?;
+        let lock_path = dir.join("lock");
+        let lock = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| Failure::Run(format!("cannot open {}: {e}", lock_path.display())))?;
+        let mut told = false;
+        loop {
+            match lock.try_lock() {
+                Ok(()) => break,
+                Err(fs::TryLockError::WouldBlock) => {
+                    if !told {
+                        eprintln!(
+                            "usermm: waiting for another kernel-engine run to finish (lock {})",
+                            lock_path.display()
+                        );
+                        told = true;
+                    }
+                    if crate::engine::interrupted() {
+                        return Err(Failure::Interrupted);
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(fs::TryLockError::Error(e)) => {
+                    return Err(Failure::Run(format!(
+                        "cannot lock {}: {e}",
+                        lock_path.display()
+                    )))
+                }
+            }
+        }
+        cleanup_leftovers(&dir);
+        let pid = std::process::id();
+        let mut env = Env {
+            _lock: lock,
+            state_file: dir.join(format!("state-{pid}.json")),
+            state: State {
+                pid,
+                ..Default::default()
+            },
+            cgroup: None,
+            location: None,
+        };
+        env.save();
+        if let Some(other) = swap::active_swaps().first() {
+            eprintln!(
+                "usermm: note: other swap areas are active ({}); the kernel engine's swap gets \
+                 the highest priority, but reclaim may spill into them",
+                other.display()
+            );
+        }
+        // Swap first: the cgroup's workload needs it from its first page.
+        let mut created = None;
+        let state_file = env.state_file.clone();
+        let r = KernelSwap::setup(&setup.swap, &mut created, &mut |s| {
+            let st = State {
+                pid,
+                swap: Some(s.clone()),
+                cgroup: None,
+            };
+            write_state(&state_file, &st);
+        });
+        env.state.swap = created;
+        env.save();
+        r.map_err(Failure::Run)?;
+        if crate::engine::interrupted() {
+            return Err(Failure::Interrupted);
+        }
+        let loc = cgroup::locate().map_err(Failure::Run)?;
+        let cg = Cgroup::create(&loc, &format!("usermm-kernel-{pid}"), setup.budget)
+            .map_err(Failure::Run)?;
+        env.state.cgroup = Some(cg.dir.clone());
+        env.save();
+        env.cgroup = Some(cg);
+        env.location = Some(loc);
+        Ok(env)
+    }
+
+    fn save(&self) {
+        write_state(&self.state_file, &self.state);
+    }
+
+    /// The swap area, if any.
+    pub fn swap(&self) -> Option<&KernelSwap> {
+        self.state.swap.as_ref()
+    }
+
+    /// Description of the setup for the report.
+    pub fn describe(&self) -> Map<String, Value> {
+        let mut m = Map::new();
+        if let Some(cg) = &self.cgroup {
+            m.insert("cgroup".into(), json!(cg.version.name()));
+            m.insert("cgroup_path".into(), json!(cg.dir.display().to_string()));
+            if let Some(l) = cg.limit() {
+                m.insert("limit_bytes".into(), json!(l));
+            }
+            if let Some(s) = cg.swappiness() {
+                m.insert("swappiness".into(), json!(s));
+            }
+        }
+        if let Some(s) = self.swap() {
+            m.insert("swap_path".into(), json!(s.dev.display().to_string()));
+        }
+        m.insert(
+            "thp".into(),
+            json!(
+                fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+                    .map(|t| t
+                        .split_whitespace()
+                        .find(|w| w.starts_with('['))
+                        .map(|w| w.trim_matches(|c| c == '[' || c == ']').to_string())
+                        .unwrap_or_default())
+                    .unwrap_or_default()
+            ),
+        );
+        m.insert("kernel".into(), json!(kernel_release()));
+        m
+    }
+
+    fn teardown_inner(&mut self) -> Result<(), String> {
+        let mut errs = Vec::new();
+        if let Some(cg) = self.cgroup.take() {
+            if let Err(e) = cg.remove() {
+                errs.push(e);
+            }
+        }
+        self.state.cgroup = None;
+        if let Some(mut s) = self.state.swap.take() {
+            if let Err(e) = s.teardown() {
+                errs.push(e);
+                // Keep the state file so a later run retries.
+                self.state.swap = Some(s);
+            }
+        }
+        if errs.is_empty() {
+            let _ = fs::remove_file(&self.state_file);
+            Ok(())
+        } else {
+            self.save();
+            Err(errs.join("; "))
+        }
+    }
+
+    /// Tears everything down; errors name what could not be undone.
+    pub fn teardown(mut self) -> Result<(), Failure> {
+        self.teardown_inner()
+            .map_err(|e| Failure::Run(format!("kernel engine teardown: {e}")))
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if let Err(e) = self.teardown_inner() {
+            eprintln!("usermm: kernel engine teardown: {e}");
+        }
+    }
+}
+
+fn write_state(path: &Path, st: &State) {
+    if let Ok(t) = serde_json::to_string(st) {
+        let _ = fs::write(path, t);
+    }
+}
+
+/// Undoes what killed runs left behind (called with the lock held, so no live run owns them).
+fn cleanup_leftovers(dir: &Path) {
+    let Ok(rd) = fs::read_dir(dir) else { return };
+    for e in rd.flatten() {
+        let p = e.path();
+        let is_state = p
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("state-") && n.ends_with(".json"));
+        if !is_state {
+            continue;
+        }
+        let Ok(st) = fs::read_to_string(&p)
+            .map_err(|_| ())
+            .and_then(|t| serde_json::from_str::<State>(&t).map_err(|_| ()))
+        else {
+            let _ = fs::remove_file(&p);
+            continue;
+        };
+        eprintln!(
+            "usermm: cleaning up after kernel-engine run {} that did not finish",
+            st.pid
+        );
+        let mut ok = true;
+        if let Some(cg) = &st.cgroup {
+            if let Err(e) = cgroup::remove_dir(cg) {
+                eprintln!("usermm: {e}");
+                ok = false;
+            }
+        }
+        if let Some(mut s) = st.swap {
+            if let Err(e) = s.teardown() {
+                eprintln!("usermm: {e}");
+                ok = false;
+            }
+        }
+        if ok {
+            let _ = fs::remove_file(&p);
+        }
+    }
+}
+
+fn kernel_release() -> String {
+    fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// What the worker reports back: the job's outcome plus the cgroup's peak.
+pub struct Finished {
+    pub result: worker::JobResult,
+    pub peak_bytes: u64,
+    pub setup: Map<String, Value>,
+    pub swap_name: String,
+    pub swap_bytes: u64,
+}
+
+/// Runs `job` in a fresh kernel environment (see the module doc) and tears it down.
+pub fn run_job(setup: &Setup, job: worker::Job) -> Result<Finished, Failure> {
+    let env = Env::create(setup)?;
+    let r = run_in(&env, job);
+    let describe = env.describe();
+    let (swap_name, swap_bytes) = env
+        .swap()
+        .map(|s| (s.name.clone(), s.size))
+        .unwrap_or_else(|| ("none".into(), 0));
+    let torn = env.teardown();
+    let (result, peak_bytes) = r?;
+    torn?;
+    Ok(Finished {
+        result,
+        peak_bytes,
+        setup: describe,
+        swap_name,
+        swap_bytes,
+    })
+}
+
+fn run_in(env: &Env, job: worker::Job) -> Result<(worker::JobResult, u64), Failure> {
+    let cg = env
+        .cgroup
+        .as_ref()
+        .ok_or_else(|| Failure::Run("kernel engine: no cgroup".into()))?;
+    let exe = std::env::current_exe()
+        .map_err(|e| Failure::Run(format!("cannot find this program to start the worker: {e}")))?;
+    let mut child = Command::new(exe)
+        .arg(worker::SUBCOMMAND)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| Failure::Run(format!("cannot start the kernel-engine worker: {e}")))?;
+    // From here on the child must not outlive this function.
+    let kill = |child: &mut std::process::Child| {
+        let _ = child.kill();
+        let _ = child.wait();
+    };
+    if let Err(e) = cg.add(child.id()) {
+        kill(&mut child);
+        return Err(Failure::Run(e));
+    }
+    let spec = worker::Spec {
+        job,
+        cgroup: cg.dir.clone(),
+    };
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    let line = serde_json::to_string(&spec).map_err(Failure::run)? + "\n";
+    if let Err(e) = stdin.write_all(line.as_bytes()) {
+        kill(&mut child);
+        return Err(Failure::Run(format!(
+            "cannot hand the job to the worker: {e}"
+        )));
+    }
+    // stdin stays open: the worker exits when it closes (this process died).
+    let mut stdout = child.stdout.take().expect("piped stdout");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let r = stdout.read_to_string(&mut s);
+        r.map(|_| s)
+    });
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => break st,
+            Ok(None) => {}
+            Err(e) => {
+                kill(&mut child);
+                return Err(Failure::Run(format!("waiting for the worker: {e}")));
+            }
+        }
+        if crate::engine::interrupted() {
+            kill(&mut child);
+            return Err(Failure::Interrupted);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    drop(stdin);
+    let out = reader
+        .join()
+        .map_err(|_| Failure::Run("worker output reader panicked".into()))?
+        .map_err(|e| Failure::Run(format!("reading the worker's output: {e}")))?;
+    let peak = cg.peak().unwrap_or(0);
+    if crate::engine::interrupted() {
+        return Err(Failure::Interrupted);
+    }
+    if !status.success() {
+        let ooms = cg.oom_kills();
+        if ooms > 0 {
+            return Err(Failure::Run(format!(
+                "the kernel's OOM killer killed the workload in its cgroup ({} budget): the \
+                 workload needs more than budget + swap; give a larger --swap-size or a smaller size",
+                crate::output::mib(env_budget(cg))
+            )));
+        }
+        return Err(Failure::Run(format!(
+            "the kernel-engine worker failed ({status}); see its message above"
+        )));
+    }
+    let result: worker::JobResult = serde_json::from_str(out.trim()).map_err(|e| {
+        Failure::Run(format!(
+            "the kernel-engine worker printed no result ({e}): {}",
+            out.chars().take(200).collect::<String>()
+        ))
+    })?;
+    Ok((result, peak))
+}
+
+fn env_budget(cg: &Cgroup) -> u64 {
+    cg.limit().unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn non_root_error_says_why() {
+        let e = match check_root(Some(65534)) {
+            Err(Failure::Run(m)) => m,
+            _ => panic!("expected a run error"),
+        };
+        assert!(e.contains("needs root") && e.contains("uid 65534"), "{e}");
+        assert!(e.contains("cgroup") && e.contains("swapon"), "{e}");
+        assert!(e.contains("--engine usermm"), "{e}");
+        assert!(check_root(Some(0)).is_ok());
+        assert!(check_root(None).is_err());
+    }
+
+    #[test]
+    fn setup_follows_the_usermm_config() {
+        let cfg = MmConfig::new(64 << 20).swap(SwapConfig::Ram { size: 128 << 20 });
+        let s = Setup::from_config(&cfg);
+        assert_eq!(s.budget, 64 << 20);
+        assert_eq!(s.swap, Spec::Zram { size: 128 << 20 });
+        let cfg = MmConfig::new(64 << 20).swap(SwapConfig::File {
+            path: Some("/nonexistent/x".into()),
+            size: 1 << 30,
+        });
+        assert_eq!(
+            Setup::from_config(&cfg).swap,
+            Spec::File {
+                path: Some("/nonexistent/x".into()),
+                dir: std::env::temp_dir(),
+                size: 1 << 30
+            }
+        );
+        let cfg = MmConfig::new(64 << 20).swap(SwapConfig::None);
+        assert_eq!(Setup::from_config(&cfg).swap, Spec::None);
+    }
+}
