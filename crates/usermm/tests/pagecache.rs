@@ -299,23 +299,32 @@ fn sync_is_not_livelocked_by_a_writer() {
     let m = mm(16 * MIB, Settings::default());
     let f = std::sync::Arc::new(m.open(d.path().join("l")).unwrap());
     f.write_at(0, &vec![1u8; 4 << 20]).unwrap();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let writes = std::sync::Arc::new(AtomicU64::new(0));
     let w = {
-        let (f, stop) = (f.clone(), stop.clone());
+        let (f, stop, writes) = (f.clone(), stop.clone(), writes.clone());
         std::thread::spawn(move || {
             let mut i = 0u64;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            while !stop.load(Ordering::Relaxed) {
                 f.write_at((i % 1024) << 12, &[i as u8; 64]).unwrap();
                 i += 1;
+                writes.store(i, Ordering::Relaxed);
             }
-            i
         })
     };
-    for _ in 0..5 {
-        f.sync().unwrap();
+    // The writer is running before the syncs start, and keeps running through them.
+    while writes.load(Ordering::Relaxed) < 100 {
+        std::thread::yield_now();
     }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    assert!(w.join().unwrap() > 0);
+    for _ in 0..5 {
+        let before = writes.load(Ordering::Relaxed);
+        f.sync().unwrap();
+        let _ = before;
+    }
+    stop.store(true, Ordering::Relaxed);
+    w.join().unwrap();
+    assert!(writes.load(Ordering::Relaxed) >= 100);
     f.sync().unwrap();
 }
 
