@@ -208,6 +208,8 @@ pub fn rows(a: &Side, b: &Side, threshold_pct: f64) -> Vec<Row> {
     let (mut lock, rest): (Vec<Row>, Vec<Row>) = all
         .into_iter()
         .partition(|r| r.name.starts_with(LOCK_WAIT_PREFIX));
+    // A call site that never waited on either side is not a profile row.
+    lock.retain(|r| r.a.iter().chain(r.b.iter()).any(|&v| v != 0.0));
     lock.sort_by(|x, y| x.name.cmp(&y.name));
     let (counters, main): (Vec<Row>, Vec<Row>) =
         rest.into_iter().partition(|r| r.kind == Kind::Counter);

@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+// (MetadataExt also gives nlink for the unlinked check.)
 use std::path::Path;
 
 use crate::error::{Error, Result};
@@ -132,14 +133,20 @@ fn new_memory_mapping(m: &MmInner, name: &str) -> Arc<AddressSpace> {
 }
 
 /// `iput`: drops a user; the last one writes the mapping back and evicts its pages.
+/// A file's pages outlive its last close, as the kernel's inode cache keeps them: dirty pages
+/// are written by the flushers (or `Mm::sync`, or at teardown), clean ones leave through
+/// reclaim, and the mapping is forgotten when its last page goes ([`forget_if_unused`]). An
+/// unlinked file's pages are dropped at once (nobody can read them again); an in-memory file
+/// goes with its last handle.
 pub(crate) fn put_mapping(m: &MmInner, a: &Arc<AddressSpace>) {
     if a.users.fetch_sub(1, Ordering::AcqRel) != 1 {
         return;
     }
-    if a.file().is_some() {
-        let cursor = AtomicU64::new(a.wb_err.sample());
-        if let Err(e) = filemap::sync_range(m, a, 0, u64::MAX, &cursor) {
-            log::error!("writeback at last close of {}: {e}", a.name());
+    if let Some(f) = a.file() {
+        let unlinked = f.metadata().is_ok_and(|md| md.nlink() == 0);
+        if !unlinked {
+            forget_if_unused(m, a);
+            return;
         }
     }
     let mut t = m.mappings.write();
@@ -155,6 +162,39 @@ pub(crate) fn put_mapping(m: &MmInner, a: &Arc<AddressSpace>) {
     let mut t = m.mappings.write();
     t.by_id[a.id as usize] = None;
     t.free_ids.push(a.id);
+}
+
+/// Forgets a closed file's mapping once it holds no page (called at last close and when
+/// reclaim takes a closed file's last page).
+pub(crate) fn forget_if_unused(m: &MmInner, a: &AddressSpace) {
+    if a.users.load(Ordering::Acquire) != 0 || a.nrpages.load(Ordering::Acquire) != 0 {
+        return;
+    }
+    let mut t = m.mappings.write();
+    if a.users.load(Ordering::Acquire) != 0 || a.nrpages.load(Ordering::Acquire) != 0 {
+        return;
+    }
+    if !t.get(a.id).is_some_and(|x| std::ptr::eq(&**x, a)) {
+        return;
+    }
+    if let Host::File { dev, ino, .. } = &a.host {
+        t.by_inode.remove(&(*dev, *ino));
+    }
+    t.by_id[a.id as usize] = None;
+    t.free_ids.push(a.id);
+}
+
+/// Writes back every closed file's dirty pages (manager teardown).
+pub(crate) fn writeback_all(m: &MmInner) {
+    let all = m.mappings.read().all();
+    for a in all {
+        if a.file().is_some() {
+            let cursor = AtomicU64::new(a.wb_err.sample());
+            if let Err(e) = filemap::sync_range(m, &a, 0, u64::MAX, &cursor) {
+                log::error!("writeback of {} at manager teardown: {e}", a.name());
+            }
+        }
+    }
 }
 
 /// A file read and written through usermm's page cache (or an in-memory file).

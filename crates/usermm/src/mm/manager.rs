@@ -286,6 +286,8 @@ pub(crate) struct MmHandle {
 
 impl Drop for MmHandle {
     fn drop(&mut self) {
+        // Closed files' dirty pages reach their files before the manager goes.
+        super::file::writeback_all(&self.inner);
         self.inner.shutdown.store(true, Ordering::Release);
         self.inner.shutdown_efd.signal();
         {

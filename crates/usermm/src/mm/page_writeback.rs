@@ -248,6 +248,17 @@ fn wb_workfn(m: Arc<MmInner>, b: Arc<Bdi>) {
             if m.shutdown.load(Ordering::Acquire) {
                 return;
             }
+            // A closed file that was unlinked: its dirty pages are garbage, drop them.
+            if a.users.load(Ordering::Acquire) == 0
+                && a.file().is_some_and(|f| {
+                    use std::os::unix::fs::MetadataExt;
+                    f.metadata().is_ok_and(|md| md.nlink() == 0)
+                })
+            {
+                super::filemap::evict_all(&m, a);
+                super::file::forget_if_unused(&m, a);
+                continue;
+            }
             let when = a.dirtied_when.load(Ordering::Relaxed);
             let expired = when != 0 && now.saturating_sub(when) >= expire_ms;
             let wanted = expired || vmscan > 0 || (background && over_bg(&m)) || over_bg(&m);

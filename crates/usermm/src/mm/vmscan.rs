@@ -946,6 +946,7 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -
         if filemap::remove_page(m, &a, f, idx, true) {
             n_clean += 1;
             m.vm.sub(item, 1);
+            super::file::forget_if_unused(m, &a);
         } else {
             keep.push(f);
         }
