@@ -47,6 +47,15 @@ pub fn size(name: &str, v: &Bound<'_, PyAny>) -> PyResult<u64> {
     )))
 }
 
+/// A byte count or offset within the address space (`size` rules: an int or a size string).
+pub fn length(name: &str, v: &Bound<'_, PyAny>) -> PyResult<usize> {
+    let n = size(name, v)?;
+    usize::try_from(n)
+        .ok()
+        .filter(|&n| n <= isize::MAX as usize)
+        .ok_or_else(|| invalid(format!("{name}={n} is larger than the address space")))
+}
+
 /// The swap device named `spec` (`file`, `file:PATH`, `ram` or `none`) of `size` bytes.
 pub fn swap(spec: &str, size: u64) -> PyResult<SwapConfig> {
     SwapConfig::parse(spec, size).map_err(|e| invalid(format!("swap: {}", core_msg(e))))

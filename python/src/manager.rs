@@ -152,9 +152,13 @@ impl Manager {
         np.getattr("ndarray")?.call((), Some(&kw))
     }
 
-    /// Maps `nbytes` bytes of zero-filled memory as a `usermm.Region` (a writable buffer:
-    /// memoryview(region), numpy.frombuffer(region, dtype), file.readinto(region)).
-    fn map_anon<'py>(slf: &Bound<'py, Self>, nbytes: usize) -> PyResult<Bound<'py, PyAny>> {
+    /// Maps `nbytes` bytes (an int or a size string such as "64M") of zero-filled memory as a
+    /// `usermm.Region` (a writable buffer: memoryview(region), numpy.frombuffer(region, dtype),
+    /// file.readinto(region)).
+    fn map_anon<'py>(
+        slf: &Bound<'py, Self>,
+        nbytes: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         region_type(slf.py())?.call1((slf, nbytes))
     }
 

@@ -20,6 +20,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyTuple, PyType};
 
+use crate::args;
 use crate::errors::{invalid, mm_err};
 use crate::manager::Manager;
 
@@ -54,13 +55,10 @@ impl Drop for RegionBase {
 impl RegionBase {
     /// Maps `nbytes` bytes of zero-filled memory managed by `manager`. The memory is committed
     /// against the manager's commit limit (budget + swap) unless it overcommits.
+    /// `nbytes` is an int or a size string such as "64M".
     #[new]
-    fn new(py: Python<'_>, manager: &Manager, nbytes: usize) -> PyResult<Self> {
-        if nbytes > isize::MAX as usize {
-            return Err(invalid(format!(
-                "region of {nbytes} bytes is larger than the address space"
-            )));
-        }
+    fn new(py: Python<'_>, manager: &Manager, nbytes: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let nbytes = args::length("nbytes", nbytes)?;
         let mm = manager.mm().clone();
         let region = py
             .detach(move || mm.map_anon(nbytes.max(1)))
@@ -97,11 +95,17 @@ impl RegionBase {
     /// Frees the memory and swap of `[offset, offset + length)` (like `madvise(MADV_DONTNEED)`):
     /// later reads return zeros. `offset` and `length` must be multiples of 4096; `length=None`
     /// means to the end of the mapping.
-    #[pyo3(signature = (offset = 0, length = None))]
-    fn discard(&self, py: Python<'_>, offset: usize, length: Option<usize>) -> PyResult<()> {
+    #[pyo3(signature = (offset = None, length = None), text_signature = "($self, offset=0, length=None)")]
+    fn discard(
+        &self,
+        py: Python<'_>,
+        offset: Option<&Bound<'_, PyAny>>,
+        length: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
         let r = self.region();
-        let len = match length {
-            Some(l) => l,
+        let offset = offset.map_or(Ok(0), |o| args::length("offset", o))?;
+        let len = match length.filter(|l| !l.is_none()) {
+            Some(l) => args::length("length", l)?,
             None => r.len().checked_sub(offset).ok_or_else(|| {
                 invalid(format!(
                     "discard offset {offset:#x} is past the end of the region ({:#x} bytes)",

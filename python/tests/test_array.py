@@ -117,6 +117,11 @@ def test_region_buffer_protocol(small_mm):
     assert memoryview(r2).tobytes() == bytes(4096)
     with pytest.raises(TypeError):
         usermm.Region("not a manager", 10)
+    assert len(small_mm.map_anon("1M")) == 1 << 20
+    with pytest.raises(usermm.InvalidArgumentError, match="nbytes=-1"):
+        small_mm.map_anon(-1)
+    with pytest.raises(usermm.InvalidArgumentError, match="nbytes: cannot parse size"):
+        small_mm.map_anon("lots")
 
 
 def test_discard(small_mm):
@@ -131,6 +136,8 @@ def test_discard(small_mm):
         a.base.discard(100, 4096)
     with pytest.raises(usermm.InvalidArgumentError, match="past the end"):
         a.base.discard(8 * 4096)
+    with pytest.raises(usermm.InvalidArgumentError, match="offset=-4096"):
+        a.base.discard(-4096)
 
 
 def test_system_calls_on_swapped_out_memory(tmp_path):
@@ -159,3 +166,27 @@ def test_system_calls_on_swapped_out_memory(tmp_path):
         chunk = np.arange(i, min(n, i + (1 << 20)), dtype=np.uint64)
         assert np.array_equal(b[i : i + (1 << 20)], chunk)
     assert small_mm.peak_resident_bytes <= small_mm.budget
+
+
+def test_threads_work_on_one_array_concurrently():
+    """numpy releases the GIL in ufunc loops: several threads fault on one array at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    mm = usermm.Manager(budget="16M", swap="ram", swap_size="96M")
+    n = 64 * MiB // 8  # 4x the budget
+    a = mm.array(n, np.int64)
+    parts = 8
+    step = n // parts
+
+    def work(k):
+        s = a[k * step : (k + 1) * step]
+        s[:] = k
+        np.add(s, 10 * k, out=s)
+        return int(s.sum())
+
+    with ThreadPoolExecutor(4) as ex:
+        sums = list(ex.map(work, range(parts)))
+    assert sums == [11 * k * step for k in range(parts)]
+    for k in range(parts):
+        assert (a[k * step : (k + 1) * step] == 11 * k).all()
+    assert mm.peak_resident_bytes <= mm.budget
