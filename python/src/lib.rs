@@ -2,13 +2,14 @@
 //! memory manager, numpy arrays whose memory is a usermm region, the counters, the seed
 //! switches, the process-wide default manager and the exception classes.
 //!
-//! Built by maturin as one abi3 wheel for CPython >= 3.9 (pyproject.toml). The only `unsafe`
-//! code is the buffer-protocol export in `region.rs`.
+//! Built by maturin as one abi3 wheel for CPython >= 3.9 (pyproject.toml). The `unsafe` code
+//! is the buffer-protocol export in `region.rs` and the fork hook's `madvise` in `fork.rs`.
 
 use pyo3::prelude::*;
 
 mod args;
 mod errors;
+mod fork;
 mod manager;
 mod region;
 
@@ -27,6 +28,7 @@ fn usermm_py(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(manager::switches, m)?)?;
     m.add_function(wrap_pyfunction!(args::parse_size, m)?)?;
     errors::add_to_module(m)?;
+    fork::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add(
         "__all__",

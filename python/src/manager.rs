@@ -8,14 +8,17 @@
 //! allowed they fall back to the default policy (user-mode-only first); such calls then fail
 //! with EFAULT on non-resident pages. `Manager.uffd_mode` says which one was obtained.
 
+use std::sync::Mutex;
+
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
+use pyo3::sync::MutexExt;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use usermm::sys::uffd::{OpenPolicy, Origin};
 use usermm::{Behaviour, Mm, MmConfig};
 
 use crate::args;
 use crate::errors::{invalid, mm_err};
+use crate::fork;
 use crate::region::region_type;
 
 /// Budget of `Manager()` without arguments (the same default as `USERMM_BUDGET`).
@@ -38,11 +41,19 @@ const DEFAULT_BUDGET: &str = "256M";
 pub struct Manager {
     /// Taken (and dropped without the GIL) only in `Drop`.
     mm: Option<Mm>,
+    /// The process that made the manager (see `fork.rs`).
+    pub(crate) pid: u32,
 }
 
 impl Drop for Manager {
     fn drop(&mut self) {
         if let Some(mm) = self.mm.take() {
+            if fork::is_inherited(self.pid) {
+                // A fork child's copy: its threads do not exist here and its userfaultfd is the
+                // parent's. Leak it.
+                std::mem::forget(mm);
+                return;
+            }
             // The last handle on a manager joins its threads.
             Python::attach(|py| py.detach(move || drop(mm)));
         }
@@ -56,8 +67,9 @@ impl Manager {
             .expect("the manager is only taken when the object is dropped")
     }
 
-    pub fn from_mm(mm: Mm) -> Manager {
-        Manager { mm: Some(mm) }
+    /// A handle on `mm`, made by process `pid`.
+    pub fn from_mm(mm: Mm, pid: u32) -> Manager {
+        Manager { mm: Some(mm), pid }
     }
 
     /// Creates the manager `cfg` describes with full-mode userfaultfd, or the default policy if
@@ -73,7 +85,7 @@ impl Manager {
                 r => r,
             })
             .map_err(mm_err)?;
-        Ok(Manager::from_mm(mm))
+        Ok(Manager::from_mm(mm, fork::pid()))
     }
 }
 
@@ -266,24 +278,45 @@ impl Manager {
     }
 }
 
-static DEFAULT: PyOnceLock<Py<Manager>> = PyOnceLock::new();
+/// The default manager of this process. In a fork child the parent's is replaced on first use.
+static DEFAULT: Mutex<Option<Py<Manager>>> = Mutex::new(None);
+
+/// The default manager if this process made it.
+fn current_default(py: Python<'_>) -> Option<Py<Manager>> {
+    let g = DEFAULT
+        .lock_py_attached(py)
+        .unwrap_or_else(|e| e.into_inner());
+    g.as_ref()
+        .filter(|m| !fork::is_inherited(m.get().pid))
+        .map(|m| m.clone_ref(py))
+}
 
 /// The process-wide default Manager, created on first use from the environment:
 /// USERMM_BUDGET (default 256M), USERMM_SWAP (file, file:PATH, ram or none; default file),
 /// USERMM_SWAP_SIZE (default 4x the budget), USERMM_OVERCOMMIT (1/0), USERMM_SET (seed
 /// switches, "name=value,..."). The same variables configure the C ABI's default manager and
 /// `usermm run`. A bad variable raises InvalidArgumentError naming it (and the next call tries
-/// again).
+/// again). A fork() child gets its own default manager.
 #[pyfunction]
 pub fn default(py: Python<'_>) -> PyResult<Py<Manager>> {
-    DEFAULT
-        .get_or_try_init(py, || {
-            Python::attach(|py| {
-                let cfg = MmConfig::from_env().map_err(mm_err)?;
-                Py::new(py, Manager::open(py, cfg)?)
-            })
-        })
-        .map(|m| m.clone_ref(py))
+    if let Some(m) = current_default(py) {
+        return Ok(m);
+    }
+    // Made without the lock held (creation releases the GIL); if another thread won the race,
+    // its manager is kept and this one dropped.
+    let cfg = MmConfig::from_env().map_err(mm_err)?;
+    let made = Py::new(py, Manager::open(py, cfg)?)?;
+    let (result, replaced) = {
+        let mut g = DEFAULT
+            .lock_py_attached(py)
+            .unwrap_or_else(|e| e.into_inner());
+        match g.as_ref() {
+            Some(m) if !fork::is_inherited(m.get().pid) => (m.clone_ref(py), Some(made)),
+            _ => (made.clone_ref(py), g.replace(made)),
+        }
+    };
+    drop(replaced); // the loser of a race, or the parent's (leaked by Manager's Drop)
+    Ok(result)
 }
 
 /// The seed switches: a list of dicts with name, seed (the commit in shared/seeds), old and new

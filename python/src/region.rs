@@ -8,9 +8,9 @@
 //! ABI there), but this module is one abi3 wheel for 3.9+. So the data and methods live in the
 //! pyclass `_RegionBase`, and `Region` is a subclass made with `PyType_FromSpecWithBases` whose
 //! only addition is the `bf_getbuffer` slot. CPython accepts buffer slots in type specs since
-//! 3.9, and `Py_buffer`'s layout has not changed since 3.3 (it is frozen from 3.11 on). That
-//! slot function is the only `unsafe` code of the crate. It fills the view the way
-//! `PyBuffer_FillInfo` does.
+//! 3.9, and `Py_buffer`'s layout has not changed since 3.3 (it is frozen from 3.11 on). The
+//! slot function fills the view the way `PyBuffer_FillInfo` does. Apart from the fork hook's
+//! `madvise` (`fork.rs`), it is the crate's only `unsafe` code.
 
 use std::ffi::{c_int, c_void};
 
@@ -22,6 +22,7 @@ use pyo3::types::{PyTuple, PyType};
 
 use crate::args;
 use crate::errors::{invalid, mm_err};
+use crate::fork;
 use crate::manager::Manager;
 
 /// The data and methods of `usermm.Region` (use `Manager.map_anon` or `Region(manager, nbytes)`).
@@ -31,6 +32,8 @@ pub struct RegionBase {
     region: Option<usermm::Region>,
     /// The exported length; the mapping is this rounded up to 4 KiB (at least one page).
     nbytes: usize,
+    /// The process that mapped the region (see `fork.rs`).
+    pid: u32,
 }
 
 impl RegionBase {
@@ -44,6 +47,12 @@ impl RegionBase {
 impl Drop for RegionBase {
     fn drop(&mut self) {
         if let Some(r) = self.region.take() {
+            if fork::is_inherited(self.pid) {
+                // A fork child's copy: unmapping would unregister the parent's region through
+                // the shared userfaultfd. Leak it.
+                std::mem::forget(r);
+                return;
+            }
             // Unmapping frees frames and swap slots and may wait for pages under I/O; if this
             // was the last reference to its manager, the manager's threads are joined too.
             Python::attach(|py| py.detach(move || drop(r)));
@@ -58,6 +67,7 @@ impl RegionBase {
     /// `nbytes` is an int or a size string such as "64M".
     #[new]
     fn new(py: Python<'_>, manager: &Manager, nbytes: &Bound<'_, PyAny>) -> PyResult<Self> {
+        fork::check(manager.pid, "Manager")?;
         let nbytes = args::length("nbytes", nbytes)?;
         let mm = manager.mm().clone();
         let region = py
@@ -66,6 +76,7 @@ impl RegionBase {
         Ok(RegionBase {
             region: Some(region),
             nbytes,
+            pid: fork::pid(),
         })
     }
 
@@ -89,7 +100,7 @@ impl RegionBase {
     /// The Manager serving this region (a new handle on the same manager).
     #[getter]
     fn manager(&self) -> Manager {
-        Manager::from_mm(self.region().mm())
+        Manager::from_mm(self.region().mm(), self.pid)
     }
 
     /// Frees the memory and swap of `[offset, offset + length)` (like `madvise(MADV_DONTNEED)`):
@@ -102,6 +113,7 @@ impl RegionBase {
         offset: Option<&Bound<'_, PyAny>>,
         length: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
+        fork::check(self.pid, "Region")?;
         let r = self.region();
         let offset = offset.map_or(Ok(0), |o| args::length("offset", o))?;
         let len = match length.filter(|l| !l.is_none()) {
