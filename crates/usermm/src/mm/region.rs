@@ -155,6 +155,11 @@ fn new_region(mm: &Mm, len: usize, file: Option<FileMap>) -> Result<Region> {
         .map_err(|e| undo(Error::io(format!("mmap of {len} bytes"), e)))?;
     view.advise(0, view.len(), Advice::NoHugePage)
         .map_err(|e| undo(Error::io("madvise(NOHUGEPAGE) on a region", e)))?;
+    // Not inherited by fork(2): a child would share the pages, and the kernel refuses to move
+    // pages mapped twice, stalling this manager's faults and reclaim until the child exits. A
+    // child touching the range gets SIGSEGV, never stale data.
+    view.advise(0, view.len(), Advice::DontFork)
+        .map_err(|e| undo(Error::io("madvise(DONTFORK) on a region", e)))?;
     m.uffd
         .register(view.addr(), view.len(), mode::MISSING | mode::WP)
         .map_err(|e| undo(Error::io("registering the region with userfaultfd", e)))?;

@@ -1,0 +1,367 @@
+//! `usermm.Manager` (one [`Mm`]: budget, swap device, handler threads, kswapd, counters),
+//! `Manager.array` (numpy arrays on a `usermm.Region`), and the process-wide default manager
+//! `usermm.default()` configured from the environment like the C ABI's and `usermm run`'s.
+//!
+//! Managers open userfaultfd in full mode (`OpenPolicy::Full`: /dev/userfaultfd or the
+//! privileged syscall) so that system calls touching array memory that is swapped out
+//! (`ndarray.tofile`, `file.readinto`, `os.write`) fault the pages in. Where full mode is not
+//! allowed they fall back to the default policy (user-mode-only first); such calls then fail
+//! with EFAULT on non-resident pages. `Manager.uffd_mode` says which one was obtained.
+
+use std::sync::Mutex;
+
+use pyo3::prelude::*;
+use pyo3::sync::MutexExt;
+use pyo3::types::{PyDict, PyList, PyTuple};
+use usermm::sys::uffd::{OpenPolicy, Origin};
+use usermm::{Behaviour, Mm, MmConfig};
+
+use crate::args;
+use crate::errors::{invalid, mm_err};
+use crate::fork;
+use crate::region::region_type;
+
+/// Budget of `Manager()` without arguments (the same default as `USERMM_BUDGET`).
+const DEFAULT_BUDGET: &str = "256M";
+
+/// A usermm memory manager: a memory budget, a swap device, fault handler threads and kswapd.
+///
+/// budget: the most memory the manager keeps resident, as "256M", "1.5G" or an int of bytes.
+/// swap: "file" (an unlinked temporary file in $TMPDIR, written with O_DIRECT), "file:PATH",
+///     "ram" (a preallocated RAM buffer) or "none".
+/// swap_size: capacity of the swap device (default 4x the budget), as for budget.
+/// overcommit: False (default) = strict accounting, mapping more than budget + swap raises
+///     CommitLimitError; True = allowed, and a page that then finds swap full is poisoned (the
+///     process gets SIGBUS when it touches it).
+/// settings: the seed switches and laptop_mode, as "name=value,..." (like USERMM_SET) or a dict.
+///
+/// Arrays and regions keep their manager alive: deleting the Manager object does not invalidate
+/// them; the manager stops when the last of them is gone.
+#[pyclass(frozen, module = "usermm")]
+pub struct Manager {
+    /// Taken (and dropped without the GIL) only in `Drop`.
+    mm: Option<Mm>,
+    /// The process that made the manager (see `fork.rs`).
+    pub(crate) pid: u32,
+}
+
+impl Drop for Manager {
+    fn drop(&mut self) {
+        if let Some(mm) = self.mm.take() {
+            if fork::is_inherited(self.pid) {
+                // A fork child's copy: its threads do not exist here and its userfaultfd is the
+                // parent's. Leak it.
+                std::mem::forget(mm);
+                return;
+            }
+            // The last handle on a manager joins its threads.
+            Python::attach(|py| py.detach(move || drop(mm)));
+        }
+    }
+}
+
+impl Manager {
+    pub fn mm(&self) -> &Mm {
+        self.mm
+            .as_ref()
+            .expect("the manager is only taken when the object is dropped")
+    }
+
+    /// A handle on `mm`, made by process `pid`.
+    pub fn from_mm(mm: Mm, pid: u32) -> Manager {
+        Manager { mm: Some(mm), pid }
+    }
+
+    /// Creates the manager `cfg` describes with full-mode userfaultfd, or the default policy if
+    /// full mode is refused.
+    fn open(py: Python<'_>, mut cfg: MmConfig) -> PyResult<Manager> {
+        cfg.uffd_policy = OpenPolicy::Full;
+        let mm = py
+            .detach(move || match Mm::new(cfg.clone()) {
+                Err(usermm::Error::Userfaultfd(_)) => {
+                    cfg.uffd_policy = OpenPolicy::Auto;
+                    Mm::new(cfg)
+                }
+                r => r,
+            })
+            .map_err(mm_err)?;
+        Ok(Manager::from_mm(mm, fork::pid()))
+    }
+}
+
+#[pymethods]
+impl Manager {
+    #[new]
+    #[pyo3(
+        signature = (budget = None, swap = "file", swap_size = None, overcommit = false, settings = None),
+        text_signature = "(budget='256M', swap='file', swap_size=None, overcommit=False, settings=None)"
+    )]
+    fn new(
+        py: Python<'_>,
+        budget: Option<&Bound<'_, PyAny>>,
+        swap: &str,
+        swap_size: Option<&Bound<'_, PyAny>>,
+        overcommit: bool,
+        settings: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let budget = match budget.filter(|b| !b.is_none()) {
+            Some(b) => args::size("budget", b)?,
+            None => usermm::parse_size(DEFAULT_BUDGET).map_err(mm_err)?,
+        };
+        let swap_size = match swap_size.filter(|s| !s.is_none()) {
+            Some(s) => args::size("swap_size", s)?,
+            None => budget.saturating_mul(4),
+        };
+        let cfg = MmConfig::new(budget)
+            .swap(args::swap(swap, swap_size)?)
+            .overcommit(overcommit)
+            .settings(args::settings(settings)?);
+        Manager::open(py, cfg)
+    }
+
+    /// A writable, C-contiguous, zero-filled numpy array of `shape` and `dtype` (any numpy dtype
+    /// without Python objects; default float64) whose memory is a usermm region of this
+    /// manager. The array's `.base` is the `usermm.Region`; the memory lives as long as any
+    /// array or memoryview viewing it.
+    #[pyo3(signature = (shape, dtype = None))]
+    fn array<'py>(
+        slf: &Bound<'py, Self>,
+        shape: &Bound<'py, PyAny>,
+        dtype: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let dims = args::shape(shape)?;
+        let np = py.import("numpy")?;
+        let dtype = dtype.cloned().unwrap_or_else(|| py.None().into_bound(py));
+        let dt = match np.getattr("dtype")?.call1((&dtype,)) {
+            Ok(dt) => dt,
+            Err(e) => {
+                let err = invalid(format!(
+                    "dtype {}: not a numpy data type ({})",
+                    dtype.repr()?,
+                    e.value(py)
+                ));
+                err.set_cause(py, Some(e));
+                return Err(err);
+            }
+        };
+        if dt.getattr("hasobject")?.is_truthy()? {
+            return Err(invalid(format!(
+                "dtype {}: holds Python object references, which cannot live in a usermm \
+                 region; use a numeric, bool, bytes, str or structured dtype without objects",
+                dt.repr()?
+            )));
+        }
+        // A subarray dtype such as ('f8', (2, 3)) adds its shape to the array's.
+        let itemsize: usize = dt.getattr("itemsize")?.extract()?;
+        let nbytes = args::nbytes(&dims, itemsize)?;
+        let region = region_type(py)?.call1((slf, nbytes))?;
+        let kw = PyDict::new(py);
+        kw.set_item("shape", PyTuple::new(py, &dims)?)?;
+        kw.set_item("dtype", dt)?;
+        kw.set_item("buffer", region)?;
+        kw.set_item("order", "C")?;
+        np.getattr("ndarray")?.call((), Some(&kw))
+    }
+
+    /// Maps `nbytes` bytes (an int or a size string such as "64M") of zero-filled memory as a
+    /// `usermm.Region` (a writable buffer: memoryview(region), numpy.frombuffer(region, dtype),
+    /// file.readinto(region)).
+    fn map_anon<'py>(
+        slf: &Bound<'py, Self>,
+        nbytes: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        region_type(slf.py())?.call1((slf, nbytes))
+    }
+
+    /// Maps a file through usermm's page cache as a `usermm.Region`: `nbytes` bytes from
+    /// `offset` (None: the rest of the file), shared (stores reach the file after `flush` or
+    /// `sync`) or private (copy-on-write). `numpy.frombuffer(region, dtype)` views it as an
+    /// array. Reads past the end of the file raise SIGBUS, as mmap(2).
+    #[pyo3(signature = (path, nbytes = None, offset = 0, shared = true))]
+    fn map_file<'py>(
+        slf: &Bound<'py, Self>,
+        path: std::path::PathBuf,
+        nbytes: Option<&Bound<'py, PyAny>>,
+        offset: u64,
+        shared: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let kw = pyo3::types::PyDict::new(py);
+        kw.set_item("path", path)?;
+        kw.set_item("offset", offset)?;
+        kw.set_item("shared", shared)?;
+        let n = match nbytes {
+            Some(n) => n.clone(),
+            None => py.None().into_bound(py),
+        };
+        region_type(py)?.call((slf, n), Some(&kw))
+    }
+
+    /// Writes back every dirty file page and fdatasyncs the files (sync(2)); raises the first
+    /// writeback error not yet reported to this manager's syncs.
+    fn sync(&self, py: Python<'_>) -> PyResult<()> {
+        let mm = self.mm().clone();
+        py.detach(move || mm.sync()).map_err(mm_err)
+    }
+
+    /// The counters, named as in /proc/vmstat (pgfault, pgmajfault, pswpin, pswpout,
+    /// pgscan_kswapd, allocstall, nr_anon_pages, ...): a dict of name to int.
+    fn vmstat<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for (name, v) in self.mm().vmstat().iter() {
+            d.set_item(name, v)?;
+        }
+        Ok(d)
+    }
+
+    /// The memory budget in bytes.
+    #[getter]
+    fn budget(&self) -> u64 {
+        self.mm().budget()
+    }
+
+    /// Bytes of memory (frames) in use now; at most the budget.
+    #[getter]
+    fn resident_bytes(&self) -> u64 {
+        self.mm().resident_bytes()
+    }
+
+    /// The highest resident_bytes seen since the manager started.
+    #[getter]
+    fn peak_resident_bytes(&self) -> u64 {
+        self.mm().peak_resident_bytes()
+    }
+
+    /// The swap device's capacity in bytes (0 without swap).
+    #[getter]
+    fn swap_bytes(&self) -> u64 {
+        self.mm().swap_bytes()
+    }
+
+    /// A description of the swap device, e.g. "file:/tmp/usermm-swap-123 (O_DIRECT)" or "ram".
+    #[getter]
+    fn swap(&self) -> String {
+        self.mm().swap_name()
+    }
+
+    /// Bytes committed by live regions (strict accounting counts every mapped byte).
+    #[getter]
+    fn committed_bytes(&self) -> u64 {
+        self.mm().commit().0
+    }
+
+    /// The commit limit in bytes: budget + swap.
+    #[getter]
+    fn commit_limit_bytes(&self) -> u64 {
+        self.mm().commit().1
+    }
+
+    /// Whether mapping beyond the commit limit is allowed.
+    #[getter]
+    fn overcommit(&self) -> bool {
+        self.mm().config().overcommit
+    }
+
+    /// The seed switches and laptop_mode this manager runs with: a dict of name to value
+    /// (each switch's descriptive value, see usermm.switches(); laptop_mode "on" or "off").
+    /// Passing it back as Manager(settings=...) gives the same settings.
+    #[getter]
+    fn settings<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = &self.mm().config().settings;
+        let d = PyDict::new(py);
+        for (info, b) in s.iter() {
+            d.set_item(
+                info.name,
+                match b {
+                    Behaviour::Old => info.old,
+                    Behaviour::New => info.new,
+                },
+            )?;
+        }
+        d.set_item("laptop_mode", if s.laptop_mode { "on" } else { "off" })?;
+        Ok(d)
+    }
+
+    /// How userfaultfd was opened: "dev_userfaultfd" or "syscall_full" (full mode: system calls
+    /// on swapped-out array memory fault it in), or "user_mode_only" (such calls fail with
+    /// EFAULT; touch the memory first).
+    #[getter]
+    fn uffd_mode(&self) -> &'static str {
+        match self.mm().uffd_info().origin {
+            Origin::DevUserfaultfd => "dev_userfaultfd",
+            Origin::SyscallFull => "syscall_full",
+            Origin::SyscallUserModeOnly => "user_mode_only",
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        let mm = self.mm();
+        format!(
+            "<usermm.Manager budget={} swap={} resident={} peak={}>",
+            mm.budget(),
+            mm.swap_name(),
+            mm.resident_bytes(),
+            mm.peak_resident_bytes()
+        )
+    }
+}
+
+/// The default manager of this process. In a fork child the parent's is replaced on first use.
+static DEFAULT: Mutex<Option<Py<Manager>>> = Mutex::new(None);
+
+/// The default manager if this process made it.
+fn current_default(py: Python<'_>) -> Option<Py<Manager>> {
+    let g = DEFAULT
+        .lock_py_attached(py)
+        .unwrap_or_else(|e| e.into_inner());
+    g.as_ref()
+        .filter(|m| !fork::is_inherited(m.get().pid))
+        .map(|m| m.clone_ref(py))
+}
+
+/// The process-wide default Manager, created on first use from the environment:
+/// USERMM_BUDGET (default 256M), USERMM_SWAP (file, file:PATH, ram or none; default file),
+/// USERMM_SWAP_SIZE (default 4x the budget), USERMM_OVERCOMMIT (1/0), USERMM_SET (seed
+/// switches, "name=value,..."). The same variables configure the C ABI's default manager and
+/// `usermm run`. A bad variable raises InvalidArgumentError naming it (and the next call tries
+/// again). A fork() child gets its own default manager.
+#[pyfunction]
+pub fn default(py: Python<'_>) -> PyResult<Py<Manager>> {
+    if let Some(m) = current_default(py) {
+        return Ok(m);
+    }
+    // Made without the lock held (creation releases the GIL); if another thread won the race,
+    // its manager is kept and this one dropped.
+    let cfg = MmConfig::from_env().map_err(mm_err)?;
+    let made = Py::new(py, Manager::open(py, cfg)?)?;
+    let (result, replaced) = {
+        let mut g = DEFAULT
+            .lock_py_attached(py)
+            .unwrap_or_else(|e| e.into_inner());
+        match g.as_ref() {
+            Some(m) if !fork::is_inherited(m.get().pid) => (m.clone_ref(py), Some(made)),
+            _ => (made.clone_ref(py), g.replace(made)),
+        }
+    };
+    drop(replaced); // the loser of a race, or the parent's (leaked by Manager's Drop)
+    Ok(result)
+}
+
+/// The seed switches: a list of dicts with name, seed (the commit in shared/seeds), old and new
+/// (the descriptive values; "old" and "new" are accepted too) and what (one line). Besides
+/// these, settings take laptop_mode ("on"/"off").
+#[pyfunction]
+pub fn switches(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
+    let l = PyList::empty(py);
+    for i in usermm::settings::SWITCHES {
+        let d = PyDict::new(py);
+        d.set_item("name", i.name)?;
+        d.set_item("seed", i.seed)?;
+        d.set_item("old", i.old)?;
+        d.set_item("new", i.new)?;
+        d.set_item("what", i.what)?;
+        l.append(d)?;
+    }
+    Ok(l)
+}

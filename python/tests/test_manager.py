@@ -1,0 +1,186 @@
+"""Manager construction, properties, settings, the default manager and every error path."""
+
+import errno
+import json
+
+import pytest
+
+import usermm
+from conftest import MiB, run_python
+
+
+def test_defaults():
+    mm = usermm.Manager()
+    assert mm.budget == 256 * MiB
+    assert mm.swap_bytes == 1024 * MiB  # 4x the budget
+    assert mm.swap.startswith("file")
+    assert mm.commit_limit_bytes == mm.budget + mm.swap_bytes
+    assert mm.committed_bytes == 0
+    assert mm.resident_bytes == 0 and mm.peak_resident_bytes == 0
+    assert mm.overcommit is False
+    # Full-mode userfaultfd when allowed (root here), so system calls on the memory fault.
+    assert mm.uffd_mode in ("dev_userfaultfd", "syscall_full", "user_mode_only")
+    assert "budget=268435456" in repr(mm)
+
+
+def test_sizes_as_str_and_int():
+    mm = usermm.Manager(budget=32 * MiB, swap="ram", swap_size="96M")
+    assert mm.budget == 32 * MiB and mm.swap_bytes == 96 * MiB and mm.swap.startswith("ram")
+    mm = usermm.Manager(budget="1.5G", swap="none")
+    assert mm.budget == 3 << 29 and mm.swap_bytes == 0 and mm.swap == "none"
+    assert mm.commit_limit_bytes == mm.budget
+
+
+def test_vmstat_is_a_dict_of_ints(small_mm):
+    v = small_mm.vmstat()
+    assert isinstance(v, dict)
+    for name in ("pgfault", "pgmajfault", "pswpin", "pswpout", "nr_free_pages", "allocstall"):
+        assert isinstance(v[name], int)
+    assert v["nr_free_pages"] == 16 * MiB // 4096
+    assert v["pgfault"] == 0
+
+
+def test_settings_default_and_round_trip():
+    names = [s["name"] for s in usermm.switches()]
+    assert "accessed_init" in names and "laptop_mode_isolate" in names
+    for s in usermm.switches():
+        assert set(s) == {"name", "seed", "old", "new", "what"}
+    mm = usermm.Manager(budget="8M", swap="none")
+    st = mm.settings
+    assert st["laptop_mode"] == "off"
+    assert {k: v for k, v in st.items() if k != "laptop_mode"} == {
+        s["name"]: s["new"] for s in usermm.switches()
+    }
+    # As a string (like USERMM_SET), with old/new or the descriptive values.
+    mm = usermm.Manager(budget="8M", swap="none", settings="accessed_init=old,laptop_mode=on")
+    assert mm.settings["accessed_init"] == "atomic"
+    assert mm.settings["laptop_mode"] == "on"
+    # As a dict, with a bool for laptop_mode; the settings dict round-trips.
+    mm2 = usermm.Manager(
+        budget="8M", swap="none", settings={"huge_zero_refcount": "global", "laptop_mode": True}
+    )
+    assert mm2.settings["huge_zero_refcount"] == "global" and mm2.settings["laptop_mode"] == "on"
+    mm3 = usermm.Manager(budget="8M", swap="none", settings=mm2.settings)
+    assert mm3.settings == mm2.settings
+
+
+def test_exception_hierarchy():
+    assert issubclass(usermm.InvalidArgumentError, usermm.Error)
+    assert issubclass(usermm.InvalidArgumentError, ValueError)
+    assert issubclass(usermm.CommitLimitError, MemoryError)
+    assert issubclass(usermm.UserfaultfdError, OSError)
+    assert issubclass(usermm.IoError, OSError)
+    assert issubclass(usermm.Error, Exception)
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"budget": "256Q"}, ["budget", "256Q", "suffix"]),
+        ({"budget": ""}, ["budget", "cannot parse size"]),
+        ({"budget": -1}, ["budget=-1", "between 0"]),
+        ({"budget": True}, ["budget=True"]),
+        ({"budget": 1.5}, ["budget must be a size", "float"]),
+        ({"budget": "512k"}, ["below the minimum", "1 MiB"]),
+        ({"budget": "8M", "swap_size": "lots"}, ["swap_size", "lots"]),
+        ({"budget": "8M", "swap": "tape"}, ["swap", "tape", "file, file:PATH, ram or none"]),
+        ({"budget": "8M", "settings": "nosuch=old"}, ["settings", "nosuch", "accessed_init"]),
+        ({"budget": "8M", "settings": "accessed_init=maybe"}, ["accessed_init", "atomic"]),
+        ({"budget": "8M", "settings": "accessed_init"}, ["name=value"]),
+        ({"budget": "8M", "settings": {"laptop_mode": 2.5}}, ["laptop_mode", "2.5"]),
+        ({"budget": "8M", "settings": {1: "old"}}, ["key 1"]),
+        ({"budget": "8M", "settings": 7}, ["settings must be", "int"]),
+    ],
+)
+def test_bad_arguments_raise_invalid_argument(kwargs, words):
+    with pytest.raises(usermm.InvalidArgumentError) as ei:
+        usermm.Manager(**kwargs)
+    msg = str(ei.value)
+    assert isinstance(ei.value, ValueError) and isinstance(ei.value, usermm.Error)
+    for w in words:
+        assert w in msg, (w, msg)
+
+
+def test_commit_limit_raises_memory_error():
+    mm = usermm.Manager(budget="16M", swap="ram", swap_size="16M")
+    a = mm.array(24 * MiB, "u1")  # fits: 24 of 32 MiB
+    with pytest.raises(usermm.CommitLimitError) as ei:
+        mm.array(16 * MiB, "u1")
+    assert isinstance(ei.value, MemoryError)
+    msg = str(ei.value)
+    assert "commit limit exceeded" in msg and "overcommit" in msg and "32.0 MiB" in msg
+    assert mm.committed_bytes == 24 * MiB
+    del a
+    # With overcommit the same mapping is allowed (untouched pages cost nothing).
+    mm = usermm.Manager(budget="16M", swap="ram", swap_size="16M", overcommit=True)
+    b = mm.array(64 * MiB, "u1")
+    assert mm.overcommit and b.sum() == 0
+
+
+def test_swap_file_in_missing_directory_raises_oserror_with_errno():
+    with pytest.raises(usermm.IoError) as ei:
+        usermm.Manager(budget="8M", swap="file:/nonexistent-usermm-dir/swap")
+    assert isinstance(ei.value, OSError)
+    assert ei.value.errno == errno.ENOENT
+    assert "swap" in str(ei.value)
+
+
+def test_parse_size():
+    assert usermm.parse_size("64k") == 65536
+    assert usermm.parse_size("2GiB") == 2 << 30
+    with pytest.raises(usermm.InvalidArgumentError, match="256Q"):
+        usermm.parse_size("256Q")
+
+
+def test_default_manager_from_environment():
+    code = (
+        "import json, usermm\n"
+        "m = usermm.default()\n"
+        "assert m is usermm.default()\n"
+        "a = m.array(1000, 'i8'); a[:] = 7\n"
+        "print(json.dumps({'budget': m.budget, 'swap': m.swap, 'swap_bytes': m.swap_bytes,\n"
+        "  'settings': m.settings, 'overcommit': m.overcommit, 'sum': int(a.sum())}))\n"
+    )
+    r = run_python(
+        code,
+        env={
+            "USERMM_BUDGET": "32M",
+            "USERMM_SWAP": "ram",
+            "USERMM_SWAP_SIZE": "48M",
+            "USERMM_OVERCOMMIT": "1",
+            "USERMM_SET": "laptop_mode=on,accessed_init=old",
+        },
+    )
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["budget"] == 32 * MiB and out["swap"].startswith("ram") and out["swap_bytes"] == 48 * MiB
+    assert out["overcommit"] is True
+    assert out["settings"]["laptop_mode"] == "on"
+    assert out["settings"]["accessed_init"] == "atomic"
+    assert out["sum"] == 7000
+    # Without variables: 256M and a swap file.
+    r = run_python("import usermm; m = usermm.default(); print(m.budget, m.swap)")
+    assert r.returncode == 0, r.stderr
+    budget, swap = r.stdout.split(maxsplit=1)
+    assert int(budget) == 256 * MiB and swap.startswith("file")
+
+
+def test_default_manager_bad_environment_names_the_variable_and_retries():
+    code = (
+        "import os, usermm\n"
+        "try:\n"
+        "    usermm.default()\n"
+        "except usermm.InvalidArgumentError as e:\n"
+        "    print('ERR', e)\n"
+        "os.environ['USERMM_BUDGET'] = '8M'\n"
+        "print('OK', usermm.default().budget)\n"
+    )
+    r = run_python(code, env={"USERMM_BUDGET": "256Q"})
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("ERR") and "USERMM_BUDGET" in lines[0] and "256Q" in lines[0]
+    assert lines[1] == f"OK {8 * MiB}"
+    r = run_python("import usermm; usermm.default()", env={"USERMM_SWAP": "tape"})
+    assert r.returncode != 0
+    assert "InvalidArgumentError" in r.stderr and "USERMM_SWAP" in r.stderr
+    assert "tape" in r.stderr
