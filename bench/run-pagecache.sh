@@ -16,11 +16,11 @@ trap cleanup EXIT
 mount -t tmpfs -o size=2g none "$mnt" || exit 2
 gcc -O2 -o /tmp/usermm-mmapseq "$here/mmapseq.c" || exit 2
 mkdir -p $cg && echo $((512 << 20)) > $cg/memory.limit_in_bytes || exit 2
-kdd() { dd if=/dev/zero of="$1" bs=1M count=1024 $2 2>&1 | awk '/copied/ {print $(NF-1), $NF}'; rm -f "$1"; }
+kdd() { dd if=/dev/zero of="$1" bs=1M count=1024 ${2:-} 2>&1 | awk '/copied/ {print $(NF-1), $NF}'; rm -f "$1"; }
 for i in $(seq $runs); do
   echo "== run $i"
-  echo "dd file async : usermm $($bin bench dd --budget 256M --size 1G -i 1 --dir $DIR 2>/dev/null | grep -o '[0-9]* MiB/s')  kernel $(kdd $DIR/kdd.bin)"
-  echo "dd file fsync : usermm $($bin bench dd --budget 256M --size 1G -i 1 --sync --dir $DIR 2>/dev/null | grep -o '[0-9]* MiB/s')  kernel $(kdd $DIR/kdd.bin conv=fsync)"
-  echo "dd in memory  : usermm $($bin bench dd --budget 256M --swap-size 2G --size 1G -i 1 --memory 2>/dev/null | grep -o '[0-9]* MiB/s')  kernel tmpfs $(kdd $mnt/kdd.bin)"
+  echo "dd file async : usermm $($bin bench dd --budget 256M --count 1024 --iterations 1 --dir $DIR 2>/dev/null | grep -o 'throughput [0-9]* MiB/s')  kernel $(kdd $DIR/kdd.bin)"
+  echo "dd file fsync : usermm $($bin bench dd --budget 256M --count 1024 --iterations 1 --fdatasync --dir $DIR 2>/dev/null | grep -o 'throughput [0-9]* MiB/s')  kernel $(kdd $DIR/kdd.bin conv=fsync)"
+  echo "dd in memory  : usermm $($bin bench dd --budget 256M --swap ram --swap-size 2G --count 1024 --iterations 1 --memory 2>/dev/null | grep -o 'throughput [0-9]* MiB/s')  kernel tmpfs $(kdd $mnt/kdd.bin)"
   echo "mmap 4G/512M  : usermm $($bin bench mmap-file --budget 512M --size 4G --dir $DIR 2>/dev/null | head -1 | grep -o 'write.*read [0-9]* MiB/s')  kernel $(sh -c "echo \$\$ > $cg/cgroup.procs; exec /tmp/usermm-mmapseq $DIR/kmmap.bin 4096")"
 done
