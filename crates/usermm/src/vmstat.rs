@@ -116,6 +116,7 @@ items! {
     LwDeleteFromSwapCache = "lock_wait_ns.__delete_from_swap_cache",
     TlAcquire = "tree_lock_acquire",
     MarkPageAccessed = "mark_page_accessed",
+    PoolSlotLost = "pool_slot_lost",
     InitPageAccessed = "init_page_accessed",
 }
 

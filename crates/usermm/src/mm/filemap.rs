@@ -444,7 +444,7 @@ pub fn pagecache_get_page(
 /// bytes can be accessed. A recycled page keeps stale bytes: the caller overwrites them.
 pub(crate) fn ensure_slot(m: &MmInner, f: u32) -> bool {
     let p = &m.pages[f as usize];
-    if p.test_clear(pg::POOLED) {
+    if vmscan::pooled_and_present(m, f) && p.test_clear(pg::POOLED) {
         return true;
     }
     let dst = m.pool.addr() + MmInner::frame_off(f);

@@ -236,10 +236,7 @@ fn anon_write_fault_win(
     let addr = r.page_addr(idx);
     // Recycled frames are zeroed in place and moved; the others are copied from the zero
     // source. One ioctl per run.
-    let pooled: Vec<bool> = frames[..n]
-        .iter()
-        .map(|&f| m.pages[f as usize].test(pg::POOLED))
-        .collect();
+    let pooled = vmscan::pooled_batch(m, &frames[..n]);
     for (k, &f) in frames[..n].iter().enumerate() {
         if pooled[k] {
             let _ = m.pool.fill(MmInner::frame_off(f), PAGE_SIZE, 0);
@@ -640,7 +637,7 @@ fn swap_fault(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) ->
         let dst = r.page_addr(idx);
         // A dirty page into a recycled frame: fill in place and move. A clean page (swap copy
         // kept) is copied write-protected in one step (see map_parked for why not MOVE + WP).
-        let placed = if !keep && p0.test_clear(pg::POOLED) {
+        let placed = if !keep && vmscan::pooled_and_present(m, f0) && p0.test_clear(pg::POOLED) {
             let src = m.pool.addr() + MmInner::frame_off(f0);
             let _ = m
                 .pool
@@ -677,7 +674,7 @@ fn swap_fault(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) ->
 /// Puts the page at `off` of `bounce` into frame `f`'s pool slot: a plain copy into a recycled
 /// page, or UFFDIO_COPY into an empty slot.
 pub(crate) fn fill_slot(m: &MmInner, f: u32, bounce: &Mapping, off: usize) -> bool {
-    if m.pages[f as usize].test_clear(pg::POOLED) {
+    if vmscan::pooled_and_present(m, f) && m.pages[f as usize].test_clear(pg::POOLED) {
         m.pool
             .copy_from(MmInner::frame_off(f), bounce, off, PAGE_SIZE)
             .is_ok()

@@ -144,6 +144,59 @@ pub fn recycle_frames(m: &MmInner, frames: &[u32]) {
     m.vm.add(Item::Pgfree, frames.len() as u64);
 }
 
+/// Whether frame `f`'s pool slot really holds the page PG_pooled promises. A store into an
+/// empty slot would fault into the handlers (the pool is registered) and, from a handler
+/// thread, never be served; a lost slot is counted (`pool_slot_lost`) and the frame treated as
+/// not pooled.
+pub fn pooled_and_present(m: &MmInner, f: u32) -> bool {
+    let p = &m.pages[f as usize];
+    if !p.test(pg::POOLED) {
+        return false;
+    }
+    match m.pool.resident(MmInner::frame_off(f), PAGE_SIZE) {
+        Ok(v) if v[0] => true,
+        _ => {
+            m.vm.inc(Item::PoolSlotLost);
+            log::warn!("frame {f} is marked pooled but its pool slot is empty");
+            p.clear(pg::POOLED);
+            false
+        }
+    }
+}
+
+/// [`pooled_and_present`] for a batch, with one mincore per run of consecutive frames.
+pub fn pooled_batch(m: &MmInner, frames: &[u32]) -> Vec<bool> {
+    let mut out = vec![false; frames.len()];
+    let mut k = 0;
+    while k < frames.len() {
+        let mut e = k + 1;
+        while e < frames.len() && frames[e] == frames[e - 1] + 1 {
+            e += 1;
+        }
+        let res = m
+            .pool
+            .resident(MmInner::frame_off(frames[k]), (e - k) * PAGE_SIZE)
+            .unwrap_or_else(|_| vec![false; e - k]);
+        for j in k..e {
+            let p = &m.pages[frames[j] as usize];
+            if p.test(pg::POOLED) {
+                if res[j - k] {
+                    out[j] = true;
+                } else {
+                    m.vm.inc(Item::PoolSlotLost);
+                    log::warn!(
+                        "frame {} is marked pooled but its pool slot is empty",
+                        frames[j]
+                    );
+                    p.clear(pg::POOLED);
+                }
+            }
+        }
+        k = e;
+    }
+    out
+}
+
 /// Empties the pool slot of a freshly allocated frame that will not use the page parked there.
 pub fn empty_slot(m: &MmInner, f: u32) {
     if m.pages[f as usize].test_clear(pg::POOLED) {

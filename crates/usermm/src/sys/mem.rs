@@ -226,6 +226,28 @@ impl Mapping {
         Ok(())
     }
 
+    /// Which pages of `[off, off+len)` (page aligned) have a page mapped (mincore(2)): a store
+    /// to a page that has none would fault (on a userfaultfd-registered range: into the
+    /// handler).
+    pub fn resident(&self, off: usize, len: usize) -> io::Result<Vec<bool>> {
+        check_range(self.len, off, len)?;
+        let n = len.div_ceil(PAGE_SIZE);
+        let mut vec = vec![0u8; n];
+        // SAFETY: the range is inside this mapping (checked) and page aligned (callers pass
+        // frame offsets); mincore writes one byte per page into `vec`, which has n bytes.
+        let r = unsafe {
+            libc::mincore(
+                self.as_ptr().add(off) as *mut libc::c_void,
+                len,
+                vec.as_mut_ptr(),
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(vec.iter().map(|b| b & 1 != 0).collect())
+    }
+
     /// Fills `[off, off+len)` with `byte`.
     pub fn fill(&self, off: usize, len: usize, byte: u8) -> io::Result<()> {
         check_range(self.len, off, len)?;
