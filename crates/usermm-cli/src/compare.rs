@@ -134,17 +134,7 @@ pub fn usemem_metrics(r: &Report) -> Vec<Metric> {
         ),
         Metric::new("vm-scalability.time.elapsed_time", Kind::Time, r.elapsed_s),
     ];
-    for (k, val) in r.vmstat.iter() {
-        if k.starts_with(LOCK_WAIT_PREFIX) {
-            v.push(Metric::new(k, Kind::Time, val as f64));
-        } else if !crate::counters::vmstat_is_state(k) {
-            v.push(Metric::new(
-                format!("proc-vmstat.{k}"),
-                Kind::Counter,
-                val as f64,
-            ));
-        }
-    }
+    push_counters(&mut v, r.vmstat.iter());
     v
 }
 

@@ -194,6 +194,18 @@ fn zero_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
     Some(Fault::Done)
 }
 
+/// The write fault-around window for a write fault at `idx`: doubled (up to
+/// `fault_around_max`) when the fault continues the region's sequential run, else 1.
+fn write_window(m: &MmInner, r: &RegionInner, idx: u64) -> u32 {
+    let w = if r.next_write.load(Ordering::Relaxed) == idx {
+        (r.write_win.load(Ordering::Relaxed) * 2).min(m.cfg.fault_around_max)
+    } else {
+        1
+    };
+    r.write_win.store(w, Ordering::Relaxed);
+    w
+}
+
 /// Write of a never-written page: fresh zeroed frames. A sequential run of write faults grows a
 /// window (up to `fault_around_max`) of pages mapped by one UFFDIO_COPY from the zero source.
 fn anon_write_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
@@ -207,19 +219,7 @@ fn anon_write_fault_win(
     idx: u64,
     force: Option<usize>,
 ) -> Option<Fault> {
-    let win = if let Some(w) = force {
-        w
-    } else {
-        let expect = r.next_write.load(Ordering::Relaxed);
-        let w = r.write_win.load(Ordering::Relaxed);
-        let w = if expect == idx {
-            (w * 2).min(m.cfg.fault_around_max)
-        } else {
-            1
-        };
-        r.write_win.store(w, Ordering::Relaxed);
-        w as usize
-    };
+    let win = force.unwrap_or_else(|| write_window(m, r, idx) as usize);
     let want = win;
     let mut frames = Vec::with_capacity(win);
     if !vmscan::alloc_frames(m, win, &mut frames) {
@@ -900,15 +900,7 @@ fn shared_file_fault(
     // of one wp fault per page); a reader gets up to FILE_FAULT_AROUND clean pages mapped
     // write-protected.
     let win = if write {
-        let expect = r.next_write.load(Ordering::Relaxed);
-        let w = r.write_win.load(Ordering::Relaxed);
-        let w = if expect == idx {
-            (w * 2).min(m.cfg.fault_around_max)
-        } else {
-            1
-        };
-        r.write_win.store(w, Ordering::Relaxed);
-        w as u64
+        write_window(m, r, idx) as u64
     } else {
         FILE_FAULT_AROUND
     };
