@@ -8,6 +8,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Once};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use usermm::MmConfig;
@@ -84,18 +85,39 @@ pub fn catch_signals() -> Result<(), Failure> {
                 )));
             }
         }
+        // The workload loops poll the flag; a task stuck in a fault never will. Past a grace
+        // period, tear the kernel engine down from here and exit.
+        let _ = std::thread::Builder::new()
+            .name("interrupt-watchdog".into())
+            .spawn(|| {
+                while !interrupted() {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                std::thread::sleep(INTERRUPT_GRACE);
+                eprintln!(
+                    "usermm: interrupted, and the workload did not stop within {} s (a task \
+                     is stuck); exiting",
+                    INTERRUPT_GRACE.as_secs()
+                );
+                kernel::emergency_teardown();
+                std::process::exit(130);
+            });
     });
     err.map_or(Ok(()), Err)
 }
 
-/// Checks what the engines need before anything runs: root for the kernel engine (then the
-/// signal handler is installed).
+/// How long an interrupted benchmark may take to stop by itself.
+const INTERRUPT_GRACE: Duration = Duration::from_secs(3);
+
+/// Checks what the engines need before anything runs (root for the kernel engine) and installs
+/// the signal handlers.
 pub fn prepare(engines: &[Engine]) -> Result<(), Failure> {
     if engines.contains(&Engine::Kernel) {
         kernel::require_root()?;
-        catch_signals()?;
     }
-    Ok(())
+    // Every engine: SIGINT/SIGTERM/SIGHUP stop the workload and report, promptly even when a
+    // task is stuck (the watchdog above).
+    catch_signals()
 }
 
 /// Runs a usemem workload on the kernel engine and returns its report.

@@ -320,3 +320,67 @@ fn dd_loop_counts_accessed_marking_by_switch() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 10 part 3: SIGINT/SIGTERM end a benchmark promptly even when a task is stuck in a
+/// fault that is never answered (a test hook makes task 0 block on an unserved userfaultfd).
+#[test]
+fn signals_end_a_benchmark_with_a_stuck_task() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::time::{Duration, Instant};
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_usermm"))
+            .args([
+                "bench",
+                "usemem",
+                "-n",
+                "2",
+                "--budget",
+                "8M",
+                "--swap",
+                "file",
+                "--swap-size",
+                "64M",
+                "--repeat",
+                "1000",
+                "16M",
+            ])
+            .env("USERMM_TEST_STUCK_FAULT", "1")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("running usermm");
+        // Let the tasks start (task 0 gets stuck at once, task 1 runs).
+        std::thread::sleep(Duration::from_millis(1500));
+        // SAFETY: kill(2) on our own child's pid.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
+        let t0 = Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if t0.elapsed() > Duration::from_secs(20) {
+                let _ = child.kill();
+                panic!("usermm did not exit within 20 s of signal {sig} with a stuck task");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let waited = t0.elapsed();
+        let mut err = String::new();
+        std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+        assert_eq!(
+            status.code(),
+            Some(130),
+            "signal {sig}: {status:?} {}",
+            status.signal().unwrap_or(0)
+        );
+        assert!(
+            err.contains("stuck in a fault"),
+            "the hook must have fired: {err}"
+        );
+        assert!(err.contains("did not stop within"), "signal {sig}: {err}");
+        assert!(
+            waited < Duration::from_secs(10),
+            "signal {sig}: took {waited:?}"
+        );
+    }
+}

@@ -118,6 +118,9 @@ items! {
     MarkPageAccessed = "mark_page_accessed",
     PoolSlotLost = "pool_slot_lost",
     InitPageAccessed = "init_page_accessed",
+    FaultStaleUnmapped = "fault_stale_unmapped",
+    FaultRefaultTripwire = "fault_refault_tripwire",
+    PgunmapZapped = "pgunmap_zapped",
 }
 
 /// The live counters of one memory manager.

@@ -342,3 +342,78 @@ fn rewrites_by_a_few_threads_are_never_lost() {
         }
     });
 }
+
+/// The shape of issue 10's livelock reproduction (`usermm bench usemem --tasks 8 --random -j 4096
+/// --repeat 2 --budget 64M 128M`), scaled to CI: 8 threads, each writing one word per page of its
+/// own 16 MiB region in random page order (with replacement, two passes), then replaying the
+/// generator to verify every word; 16x the budget. Repeated on RAM and file swap, each run under
+/// a watchdog, with the tripwire counters (a fault answered without mapping its page) at zero.
+#[test]
+fn usemem_random_shape_repeated_without_a_stuck_fault() {
+    init_log();
+    const T: usize = 8;
+    const REGION: usize = 16 << 20;
+    let pages = REGION / PAGE;
+    for (run, swap) in [
+        (0u64, usermm::SwapConfig::Ram { size: 256 * MIB }),
+        (
+            1,
+            usermm::SwapConfig::File {
+                path: None,
+                size: 256 * MIB,
+            },
+        ),
+        (2, usermm::SwapConfig::Ram { size: 256 * MIB }),
+        (
+            3,
+            usermm::SwapConfig::File {
+                path: None,
+                size: 256 * MIB,
+            },
+        ),
+    ] {
+        let what = format!("run {run}: 8 random writers at 16x the budget ({swap:?})");
+        with_watchdog(120, &what.clone(), move || {
+            let mm = Arc::new(
+                usermm::Mm::new(usermm::MmConfig::new(BUDGET).swap(swap)).expect("manager"),
+            );
+            let hs: Vec<_> = (0..T)
+                .map(|t| {
+                    let r = mm.map_anon(REGION).unwrap();
+                    std::thread::spawn(move || {
+                        let seed = run * 1000 + t as u64;
+                        let idx = |i: usize| (mix(seed ^ (i as u64) << 8) % pages as u64) as usize;
+                        for i in 0..2 * pages {
+                            let p = idx(i);
+                            r.write_u64(p * PAGE, pattern(seed, p as u64, 0));
+                        }
+                        for i in 0..2 * pages {
+                            let p = idx(i);
+                            assert_eq!(
+                                r.read_u64(p * PAGE),
+                                pattern(seed, p as u64, 0),
+                                "thread {t} page {p}"
+                            );
+                        }
+                        r
+                    })
+                })
+                .collect();
+            let regions: Vec<_> = hs.into_iter().map(|h| h.join().expect("worker")).collect();
+            let vm = mm.vmstat();
+            assert!(vm.val("pswpout") > 0 && vm.val("pswpin") > 0, "{vm}");
+            for c in [
+                "fault_refault_tripwire",
+                "fault_stale_unmapped",
+                "pool_slot_lost",
+                "pgunmap_zapped",
+                "oom_poison",
+            ] {
+                assert_eq!(vm.val(c), 0, "{what}: {c} must stay zero\n{vm}");
+            }
+            assert!(mm.peak_resident_bytes() <= BUDGET, "{vm}");
+            assert_consistent(&mm);
+            drop(regions);
+        });
+    }
+}

@@ -89,6 +89,9 @@ pub struct Params {
 
 /// Accesses between updates of the shared progress counter.
 const PROGRESS_BATCH: u64 = 1 << 14;
+/// Accesses between two looks at the interruption flag: a random access under heavy swap costs
+/// up to ~100 us, so a batch of PROGRESS_BATCH would make Ctrl-C wait for seconds.
+const INTERRUPT_POLL: u64 = 64;
 
 /// The first wrong word a task found.
 #[derive(Debug, Clone)]
@@ -186,12 +189,12 @@ impl<M: Memory> Task<'_, M> {
             rw += 8;
             i += self.stride;
             pending += 1;
+            if pending.is_multiple_of(INTERRUPT_POLL) && crate::engine::interrupted() {
+                break;
+            }
             if pending == PROGRESS_BATCH {
                 progress.fetch_add(pending * self.unit(), Ordering::Relaxed);
                 pending = 0;
-                if crate::engine::interrupted() {
-                    break;
-                }
             }
         }
         progress.fetch_add(pending * self.unit(), Ordering::Relaxed);
@@ -205,12 +208,12 @@ impl<M: Memory> Task<'_, M> {
         let mut check = |idx: u64| {
             let v = r.read_u64((idx * 8) as usize);
             pending += 1;
+            if pending.is_multiple_of(INTERRUPT_POLL) && crate::engine::interrupted() {
+                return Err(None);
+            }
             if pending == PROGRESS_BATCH {
                 progress.fetch_add(pending * self.unit(), Ordering::Relaxed);
                 pending = 0;
-                if crate::engine::interrupted() {
-                    return Err(None);
-                }
             }
             if v == idx {
                 Ok(())
@@ -275,6 +278,27 @@ impl Gate {
 /// Runs `f` for every task on its own thread, behind `gate`; shows a progress bar of `total`
 /// bytes while they run. `started` runs on this thread once all threads exist and the gate is
 /// open. Returns the results in task order.
+/// Test hook: with this variable set, task 0 of every phase blocks in a userfaultfd fault that
+/// nobody serves, the way a task stuck on a never-resolved fault does (issue 10), so that the
+/// tests can check that SIGINT/SIGTERM still end the benchmark promptly.
+pub const STUCK_FAULT_ENV: &str = "USERMM_TEST_STUCK_FAULT";
+
+/// Touches a page registered with a userfaultfd that is never read: the thread sleeps in the
+/// kernel until the process exits.
+fn stuck_fault() {
+    use usermm::sys::{uffd, Mapping, PAGE_SIZE};
+    let (Ok(u), Ok(m)) = (
+        uffd::Uffd::open(0, uffd::OpenPolicy::Auto),
+        Mapping::anon(PAGE_SIZE, 0),
+    ) else {
+        return;
+    };
+    if u.register(m.addr(), m.len(), uffd::mode::MISSING).is_ok() {
+        eprintln!("usermm: {STUCK_FAULT_ENV}: task 0 is now stuck in a fault");
+        let _ = m.read_u64(0);
+    }
+}
+
 fn on_tasks<M: Memory, R: Send>(
     tasks: &[Task<'_, M>],
     msg: &str,
@@ -291,7 +315,14 @@ fn on_tasks<M: Memory, R: Send>(
             let (f, gate, progress) = (&f, &gate, &progress);
             let spawned = std::thread::Builder::new()
                 .name(format!("usemem-{}", t.id))
-                .spawn_scoped(s, move || gate.wait().then(|| f(t, progress)));
+                .spawn_scoped(s, move || {
+                    gate.wait().then(|| {
+                        if t.id == 0 && std::env::var_os(STUCK_FAULT_ENV).is_some() {
+                            stuck_fault();
+                        }
+                        f(t, progress)
+                    })
+                });
             match spawned {
                 Ok(h) => handles.push(h),
                 Err(e) => {

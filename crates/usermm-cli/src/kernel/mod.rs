@@ -305,6 +305,9 @@ fn write_state(path: &Path, st: &State) {
     }
 }
 
+/// The kernel-engine worker process of the run in progress (0: none).
+static WORKER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
 /// Undoes what killed runs left behind (called with the lock held, so no live run owns them).
 fn cleanup_leftovers(dir: &Path) {
     let Ok(rd) = fs::read_dir(dir) else { return };
@@ -314,36 +317,61 @@ fn cleanup_leftovers(dir: &Path) {
             .file_name()
             .and_then(|n| n.to_str())
             .is_some_and(|n| n.starts_with("state-") && n.ends_with(".json"));
-        if !is_state {
-            continue;
+        if is_state {
+            cleanup_state(
+                &p,
+                "usermm: cleaning up after kernel-engine run {} that did not finish",
+            );
         }
-        let Ok(st) = fs::read_to_string(&p)
-            .map_err(|_| ())
-            .and_then(|t| serde_json::from_str::<State>(&t).map_err(|_| ()))
-        else {
-            let _ = fs::remove_file(&p);
-            continue;
-        };
-        eprintln!(
-            "usermm: cleaning up after kernel-engine run {} that did not finish",
-            st.pid
+    }
+}
+
+/// Tears down what state file `p` records (cgroup, then swap) and removes the file if all of it
+/// went. `note` is printed with the run's pid.
+fn cleanup_state(p: &Path, note: &str) {
+    let Ok(st) = fs::read_to_string(p)
+        .map_err(|_| ())
+        .and_then(|t| serde_json::from_str::<State>(&t).map_err(|_| ()))
+    else {
+        let _ = fs::remove_file(p);
+        return;
+    };
+    eprintln!("{}", note.replace("{}", &st.pid.to_string()));
+    let mut ok = true;
+    if let Some(cg) = &st.cgroup {
+        if let Err(e) = cgroup::remove_dir(cg) {
+            eprintln!("usermm: {e}");
+            ok = false;
+        }
+    }
+    if let Some(mut s) = st.swap {
+        if let Err(e) = s.teardown() {
+            eprintln!("usermm: {e}");
+            ok = false;
+        }
+    }
+    if ok {
+        let _ = fs::remove_file(p);
+    }
+}
+
+/// Last resort of an interrupted run whose workload does not stop (a task stuck in a fault):
+/// kills the kernel-engine worker, if one runs, and tears down this process's cgroup and swap
+/// from its state file, from whichever thread calls it. The caller exits right after.
+pub fn emergency_teardown() {
+    let pid = WORKER.swap(0, std::sync::atomic::Ordering::SeqCst);
+    if pid != 0 {
+        // Our own child, by pid (kill(1): no unsafe outside sys/).
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+    let p = state_dir().join(format!("state-{}.json", std::process::id()));
+    if p.exists() {
+        cleanup_state(
+            &p,
+            "usermm: tearing down the kernel engine of interrupted run {}",
         );
-        let mut ok = true;
-        if let Some(cg) = &st.cgroup {
-            if let Err(e) = cgroup::remove_dir(cg) {
-                eprintln!("usermm: {e}");
-                ok = false;
-            }
-        }
-        if let Some(mut s) = st.swap {
-            if let Err(e) = s.teardown() {
-                eprintln!("usermm: {e}");
-                ok = false;
-            }
-        }
-        if ok {
-            let _ = fs::remove_file(&p);
-        }
     }
 }
 
@@ -366,6 +394,7 @@ pub struct Finished {
 pub fn run_job(setup: &Setup, job: worker::Job) -> Result<Finished, Failure> {
     let env = Env::create(setup)?;
     let r = run_in(&env, job);
+    WORKER.store(0, std::sync::atomic::Ordering::SeqCst);
     let describe = env.describe();
     let (swap_name, swap_bytes) = env
         .swap()
@@ -397,7 +426,9 @@ fn run_in(env: &Env, job: worker::Job) -> Result<(worker::JobResult, u64), Failu
         .stderr(Stdio::inherit())
         .spawn()
         .map_err(|e| Failure::Run(format!("cannot start the kernel-engine worker: {e}")))?;
-    // From here on the child must not outlive this function.
+    // From here on the child must not outlive this function (nor this process: an
+    // interrupted run whose workload is stuck kills it from `emergency_teardown`).
+    WORKER.store(child.id(), std::sync::atomic::Ordering::SeqCst);
     let kill = |child: &mut std::process::Child| {
         let _ = child.kill();
         let _ = child.wait();

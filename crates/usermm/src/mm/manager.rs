@@ -250,6 +250,8 @@ pub struct MmInner {
     pub(crate) shutdown_efd: EventFd,
     pub(crate) peak_resident: AtomicU64,
     pub(crate) spinners: AtomicU32,
+    /// The re-fault tripwire's memory of each thread's last faults (handler.rs).
+    pub(crate) refaults: super::handler::RefaultTrack,
     /// Address spaces of open files (page owners name them by id).
     pub(crate) mappings: RwLock<super::file::MappingTable>,
     /// Flushers and dirty lists.
@@ -454,6 +456,7 @@ impl Mm {
             shutdown_efd: efd,
             peak_resident: AtomicU64::new(0),
             spinners: AtomicU32::new(0),
+            refaults: Default::default(),
             mappings: RwLock::new(Default::default()),
             wb: Default::default(),
             pgdat_dirty: AtomicBool::new(false),

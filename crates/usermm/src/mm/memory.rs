@@ -90,12 +90,122 @@ fn anon_fault(
         Pte::HugeZero if wp => huge_zero_wp_fault(m, r, idx),
         Pte::Frame(f) => frame_fault(m, r, idx, f, write, wp),
         Pte::Swap(s) => swap_fault(m, r, idx, s, write),
-        Pte::Zero | Pte::Poison | Pte::HugeZero => {
-            // Already resolved by another handler (or poisoned: the access raises SIGBUS).
-            let _ = m.uffd.wake(r.page_addr(idx), PAGE_SIZE);
-            Some(Fault::Done)
+        Pte::Zero | Pte::HugeZero => stale_zero_fault(m, r, idx, pte),
+        Pte::Poison => repoison(m, r, idx),
+    }
+}
+
+/// The state of the page at `addr` for a log line: its entry, its descriptor, and whether the
+/// view and (for a frame) its pool slot hold a page.
+pub(crate) fn describe_page(m: &MmInner, addr: usize) -> String {
+    let r = {
+        let t = m.regions.read();
+        match t.find(addr) {
+            Some(r) => r.clone(),
+            None => return format!("{addr:#x}: in no region"),
+        }
+    };
+    let idx = ((addr - r.view.addr()) / PAGE_SIZE) as u64;
+    let pte = r.pt.get(idx);
+    let mut s = format!(
+        "{addr:#x}: region {} page {idx}: entry {pte:?}, view page present: {}",
+        r.id,
+        view_present(&r, idx)
+    );
+    if let Pte::Frame(f) = pte {
+        let p = &m.pages[f as usize];
+        s += &format!(
+            ", descriptor {{ flags: {}, owner: {:?}, private: {} }}, pool slot present: {}",
+            pg::describe(p.flags.load(Ordering::Relaxed)),
+            p.owner(),
+            p.private.load(Ordering::Relaxed),
+            vmscan::slot_present(m, f)
+        );
+    }
+    s
+}
+
+/// The tripwire's answer to a thread that faults again and again at one address (issue 10):
+/// logs the page's entry and descriptor, then serves the fault on the checked paths (every
+/// "already resolved" branch verifies the view before it wakes and re-resolves otherwise).
+pub fn resolve_from_scratch(m: &MmInner, addr: usize, flags: u64, times: u32) -> Fault {
+    m.vm.inc(Item::FaultRefaultTripwire);
+    log::error!(
+        "tripwire: the same thread faulted {times} times in a row at {}; resolving from scratch",
+        describe_page(m, addr)
+    );
+    handle_fault(m, addr, flags)
+}
+
+/// Whether page `idx` of `r`'s view has a page mapped (mincore; a zero-page pte counts). The
+/// "already resolved" answers check this before they wake: a wake without a mapping makes the
+/// thread fault again at once, forever (issue 10).
+pub(crate) fn view_present(r: &RegionInner, idx: u64) -> bool {
+    match r.view.resident(idx as usize * PAGE_SIZE, PAGE_SIZE) {
+        Ok(v) => v[0],
+        Err(e) => {
+            log::error!("mincore on {:#x}: {e}", r.page_addr(idx));
+            false
         }
     }
+}
+
+/// Logs and counts an entry that claims its page is mapped while the view has none.
+fn note_stale(m: &MmInner, r: &RegionInner, idx: u64, pte: Pte) {
+    m.vm.inc(Item::FaultStaleUnmapped);
+    log::warn!(
+        "fault at {:#x}: entry {pte:?} says the page is mapped but the view has no page; \
+         resolving it again",
+        r.page_addr(idx)
+    );
+}
+
+/// A fault on a zero-page entry that is not write-protect: another handler mapped it (wake), or
+/// the view lost the zero page (zapped over a run that included it): the entry goes back to
+/// None and the fault is served afresh.
+fn stale_zero_fault(m: &MmInner, r: &RegionInner, idx: u64, pte: Pte) -> Option<Fault> {
+    if pte == Pte::HugeZero {
+        if view_present(r, idx) {
+            wake(m, r, idx);
+            return Some(Fault::Done);
+        }
+        // Split the unit into small zero pages, then handle this page as one of them.
+        split_huge_zero(m, r, idx - idx % HPAGE_PMD_NR);
+        return None;
+    }
+    let mut g = r.pt.lock(idx);
+    if g.get() != Pte::Zero {
+        return None;
+    }
+    if view_present(r, idx) {
+        drop(g);
+        wake(m, r, idx);
+        return Some(Fault::Done);
+    }
+    note_stale(m, r, idx, Pte::Zero);
+    g.set(Pte::None);
+    m.vm.sub(Item::NrZeroPageMapped, 1);
+    None
+}
+
+/// A fault on a poisoned entry: the poison marker should have raised SIGBUS without a fault, so
+/// it is missing; poison the page again (which wakes the thread into its SIGBUS).
+fn repoison(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
+    let g = r.pt.lock(idx);
+    if g.get() != Pte::Poison {
+        return None;
+    }
+    let addr = r.page_addr(idx);
+    match m.uffd.poison(addr, PAGE_SIZE, false) {
+        Ok(_) => {}
+        Err(e) if e.is_exists() => wake(m, r, idx),
+        Err(e) => {
+            log::error!("UFFDIO_POISON at {addr:#x}: {e}");
+            wake(m, r, idx);
+        }
+    }
+    drop(g);
+    Some(Fault::Done)
 }
 
 fn wake(m: &MmInner, r: &RegionInner, idx: u64) {
@@ -104,21 +214,36 @@ fn wake(m: &MmInner, r: &RegionInner, idx: u64) {
     }
 }
 
-/// Retries a resolving ioctl on EAGAIN (the kernel is changing the address space); EEXIST means
-/// another thread resolved it: the caller wakes.
-fn retry_again(
+/// Retries a resolving ioctl over `len` bytes on EAGAIN (the kernel is changing the address
+/// space), resuming after the bytes already done: `op(off)` must act on `[off, len)` of its range.
+/// The error's `done` counts every byte resolved across the tries (never re-issue a range that
+/// was partly done: its first page would fail with EEXIST and hide the pages that were moved).
+/// EEXIST means another thread resolved it: the caller wakes.
+pub(crate) fn retry_again(
     m: &MmInner,
-    mut op: impl FnMut() -> Result<usize, OpError>,
+    len: usize,
+    mut op: impl FnMut(usize) -> Result<usize, OpError>,
 ) -> Result<usize, OpError> {
     let mut tries = 0;
+    let mut done = 0;
     loop {
-        match op() {
+        match op(done) {
+            Ok(n) => return Ok(done + n),
             Err(e) if e.is_again() && tries < 1000 => {
+                done += e.done;
+                if done >= len {
+                    return Ok(done);
+                }
                 m.vm.inc(Item::UffdEagain);
                 tries += 1;
                 crate::sync::yield_now();
             }
-            r => return r,
+            Err(e) => {
+                return Err(OpError {
+                    errno: e.errno,
+                    done: done + e.done,
+                })
+            }
         }
     }
 }
@@ -157,7 +282,7 @@ fn zero_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
     let n = 1 + rest.len() as u64;
     let addr = r.page_addr(idx);
     let len = n as usize * PAGE_SIZE;
-    let done = match retry_again(m, || m.uffd.zeropage(addr, len, true)) {
+    let done = match retry_again(m, len, |o| m.uffd.zeropage(addr + o, len - o, true)) {
         Ok(d) => d,
         Err(e) if e.is_exists() => {
             m.vm.inc(Item::UffdEexist);
@@ -223,7 +348,7 @@ fn anon_write_fault_win(
     let want = win;
     let mut frames = Vec::with_capacity(win);
     if !vmscan::alloc_frames(m, win, &mut frames) {
-        return Some(oom(m, r, idx));
+        return oom(m, r, idx);
     }
     let mut g = r.pt.lock(idx);
     if g.get() != Pte::None {
@@ -251,22 +376,20 @@ fn anon_write_fault_win(
                 e += 1;
             }
             let src = m.pool.addr() + MmInner::frame_off(frames[k]);
-            retry_again(m, || {
-                m.uffd
-                    .move_pages(addr + k * PAGE_SIZE, src, (e - k) * PAGE_SIZE, false, true)
+            let len = (e - k) * PAGE_SIZE;
+            let dst = addr + k * PAGE_SIZE;
+            retry_again(m, len, |o| {
+                m.uffd.move_pages(dst + o, src + o, len - o, false, true)
             })
         } else {
             while e < n && !pooled[e] {
                 e += 1;
             }
-            retry_again(m, || {
-                m.uffd.copy(
-                    addr + k * PAGE_SIZE,
-                    m.zero_src.addr(),
-                    (e - k) * PAGE_SIZE,
-                    false,
-                    true,
-                )
+            let len = (e - k) * PAGE_SIZE;
+            let dst = addr + k * PAGE_SIZE;
+            retry_again(m, len, |o| {
+                m.uffd
+                    .copy(dst + o, m.zero_src.addr() + o, len - o, false, true)
             })
         };
         match res {
@@ -328,7 +451,7 @@ fn anon_write_fault_win(
 fn zero_wp_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
     let mut frames = Vec::with_capacity(1);
     if !vmscan::alloc_frames(m, 1, &mut frames) {
-        return Some(oom(m, r, idx));
+        return oom(m, r, idx);
     }
     let f = frames[0];
     vmscan::empty_slot(m, f);
@@ -391,19 +514,40 @@ fn map_parked(m: &MmInner, r: &RegionInner, idx: u64, f: u32, write: bool, wake_
     let dst = r.page_addr(idx);
     let off = MmInner::frame_off(f);
     let src = m.pool.addr() + off;
-    let res = if keep_wp {
-        retry_again(m, || m.uffd.copy(dst, src, PAGE_SIZE, true, true)).inspect(|_| {
-            let _ = m.pool.advise(off, PAGE_SIZE, Advice::DontNeed);
-        })
-    } else {
-        retry_again(m, || m.uffd.move_pages(dst, src, PAGE_SIZE, false, true))
+    let place = || {
+        if keep_wp {
+            retry_again(m, PAGE_SIZE, |_| {
+                m.uffd.copy(dst, src, PAGE_SIZE, true, true)
+            })
+            .inspect(|_| {
+                let _ = m.pool.advise(off, PAGE_SIZE, Advice::DontNeed);
+            })
+        } else {
+            retry_again(m, PAGE_SIZE, |_| {
+                m.uffd.move_pages(dst, src, PAGE_SIZE, false, true)
+            })
+        }
     };
+    let mut res = place();
+    if matches!(res, Err(e) if e.is_exists()) {
+        // The view holds a page although the entry says this one is parked: a stray left by a
+        // path that lost track of it. The parked page is the page's data: drop the stray.
+        m.vm.inc(Item::UffdEexist);
+        m.vm.inc(Item::FaultStaleUnmapped);
+        log::warn!(
+            "frame {f}: a stray page is mapped at {dst:#x} where the parked page belongs; replaced"
+        );
+        let _ = r
+            .view
+            .advise(idx as usize * PAGE_SIZE, PAGE_SIZE, Advice::DontNeed);
+        res = place();
+    }
     match res {
         Ok(_) => {}
         Err(e) if e.errno == libc::ENOENT => {
             // The pool slot is empty (the page was zapped behind our back): its contents are
             // zeros.
-            if let Err(e) = retry_again(m, || {
+            if let Err(e) = retry_again(m, PAGE_SIZE, |_| {
                 m.uffd.copy(dst, m.zero_src.addr(), PAGE_SIZE, false, true)
             }) {
                 log::error!("UFFDIO_COPY of zeros to {dst:#x}: {e}");
@@ -451,6 +595,19 @@ fn frame_fault(
         p.unlock();
         return None;
     }
+    if p.test(pg::MAPPED) && !wp && !view_present(r, idx) {
+        // Flagged mapped, but the view has no page: the page went back to its pool slot (a
+        // partial unmap) or was zapped. Mark it unmapped and fault it in like a parked page
+        // (map_parked copies zeros if the slot is empty: a zapped page reads as zeros).
+        note_stale(m, r, idx, Pte::Frame(f));
+        p.clear(pg::MAPPED | pg::WP);
+        m.vm.sub(Item::NrMapped, 1);
+        if !vmscan::slot_present(m, f) && !refill_lost_slot(m, f) {
+            drop(g);
+            p.unlock();
+            return Some(Fault::Retry);
+        }
+    }
     if p.test(pg::MAPPED) {
         if wp && p.test(pg::WP) {
             // do_wp_page on a clean swap-cache page: it becomes dirty, its swap copy is stale.
@@ -477,9 +634,10 @@ fn frame_fault(
     }
     let was_ra = p.test_clear(pg::READAHEAD);
     if !map_parked(m, r, idx, f, write, false) {
+        // The thread stays asleep: the deferred retry resolves it (a wake would only make it
+        // fault again on the same unmapped page).
         drop(g);
         p.unlock();
-        wake(m, r, idx);
         return Some(Fault::Retry);
     }
     m.vm.inc(Item::Pgfault);
@@ -532,7 +690,7 @@ fn frame_fault(
 /// the rest in the swap cache.
 fn swap_fault(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) -> Option<Fault> {
     let Some(sw) = &m.swap else {
-        return Some(oom(m, r, idx));
+        return oom(m, r, idx);
     };
     let last = r.last_major.swap(idx, Ordering::Relaxed);
     let seq = last != u64::MAX
@@ -549,7 +707,7 @@ fn swap_fault(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) ->
     r.ra_win.store(win, Ordering::Relaxed);
     let mut frames = Vec::with_capacity(win as usize);
     if !vmscan::alloc_frames(m, win as usize, &mut frames) {
-        return Some(oom(m, r, idx));
+        return oom(m, r, idx);
     }
     let mut g = r.pt.lock(idx);
     if g.get() != Pte::Swap(slot) {
@@ -642,10 +800,14 @@ fn swap_fault(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) ->
             let _ = m
                 .pool
                 .copy_from(MmInner::frame_off(f0), bounce, 0, PAGE_SIZE);
-            retry_again(m, || m.uffd.move_pages(dst, src, PAGE_SIZE, false, true))
+            retry_again(m, PAGE_SIZE, |_| {
+                m.uffd.move_pages(dst, src, PAGE_SIZE, false, true)
+            })
         } else {
             vmscan::empty_slot(m, f0);
-            retry_again(m, || m.uffd.copy(dst, bounce.addr(), PAGE_SIZE, keep, true))
+            retry_again(m, PAGE_SIZE, |_| {
+                m.uffd.copy(dst, bounce.addr(), PAGE_SIZE, keep, true)
+            })
         };
         if let Err(e) = placed {
             log::error!("placing a swapped-in page at {dst:#x}: {e}");
@@ -669,6 +831,44 @@ fn swap_fault(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) ->
         wake(m, r, idx);
     });
     Some(Fault::Done)
+}
+
+/// Frame `f` (locked) is in neither its view nor its pool slot: its page was discarded behind
+/// the manager's back (a `MADV_DONTNEED` by the program) or moved away by a bug. Refills the
+/// slot so the page can be mapped again: from its swap copy when that copy is still valid (a
+/// clean swap-cache page), else with zeros (what a discarded anonymous page reads as; the swap
+/// copy, now stale, is dropped). Counted as `pgunmap_zapped` and logged. False if the swap read
+/// failed (the caller retries).
+pub(crate) fn refill_lost_slot(m: &MmInner, f: u32) -> bool {
+    let p = &m.pages[f as usize];
+    m.vm.inc(Item::PgunmapZapped);
+    if p.test(pg::SWAPCACHE) && !p.test(pg::DIRTY) {
+        if let Some(sw) = &m.swap {
+            let slot = p.private.load(Ordering::Relaxed);
+            log::warn!(
+                "frame {f}: page in neither view nor pool slot; reread from swap slot {slot}"
+            );
+            return with_bounce(1, |b| {
+                if let Err(e) = sw.dev.read_pages(slot, b, &[0]) {
+                    log::error!("swap read of slot {slot} (refilling frame {f}): {e}");
+                    m.vm.inc(Item::SwapReadError);
+                    return false;
+                }
+                p.clear(pg::POOLED);
+                fill_slot(m, f, b, 0)
+            });
+        }
+    }
+    log::warn!(
+        "frame {f} ({:?}): page in neither view nor pool slot; it was discarded (reads as zeros)",
+        p.owner()
+    );
+    p.clear(pg::POOLED);
+    if !filemap::ensure_slot(m, f) {
+        return false;
+    }
+    drop_swap_copy(m, f);
+    true
 }
 
 /// Puts the page at `off` of `bounce` into frame `f`'s pool slot: a plain copy into a recycled
@@ -707,15 +907,11 @@ pub(crate) fn with_bounce<R>(pages: usize, f: impl FnOnce(&Mapping) -> R) -> R {
 
 /// No frame can be had (swap full under overcommit, or persistent swap write errors): poison the
 /// page so the access raises SIGBUS instead of hanging.
-fn oom(m: &MmInner, r: &RegionInner, idx: u64) -> Fault {
+/// None: the entry was resolved meanwhile; the caller looks at it again (never a bare wake).
+fn oom(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
     let mut g = r.pt.lock(idx);
     match g.get() {
-        Pte::Frame(_) | Pte::Zero => {
-            // Resolved meanwhile.
-            drop(g);
-            wake(m, r, idx);
-            return Fault::Done;
-        }
+        Pte::Frame(_) | Pte::Zero | Pte::HugeZero => return None,
         Pte::Swap(s) => {
             if let Some(sw) = &m.swap {
                 sw.free_slot(s, &m.vm);
@@ -736,7 +932,7 @@ fn oom(m: &MmInner, r: &RegionInner, idx: u64) -> Fault {
     }
     drop(g);
     m.vm.inc(Item::OomPoison);
-    Fault::Done
+    Some(Fault::Done)
 }
 
 /// Fault-around of a read fault in a file region (pages): Linux's `fault_around_bytes` (64 KiB)
@@ -833,8 +1029,28 @@ fn shared_file_fault(
                 p.unlock();
                 return None;
             }
+            if p.test(pg::MAPPED) && !wp && !view_present(r, idx) {
+                note_stale(m, r, idx, Pte::Frame(f));
+                if !vmscan::slot_present(m, f) {
+                    // The only copy of the page is gone: never hand out zeros or stale data
+                    // for a file page; the access raises SIGBUS.
+                    log::error!(
+                        "file page {} of {} lost from its mapping at {:#x}: poisoned",
+                        index,
+                        a.name(),
+                        r.page_addr(idx)
+                    );
+                    let _ = filemap::ensure_slot(m, f);
+                    g.set(Pte::Poison);
+                    let _ = m.uffd.poison(r.page_addr(idx), PAGE_SIZE, false);
+                }
+                p.clear(pg::MAPPED | pg::WP);
+                m.vm.sub(Item::NrMapped, 1);
+            }
             if !p.test(pg::MAPPED) {
-                g.set(Pte::None);
+                if g.get() == Pte::Frame(f) {
+                    g.set(Pte::None);
+                }
                 drop(g);
                 p.unlock();
                 return None;
@@ -859,10 +1075,7 @@ fn shared_file_fault(
             wake(m, r, idx);
             return Some(Fault::Done);
         }
-        Pte::Poison => {
-            wake(m, r, idx);
-            return Some(Fault::Done);
-        }
+        Pte::Poison => return repoison(m, r, idx),
         _ => {}
     }
     if beyond_eof(m, r, fm, idx) {
@@ -943,11 +1156,16 @@ fn map_file_page(
     let src = m.pool.addr() + off;
     let clean = !p.test(pg::DIRTY);
     let res = if clean {
-        retry_again(m, || m.uffd.copy(dst, src, PAGE_SIZE, true, true)).inspect(|_| {
+        retry_again(m, PAGE_SIZE, |_| {
+            m.uffd.copy(dst, src, PAGE_SIZE, true, true)
+        })
+        .inspect(|_| {
             let _ = m.pool.advise(off, PAGE_SIZE, Advice::DontNeed);
         })
     } else {
-        retry_again(m, || m.uffd.move_pages(dst, src, PAGE_SIZE, false, true))
+        retry_again(m, PAGE_SIZE, |_| {
+            m.uffd.move_pages(dst, src, PAGE_SIZE, false, true)
+        })
     };
     if let Err(e) = res {
         log::error!("mapping file page {f} of {} at {dst:#x}: {e}", a.name());
@@ -1021,7 +1239,7 @@ fn private_file_fault(m: &MmInner, r: &Arc<RegionInner>, fm: &FileMap, idx: u64)
     if !vmscan::alloc_frames(m, 1, &mut frames) {
         p.unlock();
         filemap::put_page(m, f);
-        return Some(oom(m, r, idx));
+        return oom(m, r, idx);
     }
     let nf = frames[0];
     let mut g = r.pt.lock(idx);
@@ -1038,7 +1256,9 @@ fn private_file_fault(m: &MmInner, r: &Arc<RegionInner>, fm: &FileMap, idx: u64)
         filemap::Loc::View(v, o) => v.view.addr() + o,
     };
     let dst = r.page_addr(idx);
-    if let Err(e) = retry_again(m, || m.uffd.copy(dst, src, PAGE_SIZE, false, true)) {
+    if let Err(e) = retry_again(m, PAGE_SIZE, |_| {
+        m.uffd.copy(dst, src, PAGE_SIZE, false, true)
+    }) {
         log::error!("copying file page {index} into a private region at {dst:#x}: {e}");
         drop(g);
         p.unlock();
@@ -1106,7 +1326,7 @@ fn huge_fault(m: &MmInner, r: &RegionInner, idx: u64, write: bool) -> Option<Fau
     }
     let addr = r.page_addr(u);
     let len = huge_memory::HPAGE_PMD_SIZE;
-    let ok = match retry_again(m, || m.uffd.zeropage(addr, len, true)) {
+    let ok = match retry_again(m, len, |o| m.uffd.zeropage(addr + o, len - o, true)) {
         Ok(_) => true,
         Err(e) => {
             log::debug!("UFFDIO_ZEROPAGE over a huge unit at {addr:#x}: {e}");

@@ -37,6 +37,38 @@ pub mod pg {
     /// region (`!PageAnon`). Such a page lives in its pool slot, or, while PG_mapped, in the
     /// view of the shared file region named by `private`.
     pub const PAGECACHE: u32 = 1 << 15;
+
+    const NAMES: [&str; 16] = [
+        "locked",
+        "dirty",
+        "writeback",
+        "referenced",
+        "active",
+        "swapcache",
+        "uptodate",
+        "reclaim",
+        "lru",
+        "swapbacked",
+        "readahead",
+        "mapped",
+        "wp",
+        "error",
+        "pooled",
+        "pagecache",
+    ];
+
+    /// The set flags by name (`dirty|lru|mapped`), as `%pGp` prints them.
+    pub fn describe(flags: u32) -> String {
+        let v: Vec<&str> = (0..16)
+            .filter(|b| flags & (1 << b) != 0)
+            .map(|b| NAMES[b as usize])
+            .collect();
+        if v.is_empty() {
+            "0".into()
+        } else {
+            v.join("|")
+        }
+    }
 }
 
 /// `struct page`, 32 bytes.

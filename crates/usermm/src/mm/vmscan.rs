@@ -17,6 +17,7 @@ use crate::vmstat::Item;
 
 use super::filemap;
 use super::lru::Lru;
+use super::memory;
 use super::page::pg;
 use super::pgtable::Pte;
 use super::region::RegionInner;
@@ -162,6 +163,13 @@ pub fn pooled_and_present(m: &MmInner, f: u32) -> bool {
             false
         }
     }
+}
+
+/// Whether frame `f`'s pool slot holds a page (mincore), whatever its flags say.
+pub fn slot_present(m: &MmInner, f: u32) -> bool {
+    m.pool
+        .resident(MmInner::frame_off(f), PAGE_SIZE)
+        .is_ok_and(|v| v[0])
 }
 
 /// [`pooled_and_present`] for a batch, with one mincore per run of consecutive frames.
@@ -619,37 +627,60 @@ pub fn unmap_pages(m: &MmInner, frames: &[u32]) {
         let n = e - k;
         let src = r.page_addr(idx0);
         let dst = m.pool.addr() + MmInner::frame_off(f0);
-        let ok = m
-            .uffd
-            .move_pages(dst, src, n * PAGE_SIZE, false, true)
-            .is_ok();
-        if ok {
-            for &(_, i, f) in &v[k..e] {
-                mark_unmapped(m, f);
-                clear_file_pte(m, &r, i, f);
-            }
-        } else {
-            // Fall back page by page (a page may be a hole or busy).
-            for &(_, idx, f) in &v[k..e] {
-                let src = r.page_addr(idx);
-                let dst = m.pool.addr() + MmInner::frame_off(f);
-                match m.uffd.move_pages(dst, src, PAGE_SIZE, false, true) {
-                    Ok(_) => {
-                        mark_unmapped(m, f);
-                        clear_file_pte(m, &r, idx, f);
-                    }
-                    Err(e) if e.errno == libc::ENOENT => {
-                        // Nothing mapped there (zapped behind our back): the contents are zeros.
-                        match m.uffd.copy(dst, m.zero_src.addr(), PAGE_SIZE, false, true) {
-                            Ok(_) => mark_unmapped(m, f),
-                            Err(e) => log::error!("UFFDIO_COPY of zeros into frame {f}: {e}"),
-                        }
-                    }
-                    Err(e) => log::debug!("UFFDIO_MOVE out of {src:#x}: {e}; page stays mapped"),
-                }
-            }
+        // A partial move reports every page it moved (sys::uffd resumes the kernel's partial
+        // results): those are unmapped; the rest go one by one.
+        let moved = match m.uffd.move_pages(dst, src, n * PAGE_SIZE, false, true) {
+            Ok(b) => b / PAGE_SIZE,
+            Err(e) => e.done / PAGE_SIZE,
+        }
+        .min(n);
+        for &(_, i, f) in &v[k..k + moved] {
+            mark_unmapped(m, f);
+            clear_file_pte(m, &r, i, f);
+        }
+        for &(_, idx, f) in &v[k + moved..e] {
+            unmap_one(m, &r, idx, f);
         }
         k = e;
+    }
+}
+
+/// Unmaps one locked, mapped page into its pool slot (the fallback of [`unmap_pages`]).
+fn unmap_one(m: &MmInner, r: &RegionInner, idx: u64, f: u32) {
+    let src = r.page_addr(idx);
+    let dst = m.pool.addr() + MmInner::frame_off(f);
+    let mut res = memory::retry_again(m, PAGE_SIZE, |_| {
+        m.uffd.move_pages(dst, src, PAGE_SIZE, false, true)
+    });
+    if matches!(res, Err(e) if e.is_exists()) {
+        // The slot holds a stale page (a frame's slot must be empty while its page is mapped):
+        // drop it and move again.
+        m.vm.inc(Item::PoolSlotLost);
+        log::warn!("frame {f}: pool slot occupied while its page is mapped; slot dropped");
+        let _ = m
+            .pool
+            .advise(MmInner::frame_off(f), PAGE_SIZE, Advice::DontNeed);
+        res = memory::retry_again(m, PAGE_SIZE, |_| {
+            m.uffd.move_pages(dst, src, PAGE_SIZE, false, true)
+        });
+    }
+    match res {
+        Ok(_) => {
+            mark_unmapped(m, f);
+            clear_file_pte(m, r, idx, f);
+        }
+        Err(e) if e.errno == libc::ENOENT => {
+            // Nothing mapped there: the program discarded the page (MADV_DONTNEED) behind our
+            // back. Its slot gets its swap copy or zeros, and it is parked like any other.
+            if m.pages[f as usize].test(pg::PAGECACHE) {
+                log::error!("file page in frame {f} lost from its mapping at {src:#x}");
+            }
+            if memory::refill_lost_slot(m, f) {
+                mark_unmapped(m, f);
+                clear_file_pte(m, r, idx, f);
+            }
+        }
+        Err(e) => log::debug!("UFFDIO_MOVE out of {src:#x}: {e}; page stays mapped"),
     }
 }
 

@@ -136,6 +136,10 @@ impl Msg {
     pub fn fault_address(&self) -> usize {
         self.arg1 as usize
     }
+    /// The faulting thread's id (with UFFD_FEATURE_THREAD_ID; 0 without).
+    pub fn fault_tid(&self) -> u32 {
+        self.arg2 as u32
+    }
 }
 
 #[repr(C)]
@@ -405,29 +409,37 @@ impl Uffd {
         len: usize,
         mode: u64,
     ) -> Result<usize, OpError> {
-        let mut a = CopyArg {
-            dst: dst as u64,
-            src: src as u64,
-            len: len as u64,
-            mode,
-            copy: 0,
-        };
-        let r = self.ioctl(req, &mut a);
-        finish(r, a.copy)
+        resume(len, |done| {
+            injected(len - done, |n| {
+                let mut a = CopyArg {
+                    dst: (dst + done) as u64,
+                    src: (src + done) as u64,
+                    len: n as u64,
+                    mode,
+                    copy: 0,
+                };
+                let r = self.ioctl(req, &mut a);
+                finish(r, a.copy)
+            })
+        })
     }
 
     /// The range resolving ioctls (ZEROPAGE, CONTINUE, POISON): returns bytes done.
     fn range_op(&self, req: u64, start: usize, len: usize, mode: u64) -> Result<usize, OpError> {
-        let mut a = ZeroArg {
-            range: Range {
-                start: start as u64,
-                len: len as u64,
-            },
-            mode,
-            zeropage: 0,
-        };
-        let r = self.ioctl(req, &mut a);
-        finish(r, a.zeropage)
+        resume(len, |done| {
+            injected(len - done, |n| {
+                let mut a = ZeroArg {
+                    range: Range {
+                        start: (start + done) as u64,
+                        len: n as u64,
+                    },
+                    mode,
+                    zeropage: 0,
+                };
+                let r = self.ioctl(req, &mut a);
+                finish(r, a.zeropage)
+            })
+        })
     }
 
     /// UFFDIO_COPY (`wp`: map write-protected; `dontwake`: leave faulting threads asleep).
@@ -554,6 +566,98 @@ impl Uffd {
             return Err(e);
         }
         Ok((fds[0].revents != 0, n == 2 && fds[1].revents != 0))
+    }
+}
+
+/// Fault injection for tests: when set to N > 0, every Nth resolving ioctl over more than one
+/// page does only the first half of its range and reports what the kernel reports for a partial
+/// result (EAGAIN with the bytes done). The kernel does this whenever a page inside a run is
+/// busy, present or missing; injecting it makes those interleavings deterministic
+/// (tests/livelock.rs).
+#[doc(hidden)]
+pub mod inject {
+    use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+    static PARTIAL_EVERY: AtomicU32 = AtomicU32::new(0);
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    static INJECTED: AtomicU64 = AtomicU64::new(0);
+
+    /// Makes every `n`th multi-page resolving ioctl partial (0: never). Process-wide.
+    pub fn partial_results(n: u32) {
+        PARTIAL_EVERY.store(n, Ordering::SeqCst);
+    }
+
+    /// How many partial results were injected so far.
+    pub fn injected() -> u64 {
+        INJECTED.load(Ordering::SeqCst)
+    }
+
+    /// The length to issue for a call over `len` bytes: `len`, or half of it (whole pages) when
+    /// this call is to be made partial.
+    pub(super) fn cut(len: usize) -> usize {
+        let n = PARTIAL_EVERY.load(Ordering::Relaxed);
+        let pages = len / super::super::PAGE_SIZE;
+        if n == 0
+            || pages < 2
+            || !CALLS
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(n as u64)
+        {
+            return len;
+        }
+        INJECTED.fetch_add(1, Ordering::Relaxed);
+        pages / 2 * super::super::PAGE_SIZE
+    }
+}
+
+/// Issues one resolving ioctl through the injection point: `call(len)` runs it over `len`
+/// bytes; a cut call that succeeds reports the kernel's partial result.
+fn injected(
+    len: usize,
+    call: impl FnOnce(usize) -> Result<usize, OpError>,
+) -> Result<usize, OpError> {
+    let cut = inject::cut(len);
+    match call(cut) {
+        Ok(n) if cut < len => Err(OpError {
+            errno: libc::EAGAIN,
+            done: n,
+        }),
+        r => r,
+    }
+}
+
+/// Runs a resolving ioctl over `[done, len)` until it is complete or stops making progress.
+///
+/// The kernel reports a *partial* result (some pages resolved, then an error such as EEXIST or
+/// ENOENT on the next one) as `-EAGAIN` with the bytes done in the argument's result field: the
+/// real error is not reported at all. Taking that at face value and re-issuing the whole range
+/// (what an EAGAIN normally asks for) makes the first page fail with EEXIST and the caller believe
+/// nothing was done, while pages were in fact moved: the cause of issue 10's livelock (a page
+/// moved into its pool slot but still flagged mapped, faulting forever) and of `pool_slot_lost`
+/// (a pooled page moved into a view while its frame was freed as still pooled). So a partial
+/// result is resumed here at the first page not done, which reports the real error (or completes);
+/// the returned `done` always counts every byte resolved across the calls.
+fn resume(
+    len: usize,
+    mut op: impl FnMut(usize) -> Result<usize, OpError>,
+) -> Result<usize, OpError> {
+    let mut done = 0;
+    loop {
+        match op(done) {
+            Ok(n) => return Ok(done + n),
+            Err(e) if e.errno == libc::EAGAIN && e.done > 0 => {
+                done += e.done;
+                if done >= len {
+                    return Ok(done);
+                }
+            }
+            Err(e) => {
+                return Err(OpError {
+                    errno: e.errno,
+                    done: done + e.done,
+                })
+            }
+        }
     }
 }
 
@@ -704,5 +808,48 @@ mod tests {
         assert_eq!(msgs[0].fault_flags() & pf::WRITE, 0);
         u.zeropage(m.addr(), PAGE_SIZE, false).unwrap();
         assert_eq!(t.join().unwrap(), 0);
+    }
+
+    /// The kernel's partial result (EAGAIN with the bytes done) is resumed, so a run that meets
+    /// an occupied page reports the real error and every byte that was resolved.
+    #[test]
+    fn partial_results_report_the_real_error_and_all_bytes_done() {
+        let u = uffd();
+        let one = Mapping::anon(PAGE_SIZE, 0).unwrap();
+        one.fill(0, PAGE_SIZE, 1).unwrap();
+        let occupied = |m: &Mapping| {
+            u.register(m.addr(), m.len(), mode::MISSING).unwrap();
+            u.copy(m.addr() + 2 * PAGE_SIZE, one.addr(), PAGE_SIZE, false, true)
+                .unwrap();
+        };
+        let src = Mapping::anon(4 * PAGE_SIZE, 0).unwrap();
+        src.fill(0, 4 * PAGE_SIZE, 9).unwrap();
+        // COPY of 4 pages over [hole, hole, present, hole].
+        let c = Mapping::anon(4 * PAGE_SIZE, 0).unwrap();
+        occupied(&c);
+        let e = u
+            .copy(c.addr(), src.addr(), 4 * PAGE_SIZE, false, true)
+            .unwrap_err();
+        assert_eq!((e.errno, e.done), (libc::EEXIST, 2 * PAGE_SIZE), "{e}");
+        assert_eq!(c.read_u64(PAGE_SIZE), 0x0909090909090909);
+        // ZEROPAGE likewise.
+        let z = Mapping::anon(4 * PAGE_SIZE, 0).unwrap();
+        occupied(&z);
+        let e = u.zeropage(z.addr(), 4 * PAGE_SIZE, true).unwrap_err();
+        assert_eq!((e.errno, e.done), (libc::EEXIST, 2 * PAGE_SIZE), "{e}");
+        if u.has(feature::MOVE) {
+            let d = Mapping::anon(4 * PAGE_SIZE, 0).unwrap();
+            occupied(&d);
+            let e = u
+                .move_pages(d.addr(), src.addr(), 4 * PAGE_SIZE, false, true)
+                .unwrap_err();
+            assert_eq!((e.errno, e.done), (libc::EEXIST, 2 * PAGE_SIZE), "{e}");
+            // The two pages moved are in the destination and gone from the source.
+            assert_eq!(d.read_u64(0), 0x0909090909090909);
+            assert_eq!(
+                src.resident(0, 4 * PAGE_SIZE).unwrap(),
+                [false, false, true, true]
+            );
+        }
     }
 }
