@@ -79,6 +79,19 @@ fn anon_fault(
     wp: bool,
 ) -> Option<Fault> {
     match pte {
+        Pte::None if wp && view_present(r, idx) => {
+            // A write-protect fault on a mapped page the entry knows nothing of: a zero page
+            // mapped behind the entry's back. Record it as the zero page it is and serve the
+            // write as a write to the zero page. (Without a page there, a write-protect fault
+            // that raced with a discard is an ordinary write fault.)
+            let mut g = r.pt.lock(idx);
+            if g.get() == Pte::None {
+                note_stale(m, r, idx, Pte::None);
+                g.set(Pte::Zero);
+                m.vm.inc(Item::NrZeroPageMapped);
+            }
+            None
+        }
         Pte::None if r.huge && huge_unit(r, idx).is_some() => match huge_fault(m, r, idx, write) {
             Some(f) => Some(f),
             None if write => anon_write_fault(m, r, idx),
@@ -795,20 +808,37 @@ fn swap_fault(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) ->
         let dst = r.page_addr(idx);
         // A dirty page into a recycled frame: fill in place and move. A clean page (swap copy
         // kept) is copied write-protected in one step (see map_parked for why not MOVE + WP).
-        let placed = if !keep && vmscan::pooled_and_present(m, f0) && p0.test_clear(pg::POOLED) {
-            let src = m.pool.addr() + MmInner::frame_off(f0);
+        let pooled = !keep && vmscan::pooled_and_present(m, f0) && p0.test_clear(pg::POOLED);
+        if pooled {
             let _ = m
                 .pool
                 .copy_from(MmInner::frame_off(f0), bounce, 0, PAGE_SIZE);
-            retry_again(m, PAGE_SIZE, |_| {
-                m.uffd.move_pages(dst, src, PAGE_SIZE, false, true)
-            })
         } else {
             vmscan::empty_slot(m, f0);
-            retry_again(m, PAGE_SIZE, |_| {
-                m.uffd.copy(dst, bounce.addr(), PAGE_SIZE, keep, true)
-            })
+        }
+        let place = || {
+            if pooled {
+                let src = m.pool.addr() + MmInner::frame_off(f0);
+                retry_again(m, PAGE_SIZE, |_| {
+                    m.uffd.move_pages(dst, src, PAGE_SIZE, false, true)
+                })
+            } else {
+                retry_again(m, PAGE_SIZE, |_| {
+                    m.uffd.copy(dst, bounce.addr(), PAGE_SIZE, keep, true)
+                })
+            }
         };
+        let mut placed = place();
+        if matches!(placed, Err(e) if e.is_exists()) {
+            // A stray page sits where the swapped-out page belongs (seen once with the partial
+            // results mishandled): the swap copy is the page's data; replace the stray.
+            m.vm.inc(Item::FaultStaleUnmapped);
+            log::warn!("a stray page is mapped at {dst:#x} whose entry is a swap entry; replaced");
+            let _ = r
+                .view
+                .advise(idx as usize * PAGE_SIZE, PAGE_SIZE, Advice::DontNeed);
+            placed = place();
+        }
         if let Err(e) = placed {
             log::error!("placing a swapped-in page at {dst:#x}: {e}");
         }
