@@ -1,7 +1,7 @@
 //! Model check (loom) of the page state machine: a fault on a resident page racing reclaim of
 //! the same page, using the real descriptors (`Page`: PG_locked trylock, flags), page table
 //! (pte lock bit) and LRU (`isolate`/`putback`), with the lock order and steps that
-//! `mm/memory.rs` (frame_fault, swap_fault) and `mm/vmscan.rs` (shrink_page_list) follow.
+//! `mm/memory.rs` (frame_fault, do_swap_page) and `mm/vmscan.rs` (shrink_page_list) follow.
 //! Run: `RUSTFLAGS="--cfg loom" cargo test -p usermm --release --test loom_page`.
 #![cfg(loom)]
 

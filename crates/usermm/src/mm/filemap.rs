@@ -29,7 +29,7 @@ use super::lru::mark_page_accessed;
 use super::page::pg;
 use super::radix_tree::{Mark, RadixTree};
 use super::region::RegionInner;
-use super::{memory, page_writeback, vmscan, MmInner};
+use super::{page_writeback, pool, vmscan, MmInner};
 
 /// Mapping flags (`AS_*`).
 pub mod as_flags {
@@ -419,8 +419,8 @@ pub fn pagecache_get_page(
             index,
             flags | if pooled { pg::POOLED } else { 0 },
         );
-        if !ensure_slot(m, f) {
-            vmscan::free_frames(m, &[f], false);
+        if !pool::ensure_slot(m, f) {
+            pool::free_frames(m, &[f], false);
             return Err(Error::io(
                 format!("page cache of {}", mapping.name()),
                 io::Error::other("could not populate a frame's pool slot"),
@@ -429,7 +429,7 @@ pub fn pagecache_get_page(
         if !add_to_page_cache_lru(m, mapping, f, index) {
             // Raced with another creator: use theirs.
             p.flags.store(pg::POOLED, Ordering::Release);
-            vmscan::recycle_frames(m, &[f]);
+            pool::recycle_frames(m, &[f]);
             continue;
         }
         get_page(m, f);
@@ -437,24 +437,6 @@ pub fn pagecache_get_page(
             p.unlock();
         }
         return Ok(Some(f));
-    }
-}
-
-/// Makes frame `f`'s pool slot hold a page (the recycled one, or a fresh zeroed one), so its
-/// bytes can be accessed. A recycled page keeps stale bytes: the caller overwrites them.
-pub(crate) fn ensure_slot(m: &MmInner, f: u32) -> bool {
-    let p = &m.pages[f as usize];
-    if vmscan::pooled_and_present(m, f) && p.test_clear(pg::POOLED) {
-        return true;
-    }
-    let dst = m.pool.addr() + MmInner::frame_off(f);
-    match m.uffd.copy(dst, m.zero_src.addr(), PAGE_SIZE, false, true) {
-        Ok(_) => true,
-        Err(e) if e.is_exists() => true,
-        Err(e) => {
-            log::error!("UFFDIO_COPY into frame {f}'s slot: {e}");
-            false
-        }
     }
 }
 
@@ -714,16 +696,10 @@ pub(crate) fn write_pages_locked(
     batch: &[(u64, u32)],
 ) -> io::Result<()> {
     let mut first = None;
-    let mut k = 0;
-    while k < batch.len() {
-        let mut e = k + 1;
-        while e < batch.len() && batch[e].0 == batch[e - 1].0 + 1 && e - k < 512 {
-            e += 1;
-        }
-        if let Err(err) = write_run(m, mapping, &batch[k..e]) {
+    for run in pool::runs_max(batch, 512, |a, b| b.0 == a.0 + 1) {
+        if let Err(err) = write_run(m, mapping, &batch[run]) {
             first.get_or_insert(err);
         }
-        k = e;
     }
     first.map_or(Ok(()), Err)
 }
@@ -738,13 +714,8 @@ pub(crate) fn writeback_locked(
 ) -> io::Result<()> {
     batch.sort_unstable();
     let mut first_err = None;
-    let mut k = 0;
-    while k < batch.len() {
-        let mut e = k + 1;
-        while e < batch.len() && batch[e].0 == batch[e - 1].0 + 1 && e - k < 512 {
-            e += 1;
-        }
-        let run = &batch[k..e];
+    for run in pool::runs_max(&batch, 512, |a, b| b.0 == a.0 + 1) {
+        let run = &batch[run];
         for &(i, f) in run {
             set_page_writeback(m, mapping, f, i);
         }
@@ -767,7 +738,6 @@ pub(crate) fn writeback_locked(
             }
             first_err.get_or_insert(err);
         }
-        k = e;
     }
     for &(_, f) in &batch {
         m.pages[f as usize].unlock();
@@ -897,7 +867,7 @@ fn read_into(m: &MmInner, mapping: &AddressSpace, start: u64, frames: &[u32]) ->
         return Ok(());
     };
     let direct = matches!(mapping.host, Host::File { direct: true, .. });
-    memory::with_bounce(n, |bounce| {
+    pool::with_bounce(n, |bounce| {
         let off = start * PAGE_SIZE as u64;
         bounce.pread_at(file, off, 0, n * PAGE_SIZE)?;
         if !direct {
@@ -962,11 +932,14 @@ pub fn do_page_cache_readahead(
                 flags |= pg::READAHEAD;
             }
             p.init(mapping.id, idx, flags | if pooled { pg::POOLED } else { 0 });
-            if added.len() == k && ensure_slot(m, f) && add_to_page_cache_lru(m, mapping, f, idx) {
+            if added.len() == k
+                && pool::ensure_slot(m, f)
+                && add_to_page_cache_lru(m, mapping, f, idx)
+            {
                 added.push(f);
             } else {
                 p.flags.store(0, Ordering::Release);
-                vmscan::free_frames(m, &[f], true);
+                pool::free_frames(m, &[f], true);
             }
         }
         if added.is_empty() {
@@ -1041,7 +1014,7 @@ pub(crate) fn remove_page(
     }
     p.flags.store(pg::POOLED, Ordering::Release);
     p.refcount.store(0, Ordering::Release);
-    vmscan::recycle_frames(m, &[f]);
+    pool::recycle_frames(m, &[f]);
     true
 }
 
@@ -1061,15 +1034,15 @@ fn shmem_swapin(m: &MmInner, mapping: &AddressSpace, index: u64, slot: u64) -> R
         ));
     }
     let f = frames[0];
-    let read = memory::with_bounce(1, |bounce| {
+    let read = pool::with_bounce(1, |bounce| {
         sw.dev
             .read_pages(slot, bounce, &[0])
-            .map(|_| memory::fill_slot(m, f, bounce, 0))
+            .map(|_| pool::fill_slot(m, f, bounce, 0))
     });
     match read {
         Ok(true) => {}
         Ok(false) | Err(_) => {
-            vmscan::free_frames(m, &[f], true);
+            pool::free_frames(m, &[f], true);
             m.vm.inc(Item::SwapReadError);
             return Err(Error::io(
                 format!("swap read for {}", mapping.name()),
@@ -1090,7 +1063,7 @@ fn shmem_swapin(m: &MmInner, mapping: &AddressSpace, index: u64, slot: u64) -> R
             // Someone else swapped it in.
             drop(t);
             p.flags.store(pg::POOLED, Ordering::Release);
-            vmscan::recycle_frames(m, &[f]);
+            pool::recycle_frames(m, &[f]);
             return Ok(());
         }
         t.insert(index, f as u64);
@@ -1326,7 +1299,7 @@ fn truncate_pages_only(m: &MmInner, mapping: &AddressSpace, from: u64, to: u64) 
             Entry::Page(f) => {
                 if lock_page_in(m, mapping, f, index, false) {
                     if m.pages[f as usize].test(pg::MAPPED) {
-                        super::region::unmap_file_page(m, f);
+                        super::rmap::unmap_file_page(m, f);
                     }
                     if remove_page(m, mapping, f, index, false) {
                         n += 1;

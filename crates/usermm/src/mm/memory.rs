@@ -9,14 +9,16 @@
 
 use crate::sync::Ordering;
 use crate::sys::uffd::{pf, OpError};
-use crate::sys::{Advice, Mapping, PAGE_SIZE};
+use crate::sys::{Advice, PAGE_SIZE};
 use crate::vmstat::Item;
 
 use super::filemap;
 use super::lru::mark_page_accessed;
 use super::page::pg;
 use super::pgtable::{Pte, PteGuard};
-use super::region::{unmap_file_page, FileMap, RegionInner};
+use super::pool;
+use super::region::{FileMap, RegionInner};
+use super::rmap::unmap_file_page;
 use super::swap_state::swapin_nr_pages;
 use super::vmscan;
 use super::MmInner;
@@ -59,9 +61,9 @@ pub fn handle_fault(m: &MmInner, addr: usize, flags: u64) -> Fault {
             return Fault::Done;
         }
         let res = match (r.pt.get(idx), &r.file) {
-            (_, Some(fm)) if fm.shared => shared_file_fault(m, &r, fm, idx, write, wp),
-            (Pte::None, Some(fm)) => private_file_fault(m, &r, fm, idx),
-            (pte, _) => anon_fault(m, &r, idx, pte, write, wp),
+            (_, Some(fm)) if fm.shared => do_shared_fault(m, &r, fm, idx, write, wp),
+            (Pte::None, Some(fm)) => do_cow_fault(m, &r, fm, idx),
+            (pte, _) => handle_pte_fault(m, &r, idx, pte, write, wp),
         };
         if let Some(f) = res {
             return f;
@@ -70,7 +72,7 @@ pub fn handle_fault(m: &MmInner, addr: usize, flags: u64) -> Fault {
     }
 }
 
-fn anon_fault(
+fn handle_pte_fault(
     m: &MmInner,
     r: &Arc<RegionInner>,
     idx: u64,
@@ -92,17 +94,19 @@ fn anon_fault(
             }
             None
         }
-        Pte::None if r.huge && huge_unit(r, idx).is_some() => match huge_fault(m, r, idx, write) {
-            Some(f) => Some(f),
-            None if write => anon_write_fault(m, r, idx),
-            None => zero_fault(m, r, idx),
-        },
-        Pte::None if !write => zero_fault(m, r, idx),
-        Pte::None => anon_write_fault(m, r, idx),
-        Pte::Zero if wp => zero_wp_fault(m, r, idx),
-        Pte::HugeZero if wp => huge_zero_wp_fault(m, r, idx),
+        Pte::None if r.huge && huge_unit(r, idx).is_some() => {
+            match do_huge_pmd_anonymous_page(m, r, idx, write) {
+                Some(f) => Some(f),
+                None if write => do_anonymous_page(m, r, idx),
+                None => do_anonymous_zero_page(m, r, idx),
+            }
+        }
+        Pte::None if !write => do_anonymous_zero_page(m, r, idx),
+        Pte::None => do_anonymous_page(m, r, idx),
+        Pte::Zero if wp => do_wp_page(m, r, idx),
+        Pte::HugeZero if wp => do_huge_pmd_wp_page(m, r, idx),
         Pte::Frame(f) => frame_fault(m, r, idx, f, write, wp),
-        Pte::Swap(s) => swap_fault(m, r, idx, s, write),
+        Pte::Swap(s) => do_swap_page(m, r, idx, s, write),
         Pte::Zero | Pte::HugeZero => stale_zero_fault(m, r, idx, pte),
         Pte::Poison => repoison(m, r, idx),
     }
@@ -132,7 +136,7 @@ pub(crate) fn describe_page(m: &MmInner, addr: usize) -> String {
             pg::describe(p.flags.load(Ordering::Relaxed)),
             p.owner(),
             p.private.load(Ordering::Relaxed),
-            vmscan::slot_present(m, f)
+            pool::slot_present(m, f)
         );
     }
     s
@@ -283,7 +287,7 @@ fn lock_run<'a>(
 
 /// Read of a never-written page: the shared zero page, write-protected so that a later write
 /// comes to us (do_anonymous_page's read branch). Costs no frame.
-fn zero_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
+fn do_anonymous_zero_page(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
     let mut g = r.pt.lock(idx);
     if g.get() != Pte::None {
         return None;
@@ -346,12 +350,12 @@ fn write_window(m: &MmInner, r: &RegionInner, idx: u64) -> u32 {
 
 /// Write of a never-written page: fresh zeroed frames. A sequential run of write faults grows a
 /// window (up to `fault_around_max`) of pages mapped by one UFFDIO_COPY from the zero source.
-fn anon_write_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
-    anon_write_fault_win(m, r, idx, None)
+fn do_anonymous_page(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
+    do_anonymous_page_win(m, r, idx, None)
 }
 
-/// [`anon_write_fault`] with a forced window (a huge unit: 512 pages).
-fn anon_write_fault_win(
+/// [`do_anonymous_page`] with a forced window (a huge unit: 512 pages).
+fn do_anonymous_page_win(
     m: &MmInner,
     r: &RegionInner,
     idx: u64,
@@ -366,7 +370,7 @@ fn anon_write_fault_win(
     let mut g = r.pt.lock(idx);
     if g.get() != Pte::None {
         drop(g);
-        vmscan::free_frames(m, &frames, false);
+        pool::free_frames(m, &frames, false);
         return None;
     }
     let mut rest = lock_run(r, idx, frames.len() as u64, |p| p == Pte::None);
@@ -374,7 +378,7 @@ fn anon_write_fault_win(
     let addr = r.page_addr(idx);
     // Recycled frames are zeroed in place and moved; the others are copied from the zero
     // source. One ioctl per run.
-    let pooled = vmscan::pooled_batch(m, &frames[..n]);
+    let pooled = pool::pooled_batch(m, &frames[..n]);
     for (k, &f) in frames[..n].iter().enumerate() {
         if pooled[k] {
             let _ = m.pool.fill(MmInner::frame_off(f), PAGE_SIZE, 0);
@@ -439,7 +443,7 @@ fn anon_write_fault_win(
     m.lru.add(&m.pages, &frames[..done], &m.vm);
     drop(rest);
     drop(g);
-    vmscan::free_frames(m, &frames[done..], false);
+    pool::free_frames(m, &frames[done..], false);
     m.vm.inc(Item::Pgfault);
     m.vm.add(Item::Pgalloc, done as u64);
     m.vm.add(Item::NrAnonPages, done as u64);
@@ -461,17 +465,17 @@ fn anon_write_fault_win(
 
 /// Write to the write-protected zero page: charge a frame and let the kernel copy-on-write it
 /// when the thread retries (do_wp_page on the zero pfn).
-fn zero_wp_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
+fn do_wp_page(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
     let mut frames = Vec::with_capacity(1);
     if !vmscan::alloc_frames(m, 1, &mut frames) {
         return oom(m, r, idx);
     }
     let f = frames[0];
-    vmscan::empty_slot(m, f);
+    pool::empty_slot(m, f);
     let mut g = r.pt.lock(idx);
     if g.get() != Pte::Zero {
         drop(g);
-        vmscan::free_frames(m, &frames, false);
+        pool::free_frames(m, &frames, false);
         return None;
     }
     m.pages[f as usize].init(
@@ -615,7 +619,7 @@ fn frame_fault(
         note_stale(m, r, idx, Pte::Frame(f));
         p.clear(pg::MAPPED | pg::WP);
         m.vm.sub(Item::NrMapped, 1);
-        if !vmscan::slot_present(m, f) && !refill_lost_slot(m, f) {
+        if !pool::slot_present(m, f) && !refill_lost_slot(m, f) {
             drop(g);
             p.unlock();
             return Some(Fault::Retry);
@@ -701,7 +705,7 @@ fn frame_fault(
 /// A page on the swap device: allocate frames, read the page and a readahead window of its
 /// virtual neighbours that are also swapped (swap_vma_readahead), map the faulting page, park
 /// the rest in the swap cache.
-fn swap_fault(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) -> Option<Fault> {
+fn do_swap_page(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) -> Option<Fault> {
     let Some(sw) = &m.swap else {
         return oom(m, r, idx);
     };
@@ -725,7 +729,7 @@ fn swap_fault(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) ->
     let mut g = r.pt.lock(idx);
     if g.get() != Pte::Swap(slot) {
         drop(g);
-        vmscan::free_frames(m, &frames, false);
+        pool::free_frames(m, &frames, false);
         return None;
     }
     let mut rest = lock_run(r, idx, frames.len() as u64, |p| matches!(p, Pte::Swap(_)));
@@ -736,16 +740,12 @@ fn swap_fault(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) ->
             _ => unreachable!(),
         }))
         .collect();
-    with_bounce(n, |bounce| {
+    pool::with_bounce(n, |bounce| {
         // Read runs of consecutive slots with one device call each, into the bounce buffer
         // (the pool is registered with userfaultfd, so the kernel must not write into it).
         let mut ok = vec![true; n];
-        let mut k = 0;
-        while k < n {
-            let mut e = k + 1;
-            while e < n && slots[e] == slots[e - 1] + 1 {
-                e += 1;
-            }
+        for run in pool::runs(&slots, |a, b| b == a + 1) {
+            let (k, e) = (run.start, run.end);
             let offs: Vec<usize> = (k..e).map(|j| j * PAGE_SIZE).collect();
             if let Err(err) = sw.dev.read_pages(slots[k], bounce, &offs) {
                 log::error!(
@@ -758,7 +758,6 @@ fn swap_fault(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) ->
                     *o = false;
                 }
             }
-            k = e;
         }
         if !ok[0] {
             // The faulting page's contents are lost: poison it (SIGBUS on access), never hand
@@ -768,7 +767,7 @@ fn swap_fault(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) ->
             let _ = m.uffd.poison(r.page_addr(idx), PAGE_SIZE, false);
             drop(rest);
             drop(g);
-            vmscan::free_frames(m, &frames, false);
+            pool::free_frames(m, &frames, false);
             return;
         }
         let keep = !sw.full() && !write;
@@ -777,7 +776,7 @@ fn swap_fault(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) ->
         // Readahead pages: copied into their pool slots, parked in the swap cache.
         for k in 1..n {
             let f = frames[k];
-            if !ok[k] || !fill_slot(m, f, bounce, k * PAGE_SIZE) {
+            if !ok[k] || !pool::fill_slot(m, f, bounce, k * PAGE_SIZE) {
                 unused.push(f);
                 continue;
             }
@@ -808,13 +807,13 @@ fn swap_fault(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) ->
         let dst = r.page_addr(idx);
         // A dirty page into a recycled frame: fill in place and move. A clean page (swap copy
         // kept) is copied write-protected in one step (see map_parked for why not MOVE + WP).
-        let pooled = !keep && vmscan::pooled_and_present(m, f0) && p0.test_clear(pg::POOLED);
+        let pooled = !keep && pool::pooled_and_present(m, f0) && p0.test_clear(pg::POOLED);
         if pooled {
             let _ = m
                 .pool
                 .copy_from(MmInner::frame_off(f0), bounce, 0, PAGE_SIZE);
         } else {
-            vmscan::empty_slot(m, f0);
+            pool::empty_slot(m, f0);
         }
         let place = || {
             if pooled {
@@ -848,7 +847,7 @@ fn swap_fault(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) ->
         m.lru.add(&m.pages, &used, &m.vm);
         drop(rest);
         drop(g);
-        vmscan::free_frames(m, &unused, false);
+        pool::free_frames(m, &unused, false);
         let read = used.len() as u64;
         m.vm.inc(Item::Pgfault);
         m.vm.inc(Item::Pgmajfault);
@@ -878,14 +877,14 @@ pub(crate) fn refill_lost_slot(m: &MmInner, f: u32) -> bool {
             log::warn!(
                 "frame {f}: page in neither view nor pool slot; reread from swap slot {slot}"
             );
-            return with_bounce(1, |b| {
+            return pool::with_bounce(1, |b| {
                 if let Err(e) = sw.dev.read_pages(slot, b, &[0]) {
                     log::error!("swap read of slot {slot} (refilling frame {f}): {e}");
                     m.vm.inc(Item::SwapReadError);
                     return false;
                 }
                 p.clear(pg::POOLED);
-                fill_slot(m, f, b, 0)
+                pool::fill_slot(m, f, b, 0)
             });
         }
     }
@@ -894,45 +893,11 @@ pub(crate) fn refill_lost_slot(m: &MmInner, f: u32) -> bool {
         p.owner()
     );
     p.clear(pg::POOLED);
-    if !filemap::ensure_slot(m, f) {
+    if !pool::ensure_slot(m, f) {
         return false;
     }
     drop_swap_copy(m, f);
     true
-}
-
-/// Puts the page at `off` of `bounce` into frame `f`'s pool slot: a plain copy into a recycled
-/// page, or UFFDIO_COPY into an empty slot.
-pub(crate) fn fill_slot(m: &MmInner, f: u32, bounce: &Mapping, off: usize) -> bool {
-    if vmscan::pooled_and_present(m, f) && m.pages[f as usize].test_clear(pg::POOLED) {
-        m.pool
-            .copy_from(MmInner::frame_off(f), bounce, off, PAGE_SIZE)
-            .is_ok()
-    } else {
-        let dst = m.pool.addr() + MmInner::frame_off(f);
-        m.uffd
-            .copy(dst, bounce.addr() + off, PAGE_SIZE, false, true)
-            .is_ok()
-    }
-}
-
-thread_local! {
-    static BOUNCE: std::cell::RefCell<Option<Mapping>> = const { std::cell::RefCell::new(None) };
-}
-
-/// Runs `f` with this thread's bounce buffer (512 pages, unregistered, reused so its pages stay
-/// populated): device reads land there, then UFFDIO_COPY places them.
-pub(crate) fn with_bounce<R>(pages: usize, f: impl FnOnce(&Mapping) -> R) -> R {
-    assert!(pages <= 512);
-    BOUNCE.with(|b| {
-        let mut b = b.borrow_mut();
-        if b.is_none() {
-            let m = Mapping::anon(512 * PAGE_SIZE, 0).expect("mapping a 2 MiB bounce buffer");
-            let _ = m.advise(0, m.len(), Advice::NoHugePage);
-            *b = Some(m);
-        }
-        f(b.as_ref().expect("bounce buffer"))
-    })
 }
 
 /// No frame can be had (swap full under overcommit, or persistent swap write errors): poison the
@@ -972,7 +937,7 @@ const FILE_FAULT_AROUND: u64 = 128;
 
 /// The page-cache page for file page `index` of a file region, read (with read-around) if
 /// absent, returned locked and up to date with a reference; None: retry the fault.
-fn file_fault_page(m: &MmInner, fm: &FileMap, index: u64) -> std::result::Result<u32, Fault> {
+fn filemap_fault(m: &MmInner, fm: &FileMap, index: u64) -> std::result::Result<u32, Fault> {
     let a = &fm.mapping;
     let f = match filemap::find_get_page(m, a, index) {
         Ok(Some(f)) => f,
@@ -1036,7 +1001,7 @@ fn beyond_eof(m: &MmInner, r: &RegionInner, fm: &FileMap, idx: u64) -> bool {
 /// A fault in a shared file region (`filemap_fault` + `do_shared_fault` + `do_page_mkwrite`):
 /// the page-cache page is moved into the view (mapped at most in one view at a time); a clean
 /// page is mapped write-protected so its first store is seen and dirties it.
-fn shared_file_fault(
+fn do_shared_fault(
     m: &MmInner,
     r: &Arc<RegionInner>,
     fm: &FileMap,
@@ -1061,7 +1026,7 @@ fn shared_file_fault(
             }
             if p.test(pg::MAPPED) && !wp && !view_present(r, idx) {
                 note_stale(m, r, idx, Pte::Frame(f));
-                if !vmscan::slot_present(m, f) {
+                if !pool::slot_present(m, f) {
                     // The only copy of the page is gone: never hand out zeros or stale data
                     // for a file page; the access raises SIGBUS.
                     log::error!(
@@ -1070,7 +1035,7 @@ fn shared_file_fault(
                         a.name(),
                         r.page_addr(idx)
                     );
-                    let _ = filemap::ensure_slot(m, f);
+                    let _ = pool::ensure_slot(m, f);
                     g.set(Pte::Poison);
                     let _ = m.uffd.poison(r.page_addr(idx), PAGE_SIZE, false);
                 }
@@ -1111,7 +1076,7 @@ fn shared_file_fault(
     if beyond_eof(m, r, fm, idx) {
         return Some(Fault::Done);
     }
-    let f = match file_fault_page(m, fm, index) {
+    let f = match filemap_fault(m, fm, index) {
         Ok(f) => f,
         Err(fault) => return Some(fault),
     };
@@ -1255,12 +1220,12 @@ fn map_around_one(m: &MmInner, r: &RegionInner, fm: &FileMap, j: u64, write: boo
 
 /// First touch of a page of a private file region: a private anonymous copy of the file's page
 /// (copy-on-write done eagerly at first touch; later it is an ordinary anonymous page).
-fn private_file_fault(m: &MmInner, r: &Arc<RegionInner>, fm: &FileMap, idx: u64) -> Option<Fault> {
+fn do_cow_fault(m: &MmInner, r: &Arc<RegionInner>, fm: &FileMap, idx: u64) -> Option<Fault> {
     if beyond_eof(m, r, fm, idx) {
         return Some(Fault::Done);
     }
     let index = fm.pgoff + idx;
-    let f = match file_fault_page(m, fm, index) {
+    let f = match filemap_fault(m, fm, index) {
         Ok(f) => f,
         Err(fault) => return Some(fault),
     };
@@ -1277,10 +1242,10 @@ fn private_file_fault(m: &MmInner, r: &Arc<RegionInner>, fm: &FileMap, idx: u64)
         drop(g);
         p.unlock();
         filemap::put_page(m, f);
-        vmscan::free_frames(m, &frames, false);
+        pool::free_frames(m, &frames, false);
         return None;
     }
-    vmscan::empty_slot(m, nf);
+    pool::empty_slot(m, nf);
     let src = match filemap::page_loc(m, f) {
         filemap::Loc::Pool(o) => m.pool.addr() + o,
         filemap::Loc::View(v, o) => v.view.addr() + o,
@@ -1293,7 +1258,7 @@ fn private_file_fault(m: &MmInner, r: &Arc<RegionInner>, fm: &FileMap, idx: u64)
         drop(g);
         p.unlock();
         filemap::put_page(m, f);
-        vmscan::free_frames(m, &frames, false);
+        pool::free_frames(m, &frames, false);
         return Some(Fault::Retry);
     }
     mark_page_accessed(&m.lru, &m.pages, f, &m.vm);
@@ -1339,13 +1304,18 @@ fn lock_unit(r: &RegionInner, u: u64, want: Pte) -> Option<Vec<PteGuard<'_>>> {
 /// A fault on an untouched page of a huge region: a read maps the huge zero page over the whole
 /// unit (one UFFDIO_ZEROPAGE, no frame); a write maps 512 fresh frames. None: the unit is not
 /// wholly untouched (fall back to small pages).
-fn huge_fault(m: &MmInner, r: &RegionInner, idx: u64, write: bool) -> Option<Fault> {
+fn do_huge_pmd_anonymous_page(
+    m: &MmInner,
+    r: &RegionInner,
+    idx: u64,
+    write: bool,
+) -> Option<Fault> {
     let u = huge_unit(r, idx)?;
     if write {
         if r.pt.get(u) != Pte::None {
             return None;
         }
-        let res = anon_write_fault_win(m, r, u, Some(HPAGE_PMD_NR as usize));
+        let res = do_anonymous_page_win(m, r, u, Some(HPAGE_PMD_NR as usize));
         let _ = m.uffd.wake(r.page_addr(u), huge_memory::HPAGE_PMD_SIZE);
         return Some(res.unwrap_or(Fault::Done));
     }
@@ -1383,7 +1353,7 @@ fn huge_fault(m: &MmInner, r: &RegionInner, idx: u64, write: bool) -> Option<Fau
 
 /// A write to the huge zero page: the unit is unmapped and 512 fresh frames take its place
 /// (`do_huge_pmd_wp_page` on the huge zero page).
-fn huge_zero_wp_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
+fn do_huge_pmd_wp_page(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
     let u = idx - idx % HPAGE_PMD_NR;
     let Some(mut gs) = lock_unit(r, u, Pte::HugeZero) else {
         // Split meanwhile (partial discard): small zero pages now.
@@ -1400,7 +1370,7 @@ fn huge_zero_wp_fault(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
     drop(gs);
     m.vm.sub(Item::NrThpZeroMapped, 1);
     huge_memory::put_huge_zero_unit(m);
-    let res = anon_write_fault_win(m, r, u, Some(HPAGE_PMD_NR as usize));
+    let res = do_anonymous_page_win(m, r, u, Some(HPAGE_PMD_NR as usize));
     let _ = m.uffd.wake(r.page_addr(u), huge_memory::HPAGE_PMD_SIZE);
     m.vm.inc(Item::WpFault);
     Some(res.unwrap_or(Fault::Done))

@@ -7,7 +7,9 @@
 //! (swap cache and readahead, `mm/swap_state.c`), `vmscan` (reclaim and kswapd, `mm/vmscan.c`),
 //! `handler` (the userfaultfd reader threads), `region` (mapping, discard, teardown),
 //! `filemap` (the page cache, `mm/filemap.c`), `file` (cached files and file regions),
-//! `readahead` (`mm/readahead.c`), `page_writeback` (dirty throttling and flushers).
+//! `readahead` (`mm/readahead.c`), `page_writeback` (dirty throttling and flushers), `pool`
+//! (the frame pool: slots, recycling, bounce buffers, runs), `rmap` (unmapping a page from where
+//! it is mapped, `mm/rmap.c`).
 
 pub mod lru;
 pub mod page;
@@ -31,9 +33,13 @@ pub mod memory;
 #[cfg(not(loom))]
 pub mod page_writeback;
 #[cfg(not(loom))]
+pub(crate) mod pool;
+#[cfg(not(loom))]
 pub mod readahead;
 #[cfg(not(loom))]
 pub mod region;
+#[cfg(not(loom))]
+pub(crate) mod rmap;
 #[cfg(not(loom))]
 pub mod swap_state;
 #[cfg(not(loom))]

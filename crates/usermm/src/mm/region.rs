@@ -364,7 +364,7 @@ pub(crate) fn release_range(m: &MmInner, r: &RegionInner, from: u64, to: u64, co
                         // A shared file page: back to the page cache, not freed.
                         let p = &m.pages[f as usize];
                         if p.test(pg::MAPPED) {
-                            unmap_file_page_at(m, r, i, f);
+                            super::rmap::unmap_file_page_at(m, r, i, f);
                         }
                         g.set(Pte::None);
                         drop(g);
@@ -432,55 +432,5 @@ impl Drop for Region {
         if let Some(fm) = &self.r.file {
             super::file::put_mapping(m, &fm.mapping);
         }
-    }
-}
-
-/// Moves locked, mapped page-cache page `f` from page `idx` of `r`'s view back into its pool
-/// slot (the pte lock of `idx` is held by the caller or not needed).
-pub(crate) fn unmap_file_page_at(m: &MmInner, r: &RegionInner, idx: u64, f: u32) {
-    let p = &m.pages[f as usize];
-    let dst = m.pool.addr() + MmInner::frame_off(f);
-    match m
-        .uffd
-        .move_pages(dst, r.page_addr(idx), PAGE_SIZE, false, true)
-    {
-        Ok(_) => {}
-        Err(e) if e.errno == libc::EEXIST => {
-            // The slot still holds the page's copy (mapped by COPY, slot not yet dropped): the
-            // view copy is the current one if dirty; copy it over.
-            let _ = m.pool.copy_from(
-                MmInner::frame_off(f),
-                &r.view,
-                idx as usize * PAGE_SIZE,
-                PAGE_SIZE,
-            );
-            let _ = r
-                .view
-                .advise(idx as usize * PAGE_SIZE, PAGE_SIZE, Advice::DontNeed);
-        }
-        Err(e) => log::error!("moving file page {f} out of {:#x}: {e}", r.page_addr(idx)),
-    }
-    p.clear(pg::MAPPED | pg::WP);
-    m.vm.sub(Item::NrMapped, 1);
-}
-
-/// Unmaps locked page-cache page `f` from the shared region that maps it (taking that region's
-/// pte lock) and clears the entry, so the next access there faults.
-pub(crate) fn unmap_file_page(m: &MmInner, f: u32) {
-    let p = &m.pages[f as usize];
-    if !p.test(pg::MAPPED) {
-        return;
-    }
-    let v = p.private.load(Ordering::Acquire);
-    let (rid, idx) = ((v >> 40) as u32, v & ((1 << 40) - 1));
-    let Some(r) = m.regions.read().get(rid).cloned() else {
-        p.clear(pg::MAPPED | pg::WP);
-        m.vm.sub(Item::NrMapped, 1);
-        return;
-    };
-    let mut g = r.pt.lock(idx);
-    unmap_file_page_at(m, &r, idx, f);
-    if g.get() == Pte::Frame(f) {
-        g.set(Pte::None);
     }
 }

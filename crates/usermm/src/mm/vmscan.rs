@@ -12,15 +12,16 @@
 use std::time::{Duration, Instant};
 
 use crate::sync::Ordering;
-use crate::sys::{Advice, PAGE_SIZE};
+use crate::sys::PAGE_SIZE;
 use crate::vmstat::Item;
 
 use super::filemap;
 use super::lru::Lru;
-use super::memory;
 use super::page::pg;
 use super::pgtable::Pte;
+use super::pool;
 use super::region::RegionInner;
+use super::rmap;
 use super::MmInner;
 use crate::settings::Switch;
 
@@ -113,123 +114,6 @@ pub fn alloc_frames(m: &MmInner, want: usize, out: &mut Vec<u32>) -> bool {
                 crate::sync::yield_now();
             }
         }
-    }
-}
-
-/// Returns frames to the allocator. `zap`: drop the pages their pool slots hold first;
-/// otherwise each frame's PG_pooled says whether its slot still holds a page.
-pub fn free_frames(m: &MmInner, frames: &[u32], zap: bool) {
-    if frames.is_empty() {
-        return;
-    }
-    if zap {
-        zap_pool(m, frames);
-        for &f in frames {
-            m.pages[f as usize].flags.store(0, Ordering::Release);
-        }
-    }
-    m.frames.free(frames);
-    m.vm.add(Item::Pgfree, frames.len() as u64);
-}
-
-/// Frees frames whose pool slots hold reclaimed pages, keeping those pages for reuse: the next
-/// allocation zeroes or fills them in user space and moves them, which is cheaper than the
-/// kernel's allocate-zero-copy of UFFDIO_COPY and than MADV_DONTNEED now.
-pub fn recycle_frames(m: &MmInner, frames: &[u32]) {
-    for &f in frames {
-        m.pages[f as usize]
-            .flags
-            .store(pg::POOLED, Ordering::Release);
-    }
-    m.frames.free(frames);
-    m.vm.add(Item::Pgfree, frames.len() as u64);
-}
-
-/// Whether frame `f`'s pool slot really holds the page PG_pooled promises. A store into an
-/// empty slot would fault into the handlers (the pool is registered) and, from a handler
-/// thread, never be served; a lost slot is counted (`pool_slot_lost`) and the frame treated as
-/// not pooled.
-pub fn pooled_and_present(m: &MmInner, f: u32) -> bool {
-    let p = &m.pages[f as usize];
-    if !p.test(pg::POOLED) {
-        return false;
-    }
-    match m.pool.resident(MmInner::frame_off(f), PAGE_SIZE) {
-        Ok(v) if v[0] => true,
-        _ => {
-            m.vm.inc(Item::PoolSlotLost);
-            log::warn!("frame {f} is marked pooled but its pool slot is empty");
-            p.clear(pg::POOLED);
-            false
-        }
-    }
-}
-
-/// Whether frame `f`'s pool slot holds a page (mincore), whatever its flags say.
-pub fn slot_present(m: &MmInner, f: u32) -> bool {
-    m.pool
-        .resident(MmInner::frame_off(f), PAGE_SIZE)
-        .is_ok_and(|v| v[0])
-}
-
-/// [`pooled_and_present`] for a batch, with one mincore per run of consecutive frames.
-pub fn pooled_batch(m: &MmInner, frames: &[u32]) -> Vec<bool> {
-    let mut out = vec![false; frames.len()];
-    let mut k = 0;
-    while k < frames.len() {
-        let mut e = k + 1;
-        while e < frames.len() && frames[e] == frames[e - 1] + 1 {
-            e += 1;
-        }
-        let res = m
-            .pool
-            .resident(MmInner::frame_off(frames[k]), (e - k) * PAGE_SIZE)
-            .unwrap_or_else(|_| vec![false; e - k]);
-        for j in k..e {
-            let p = &m.pages[frames[j] as usize];
-            if p.test(pg::POOLED) {
-                if res[j - k] {
-                    out[j] = true;
-                } else {
-                    m.vm.inc(Item::PoolSlotLost);
-                    log::warn!(
-                        "frame {} is marked pooled but its pool slot is empty",
-                        frames[j]
-                    );
-                    p.clear(pg::POOLED);
-                }
-            }
-        }
-        k = e;
-    }
-    out
-}
-
-/// Empties the pool slot of a freshly allocated frame that will not use the page parked there.
-pub fn empty_slot(m: &MmInner, f: u32) {
-    if m.pages[f as usize].test_clear(pg::POOLED) {
-        let _ = m
-            .pool
-            .advise(MmInner::frame_off(f), PAGE_SIZE, Advice::DontNeed);
-    }
-}
-
-/// MADV_DONTNEED over the pool slots of `frames`, one call per run of consecutive frames.
-fn zap_pool(m: &MmInner, frames: &[u32]) {
-    let mut sorted = frames.to_vec();
-    sorted.sort_unstable();
-    let mut k = 0;
-    while k < sorted.len() {
-        let mut e = k + 1;
-        while e < sorted.len() && sorted[e] == sorted[e - 1] + 1 {
-            e += 1;
-        }
-        let _ = m.pool.advise(
-            MmInner::frame_off(sorted[k]),
-            (e - k) * PAGE_SIZE,
-            Advice::DontNeed,
-        );
-        k = e;
     }
 }
 
@@ -478,7 +362,7 @@ pub fn shrink_active_list(m: &MmInner, lru: Lru, nr: usize, sc: &mut ScanControl
         .copied()
         .filter(|&f| m.pages[f as usize].test(pg::MAPPED))
         .collect();
-    unmap_pages(m, &mapped);
+    rmap::try_to_unmap(m, &mapped);
     for &f in &isolated {
         m.pages[f as usize].clear(pg::ACTIVE);
     }
@@ -588,120 +472,6 @@ fn region_of(m: &MmInner, id: u32) -> Option<std::sync::Arc<RegionInner>> {
     m.regions.read().get(id).cloned()
 }
 
-/// Unmaps locked, mapped pages into their pool slots ("clears the young bit"): one UFFDIO_MOVE
-/// per run of pages consecutive both in the view and in the pool.
-pub fn unmap_pages(m: &MmInner, frames: &[u32]) {
-    if frames.is_empty() {
-        return;
-    }
-    let mut v: Vec<(u32, u64, u32)> = frames
-        .iter()
-        .map(|&f| {
-            let p = &m.pages[f as usize];
-            let (rid, idx) = if p.test(pg::PAGECACHE) {
-                // Where a mapped page-cache page is mapped.
-                let v = p.private.load(Ordering::Acquire);
-                ((v >> 40) as u32, v & ((1 << 40) - 1))
-            } else {
-                p.owner()
-            };
-            (rid, idx, f)
-        })
-        .collect();
-    v.sort_unstable();
-    let mut k = 0;
-    while k < v.len() {
-        let (rid, idx0, f0) = v[k];
-        let mut e = k + 1;
-        while e < v.len()
-            && v[e].0 == rid
-            && v[e].1 == idx0 + (e - k) as u64
-            && v[e].2 == f0 + (e - k) as u32
-        {
-            e += 1;
-        }
-        let Some(r) = region_of(m, rid).filter(|r| v[e - 1].1 < r.npages()) else {
-            k = e;
-            continue;
-        };
-        let n = e - k;
-        let src = r.page_addr(idx0);
-        let dst = m.pool.addr() + MmInner::frame_off(f0);
-        // A partial move reports every page it moved (sys::uffd resumes the kernel's partial
-        // results): those are unmapped; the rest go one by one.
-        let moved = match m.uffd.move_pages(dst, src, n * PAGE_SIZE, false, true) {
-            Ok(b) => b / PAGE_SIZE,
-            Err(e) => e.done / PAGE_SIZE,
-        }
-        .min(n);
-        for &(_, i, f) in &v[k..k + moved] {
-            mark_unmapped(m, f);
-            clear_file_pte(m, &r, i, f);
-        }
-        for &(_, idx, f) in &v[k + moved..e] {
-            unmap_one(m, &r, idx, f);
-        }
-        k = e;
-    }
-}
-
-/// Unmaps one locked, mapped page into its pool slot (the fallback of [`unmap_pages`]).
-fn unmap_one(m: &MmInner, r: &RegionInner, idx: u64, f: u32) {
-    let src = r.page_addr(idx);
-    let dst = m.pool.addr() + MmInner::frame_off(f);
-    let mut res = memory::retry_again(m, PAGE_SIZE, |_| {
-        m.uffd.move_pages(dst, src, PAGE_SIZE, false, true)
-    });
-    if matches!(res, Err(e) if e.is_exists()) {
-        // The slot holds a stale page (a frame's slot must be empty while its page is mapped):
-        // drop it and move again.
-        m.vm.inc(Item::PoolSlotLost);
-        log::warn!("frame {f}: pool slot occupied while its page is mapped; slot dropped");
-        let _ = m
-            .pool
-            .advise(MmInner::frame_off(f), PAGE_SIZE, Advice::DontNeed);
-        res = memory::retry_again(m, PAGE_SIZE, |_| {
-            m.uffd.move_pages(dst, src, PAGE_SIZE, false, true)
-        });
-    }
-    match res {
-        Ok(_) => {
-            mark_unmapped(m, f);
-            clear_file_pte(m, r, idx, f);
-        }
-        Err(e) if e.errno == libc::ENOENT => {
-            // Nothing mapped there: the program discarded the page (MADV_DONTNEED) behind our
-            // back. Its slot gets its swap copy or zeros, and it is parked like any other.
-            if m.pages[f as usize].test(pg::PAGECACHE) {
-                log::error!("file page in frame {f} lost from its mapping at {src:#x}");
-            }
-            if memory::refill_lost_slot(m, f) {
-                mark_unmapped(m, f);
-                clear_file_pte(m, r, idx, f);
-            }
-        }
-        Err(e) => log::debug!("UFFDIO_MOVE out of {src:#x}: {e}; page stays mapped"),
-    }
-}
-
-/// A page-cache page unmapped from a shared file region leaves no entry behind: the region's
-/// next access looks the page up in the cache again.
-fn clear_file_pte(m: &MmInner, r: &RegionInner, idx: u64, f: u32) {
-    if m.pages[f as usize].test(pg::PAGECACHE) {
-        let mut g = r.pt.lock(idx);
-        if g.get() == Pte::Frame(f) {
-            g.set(Pte::None);
-        }
-    }
-}
-
-fn mark_unmapped(m: &MmInner, f: u32) {
-    let p = &m.pages[f as usize];
-    p.clear(pg::MAPPED | pg::WP);
-    m.vm.sub(Item::NrMapped, 1);
-    m.vm.inc(Item::PgUnmapRef);
-}
-
 /// `shrink_page_list`: decides each isolated (locked) page's fate, unmaps, adds to swap, writes
 /// dirty pages in batches of consecutive slots, and frees clean pages (`__remove_mapping`).
 /// Returns pages freed.
@@ -732,7 +502,7 @@ pub fn shrink_page_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -
             PageRef::Reclaim => reclaim.push(f),
         }
     }
-    unmap_pages(m, &to_unmap);
+    rmap::try_to_unmap(m, &to_unmap);
     if !sc.may_unmap {
         keep.append(&mut reclaim);
     }
@@ -776,13 +546,8 @@ pub fn shrink_page_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -
     dirty.sort_unstable();
     let mut failed = Vec::new();
     if sc.may_writepage {
-        let mut k = 0;
-        while k < dirty.len() {
-            let mut e = k + 1;
-            while e < dirty.len() && dirty[e].0 == dirty[e - 1].0 + 1 {
-                e += 1;
-            }
-            let run = &dirty[k..e];
+        for run in pool::runs(&dirty, |a, b| b.0 == a.0 + 1) {
+            let run = &dirty[run];
             let offs: Vec<usize> = run.iter().map(|&(_, f)| MmInner::frame_off(f)).collect();
             // swap_writepage: writeback state through the swap cache's mapping, which with
             // the new behaviour of seed 000 keeps no tags (no tree lock taken here).
@@ -816,7 +581,6 @@ pub fn shrink_page_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -
                     }
                 }
             }
-            k = e;
         }
     }
 
@@ -859,7 +623,7 @@ pub fn shrink_page_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -
     keep.extend(failed);
     m.vm.sub(Item::NrIsolatedAnon, freed.len() as u64);
     m.vm.sub(Item::NrAnonPages, freed.len() as u64);
-    recycle_frames(m, &freed);
+    pool::recycle_frames(m, &freed);
     m.lru.putback(&m.pages, &keep, &m.vm);
     freed.len()
 }
@@ -935,7 +699,7 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -
         }
         clean.push((a, f));
     }
-    unmap_pages(m, &to_unmap);
+    rmap::try_to_unmap(m, &to_unmap);
 
     // pageout of dirty file pages (kswapd), one run per mapping.
     let mut k = 0;
@@ -1052,7 +816,7 @@ fn vmscan_recycle(m: &MmInner, frames: &[u32], anon_list: bool) {
         },
         frames.len() as u64,
     );
-    recycle_frames(m, frames);
+    pool::recycle_frames(m, frames);
 }
 
 #[cfg(test)]

@@ -1,0 +1,227 @@
+//! The frame pool: usermm's one mechanism with no kernel counterpart. Frame N's page lives in
+//! slot N of one anonymous mapping (the pool), registered with the manager's userfaultfd, while it
+//! is not mapped in a region's view; a mapped page's slot is empty. This module owns the slots:
+//! freeing and recycling frames (a reclaimed page left in its slot, `PG_pooled`, is zeroed or
+//! filled in place and moved next time instead of the kernel allocating, zeroing and copying a
+//! fresh one), filling and emptying slots, checking that a slot holds what its flags promise,
+//! the per-thread bounce buffer device reads land in, and runs of consecutive frames (one ioctl
+//! or madvise per run). The closest kernel analogue is the buddy allocator's free lists
+//! (`mm/page_alloc.c`: `free_unref_page`, `prep_new_page`) plus `clear_highpage`/`copy_highpage`.
+//!
+//! Never store into an empty slot from a handler thread: the pool is registered, so the store
+//! would fault into the handlers themselves (the `pool_slot_lost` guard exists for that).
+
+use std::ops::Range;
+
+use crate::sync::Ordering;
+use crate::sys::{Advice, Mapping, PAGE_SIZE};
+use crate::vmstat::Item;
+
+use super::page::pg;
+use super::MmInner;
+
+/// The runs of `v`: maximal index ranges whose neighbours satisfy `next(prev, cur)` (consecutive
+/// frames, slots or page indexes). One helper for every "split into runs" loop.
+pub(crate) fn runs<'a, T: Copy>(
+    v: &'a [T],
+    next: impl Fn(T, T) -> bool + 'a,
+) -> impl Iterator<Item = Range<usize>> + 'a {
+    runs_max(v, usize::MAX, next)
+}
+
+/// [`runs`] of at most `max` elements each (one device request per run).
+pub(crate) fn runs_max<'a, T: Copy>(
+    v: &'a [T],
+    max: usize,
+    next: impl Fn(T, T) -> bool + 'a,
+) -> impl Iterator<Item = Range<usize>> + 'a {
+    let mut k = 0;
+    std::iter::from_fn(move || {
+        if k >= v.len() {
+            return None;
+        }
+        let s = k;
+        k += 1;
+        while k < v.len() && k - s < max && next(v[k - 1], v[k]) {
+            k += 1;
+        }
+        Some(s..k)
+    })
+}
+
+/// Returns frames to the allocator. `zap`: drop the pages their pool slots hold first;
+/// otherwise each frame's PG_pooled says whether its slot still holds a page.
+pub fn free_frames(m: &MmInner, frames: &[u32], zap: bool) {
+    if frames.is_empty() {
+        return;
+    }
+    if zap {
+        zap_pool(m, frames);
+        for &f in frames {
+            m.pages[f as usize].flags.store(0, Ordering::Release);
+        }
+    }
+    m.frames.free(frames);
+    m.vm.add(Item::Pgfree, frames.len() as u64);
+}
+
+/// Frees frames whose pool slots hold reclaimed pages, keeping those pages for reuse: the next
+/// allocation zeroes or fills them in user space and moves them, which is cheaper than the
+/// kernel's allocate-zero-copy of UFFDIO_COPY and than MADV_DONTNEED now.
+pub fn recycle_frames(m: &MmInner, frames: &[u32]) {
+    for &f in frames {
+        m.pages[f as usize]
+            .flags
+            .store(pg::POOLED, Ordering::Release);
+    }
+    m.frames.free(frames);
+    m.vm.add(Item::Pgfree, frames.len() as u64);
+}
+
+/// Whether frame `f`'s pool slot really holds the page PG_pooled promises. A store into an
+/// empty slot would fault into the handlers (the pool is registered) and, from a handler
+/// thread, never be served; a lost slot is counted (`pool_slot_lost`) and the frame treated as
+/// not pooled.
+pub fn pooled_and_present(m: &MmInner, f: u32) -> bool {
+    let p = &m.pages[f as usize];
+    if !p.test(pg::POOLED) {
+        return false;
+    }
+    match m.pool.resident(MmInner::frame_off(f), PAGE_SIZE) {
+        Ok(v) if v[0] => true,
+        _ => {
+            m.vm.inc(Item::PoolSlotLost);
+            log::warn!("frame {f} is marked pooled but its pool slot is empty");
+            p.clear(pg::POOLED);
+            false
+        }
+    }
+}
+
+/// Whether frame `f`'s pool slot holds a page (mincore), whatever its flags say.
+pub fn slot_present(m: &MmInner, f: u32) -> bool {
+    m.pool
+        .resident(MmInner::frame_off(f), PAGE_SIZE)
+        .is_ok_and(|v| v[0])
+}
+
+/// [`pooled_and_present`] for a batch, with one mincore per run of consecutive frames.
+pub fn pooled_batch(m: &MmInner, frames: &[u32]) -> Vec<bool> {
+    let mut out = vec![false; frames.len()];
+    for run in runs(frames, |a, b| b == a + 1) {
+        let (k, e) = (run.start, run.end);
+        let res = m
+            .pool
+            .resident(MmInner::frame_off(frames[k]), (e - k) * PAGE_SIZE)
+            .unwrap_or_else(|_| vec![false; e - k]);
+        for j in k..e {
+            let p = &m.pages[frames[j] as usize];
+            if p.test(pg::POOLED) {
+                if res[j - k] {
+                    out[j] = true;
+                } else {
+                    m.vm.inc(Item::PoolSlotLost);
+                    log::warn!(
+                        "frame {} is marked pooled but its pool slot is empty",
+                        frames[j]
+                    );
+                    p.clear(pg::POOLED);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Empties the pool slot of a freshly allocated frame that will not use the page parked there.
+pub fn empty_slot(m: &MmInner, f: u32) {
+    if m.pages[f as usize].test_clear(pg::POOLED) {
+        let _ = m
+            .pool
+            .advise(MmInner::frame_off(f), PAGE_SIZE, Advice::DontNeed);
+    }
+}
+
+/// MADV_DONTNEED over the pool slots of `frames`, one call per run of consecutive frames.
+fn zap_pool(m: &MmInner, frames: &[u32]) {
+    let mut sorted = frames.to_vec();
+    sorted.sort_unstable();
+    for run in runs(&sorted, |a, b| b == a + 1) {
+        let _ = m.pool.advise(
+            MmInner::frame_off(sorted[run.start]),
+            run.len() * PAGE_SIZE,
+            Advice::DontNeed,
+        );
+    }
+}
+
+/// Puts the page at `off` of `bounce` into frame `f`'s pool slot: a plain copy into a recycled
+/// page, or UFFDIO_COPY into an empty slot.
+pub(crate) fn fill_slot(m: &MmInner, f: u32, bounce: &Mapping, off: usize) -> bool {
+    if pooled_and_present(m, f) && m.pages[f as usize].test_clear(pg::POOLED) {
+        m.pool
+            .copy_from(MmInner::frame_off(f), bounce, off, PAGE_SIZE)
+            .is_ok()
+    } else {
+        let dst = m.pool.addr() + MmInner::frame_off(f);
+        m.uffd
+            .copy(dst, bounce.addr() + off, PAGE_SIZE, false, true)
+            .is_ok()
+    }
+}
+
+thread_local! {
+    static BOUNCE: std::cell::RefCell<Option<Mapping>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with this thread's bounce buffer (512 pages, unregistered, reused so its pages stay
+/// populated): device reads land there, then UFFDIO_COPY places them.
+pub(crate) fn with_bounce<R>(pages: usize, f: impl FnOnce(&Mapping) -> R) -> R {
+    assert!(pages <= 512);
+    BOUNCE.with(|b| {
+        let mut b = b.borrow_mut();
+        if b.is_none() {
+            let m = Mapping::anon(512 * PAGE_SIZE, 0).expect("mapping a 2 MiB bounce buffer");
+            let _ = m.advise(0, m.len(), Advice::NoHugePage);
+            *b = Some(m);
+        }
+        f(b.as_ref().expect("bounce buffer"))
+    })
+}
+
+/// Makes frame `f`'s pool slot hold a page (the recycled one, or a fresh zeroed one), so its
+/// bytes can be accessed. A recycled page keeps stale bytes: the caller overwrites them.
+pub(crate) fn ensure_slot(m: &MmInner, f: u32) -> bool {
+    let p = &m.pages[f as usize];
+    if pooled_and_present(m, f) && p.test_clear(pg::POOLED) {
+        return true;
+    }
+    let dst = m.pool.addr() + MmInner::frame_off(f);
+    match m.uffd.copy(dst, m.zero_src.addr(), PAGE_SIZE, false, true) {
+        Ok(_) => true,
+        Err(e) if e.is_exists() => true,
+        Err(e) => {
+            log::error!("UFFDIO_COPY into frame {f}'s slot: {e}");
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::runs;
+
+    #[test]
+    fn runs_split_at_every_gap() {
+        let v = [3u32, 4, 5, 9, 10, 12];
+        let r: Vec<_> = runs(&v, |a, b| b == a + 1).collect();
+        assert_eq!(r, [0..3, 3..5, 5..6]);
+        assert_eq!(runs(&[] as &[u32], |a, b| b == a + 1).count(), 0);
+        assert_eq!(
+            runs(&[7u32], |a, b| b == a + 1).collect::<Vec<_>>(),
+            vec![(0..1)]
+        );
+        let r: Vec<_> = super::runs_max(&[1u32, 2, 3, 4, 5], 2, |a, b| b == a + 1).collect();
+        assert_eq!(r, [0..2, 2..4, 4..5]);
+    }
+}

@@ -1,0 +1,177 @@
+//! Reverse mapping: from a page to where it is mapped, and unmapping it from there. Mirrors
+//! `mm/rmap.c` (`try_to_unmap`, `try_to_unmap_one`, `page_referenced`'s role of clearing the
+//! young bit). In usermm a page is mapped in at most one place: its owner's view (anonymous
+//! pages: the region and index in the descriptor's owner) or, for a page-cache page, the shared
+//! file region named by its `private` word. Unmapping moves the page into its pool slot with
+//! UFFDIO_MOVE (one ioctl per run of pages consecutive in both the view and the pool); the next
+//! access is a minor fault, which is how usermm observes references.
+
+use crate::sync::Ordering;
+use crate::sys::{Advice, PAGE_SIZE};
+use crate::vmstat::Item;
+
+use super::memory;
+use super::page::pg;
+use super::pgtable::Pte;
+use super::pool;
+use super::region::RegionInner;
+use super::MmInner;
+
+fn region_of(m: &MmInner, id: u32) -> Option<std::sync::Arc<RegionInner>> {
+    m.regions.read().get(id).cloned()
+}
+
+/// Unmaps locked, mapped pages into their pool slots ("clears the young bit"): one UFFDIO_MOVE
+/// per run of pages consecutive both in the view and in the pool.
+pub fn try_to_unmap(m: &MmInner, frames: &[u32]) {
+    if frames.is_empty() {
+        return;
+    }
+    let mut v: Vec<(u32, u64, u32)> = frames
+        .iter()
+        .map(|&f| {
+            let p = &m.pages[f as usize];
+            let (rid, idx) = if p.test(pg::PAGECACHE) {
+                // Where a mapped page-cache page is mapped.
+                let v = p.private.load(Ordering::Acquire);
+                ((v >> 40) as u32, v & ((1 << 40) - 1))
+            } else {
+                p.owner()
+            };
+            (rid, idx, f)
+        })
+        .collect();
+    v.sort_unstable();
+    for run in pool::runs(&v, |a, b| b.0 == a.0 && b.1 == a.1 + 1 && b.2 == a.2 + 1) {
+        let (k, e) = (run.start, run.end);
+        let (rid, idx0, f0) = v[k];
+        let Some(r) = region_of(m, rid).filter(|r| v[e - 1].1 < r.npages()) else {
+            continue;
+        };
+        let n = e - k;
+        let src = r.page_addr(idx0);
+        let dst = m.pool.addr() + MmInner::frame_off(f0);
+        // A partial move reports every page it moved (sys::uffd resumes the kernel's partial
+        // results): those are unmapped; the rest go one by one.
+        let moved = match m.uffd.move_pages(dst, src, n * PAGE_SIZE, false, true) {
+            Ok(b) => b / PAGE_SIZE,
+            Err(e) => e.done / PAGE_SIZE,
+        }
+        .min(n);
+        for &(_, i, f) in &v[k..k + moved] {
+            mark_unmapped(m, f);
+            clear_file_pte(m, &r, i, f);
+        }
+        for &(_, idx, f) in &v[k + moved..e] {
+            try_to_unmap_one(m, &r, idx, f);
+        }
+    }
+}
+
+/// `try_to_unmap_one`: unmaps one locked, mapped page into its pool slot (the fallback of
+/// [`try_to_unmap`] for the pages of a run that did not move with it).
+fn try_to_unmap_one(m: &MmInner, r: &RegionInner, idx: u64, f: u32) {
+    let src = r.page_addr(idx);
+    let dst = m.pool.addr() + MmInner::frame_off(f);
+    let mut res = memory::retry_again(m, PAGE_SIZE, |_| {
+        m.uffd.move_pages(dst, src, PAGE_SIZE, false, true)
+    });
+    if matches!(res, Err(e) if e.is_exists()) {
+        // The slot holds a stale page (a frame's slot must be empty while its page is mapped):
+        // drop it and move again.
+        m.vm.inc(Item::PoolSlotLost);
+        log::warn!("frame {f}: pool slot occupied while its page is mapped; slot dropped");
+        let _ = m
+            .pool
+            .advise(MmInner::frame_off(f), PAGE_SIZE, Advice::DontNeed);
+        res = memory::retry_again(m, PAGE_SIZE, |_| {
+            m.uffd.move_pages(dst, src, PAGE_SIZE, false, true)
+        });
+    }
+    match res {
+        Ok(_) => {
+            mark_unmapped(m, f);
+            clear_file_pte(m, r, idx, f);
+        }
+        Err(e) if e.errno == libc::ENOENT => {
+            // Nothing mapped there: the program discarded the page (MADV_DONTNEED) behind our
+            // back. Its slot gets its swap copy or zeros, and it is parked like any other.
+            if m.pages[f as usize].test(pg::PAGECACHE) {
+                log::error!("file page in frame {f} lost from its mapping at {src:#x}");
+            }
+            if memory::refill_lost_slot(m, f) {
+                mark_unmapped(m, f);
+                clear_file_pte(m, r, idx, f);
+            }
+        }
+        Err(e) => log::debug!("UFFDIO_MOVE out of {src:#x}: {e}; page stays mapped"),
+    }
+}
+
+/// A page-cache page unmapped from a shared file region leaves no entry behind: the region's
+/// next access looks the page up in the cache again.
+fn clear_file_pte(m: &MmInner, r: &RegionInner, idx: u64, f: u32) {
+    if m.pages[f as usize].test(pg::PAGECACHE) {
+        let mut g = r.pt.lock(idx);
+        if g.get() == Pte::Frame(f) {
+            g.set(Pte::None);
+        }
+    }
+}
+
+fn mark_unmapped(m: &MmInner, f: u32) {
+    let p = &m.pages[f as usize];
+    p.clear(pg::MAPPED | pg::WP);
+    m.vm.sub(Item::NrMapped, 1);
+    m.vm.inc(Item::PgUnmapRef);
+}
+
+/// Moves locked, mapped page-cache page `f` from page `idx` of `r`'s view back into its pool
+/// slot (the pte lock of `idx` is held by the caller or not needed).
+pub(crate) fn unmap_file_page_at(m: &MmInner, r: &RegionInner, idx: u64, f: u32) {
+    let p = &m.pages[f as usize];
+    let dst = m.pool.addr() + MmInner::frame_off(f);
+    match m
+        .uffd
+        .move_pages(dst, r.page_addr(idx), PAGE_SIZE, false, true)
+    {
+        Ok(_) => {}
+        Err(e) if e.errno == libc::EEXIST => {
+            // The slot still holds the page's copy (mapped by COPY, slot not yet dropped): the
+            // view copy is the current one if dirty; copy it over.
+            let _ = m.pool.copy_from(
+                MmInner::frame_off(f),
+                &r.view,
+                idx as usize * PAGE_SIZE,
+                PAGE_SIZE,
+            );
+            let _ = r
+                .view
+                .advise(idx as usize * PAGE_SIZE, PAGE_SIZE, Advice::DontNeed);
+        }
+        Err(e) => log::error!("moving file page {f} out of {:#x}: {e}", r.page_addr(idx)),
+    }
+    p.clear(pg::MAPPED | pg::WP);
+    m.vm.sub(Item::NrMapped, 1);
+}
+
+/// Unmaps locked page-cache page `f` from the shared region that maps it (taking that region's
+/// pte lock) and clears the entry, so the next access there faults.
+pub(crate) fn unmap_file_page(m: &MmInner, f: u32) {
+    let p = &m.pages[f as usize];
+    if !p.test(pg::MAPPED) {
+        return;
+    }
+    let v = p.private.load(Ordering::Acquire);
+    let (rid, idx) = ((v >> 40) as u32, v & ((1 << 40) - 1));
+    let Some(r) = m.regions.read().get(rid).cloned() else {
+        p.clear(pg::MAPPED | pg::WP);
+        m.vm.sub(Item::NrMapped, 1);
+        return;
+    };
+    let mut g = r.pt.lock(idx);
+    unmap_file_page_at(m, &r, idx, f);
+    if g.get() == Pte::Frame(f) {
+        g.set(Pte::None);
+    }
+}
