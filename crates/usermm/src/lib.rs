@@ -21,9 +21,11 @@ pub use error::{Error, Result};
 #[cfg(not(loom))]
 pub use mm::file::{CachedFile, MapKind};
 #[cfg(not(loom))]
+pub use mm::handler::StuckFault;
+#[cfg(not(loom))]
 pub use mm::region::Region;
 #[cfg(not(loom))]
-pub use mm::{Mm, MmConfig, UffdInfo, Watermarks};
+pub use mm::{Health, Mm, MmConfig, UffdInfo, Watermarks};
 pub use settings::{Behaviour, Settings, Switch};
 #[cfg(not(loom))]
 pub use swap::{SwapConfig, SwapDevice};

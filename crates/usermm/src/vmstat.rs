@@ -121,6 +121,8 @@ items! {
     FaultStaleUnmapped = "fault_stale_unmapped",
     FaultRefaultTripwire = "fault_refault_tripwire",
     PgunmapZapped = "pgunmap_zapped",
+    HandlerPanic = "handler_panic",
+    FaultStuck = "fault_stuck",
 }
 
 /// The live counters of one memory manager.

@@ -12,14 +12,19 @@
 //! once at the same address only if the answer did not map the page. [`REFAULT_TRIP`] such
 //! faults in a row are logged with the page's entry and descriptor, counted
 //! (`fault_refault_tripwire`) and resolved from scratch instead of being answered again.
+//!
+//! No fault waits forever: a panic while serving a fault is caught, the fault served once more
+//! and, if that panics too, its page poisoned (SIGBUS to the toucher), logged and counted
+//! (`handler_panic`); a watchdog thread reports faults outstanding longer than a threshold
+//! (`fault_stuck`, with the page's state), and `Mm::health` lists both.
 
 use std::time::{Duration, Instant};
 
-use crate::sync::{Arc, AtomicU32, Ordering};
+use crate::sync::{Arc, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use crate::sys::uffd::{event, Msg};
 use crate::vmstat::Item;
 
-use super::memory::{handle_fault, resolve_from_scratch, Fault};
+use super::memory::{handle_fault, poison_after_panic, resolve_from_scratch, Fault};
 use super::MmInner;
 
 /// Consecutive faults of one thread at one page that trip the wire. A thread faults again at the
@@ -70,6 +75,7 @@ impl RefaultTrack {
 /// Serves one fault message, through the tripwire.
 fn serve(m: &MmInner, msg: &Msg) -> Fault {
     let (addr, flags, tid) = (msg.fault_address(), msg.fault_flags(), msg.fault_tid());
+    inject::maybe_panic(addr);
     let n = m.refaults.note(tid, addr);
     if n >= REFAULT_TRIP {
         m.refaults.reset(tid);
@@ -78,11 +84,173 @@ fn serve(m: &MmInner, msg: &Msg) -> Fault {
     handle_fault(m, addr, flags)
 }
 
-pub fn handler_main(m: Arc<MmInner>) {
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "(no message)".into())
+}
+
+/// [`serve`] behind a panic guard: a handler that panics never leaves the faulting thread
+/// asleep. The fault is served once more (the entries' locks were released by unwinding); a
+/// second panic poisons the page, so the toucher gets SIGBUS instead of waiting forever. Both
+/// are logged and counted (`handler_panic`), and [`Mm::health`](super::Mm::health) reports them.
+fn serve_guarded(m: &MmInner, msg: &Msg) -> Fault {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    let addr = msg.fault_address();
+    let p = match catch_unwind(AssertUnwindSafe(|| serve(m, msg))) {
+        Ok(f) => return f,
+        Err(p) => p,
+    };
+    m.vm.inc(Item::HandlerPanic);
+    log::error!(
+        "fault handler panicked serving {addr:#x}: {}; serving it again",
+        panic_text(&*p)
+    );
+    match catch_unwind(AssertUnwindSafe(|| {
+        inject::maybe_panic(addr);
+        handle_fault(m, addr, msg.fault_flags())
+    })) {
+        Ok(f) => f,
+        Err(p) => {
+            m.vm.inc(Item::HandlerPanic);
+            log::error!(
+                "fault handler panicked again at {addr:#x}: {}; the page is poisoned (SIGBUS)",
+                panic_text(&*p)
+            );
+            poison_after_panic(m, addr);
+            Fault::Done
+        }
+    }
+}
+
+/// Test hooks: make the fault handlers panic (tests/health.rs).
+#[doc(hidden)]
+pub mod inject {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    static PANICS: AtomicU64 = AtomicU64::new(0);
+
+    /// The next `n` faults served by any handler panic (process-wide).
+    pub fn handler_panics(n: u64) {
+        PANICS.store(n, Ordering::SeqCst);
+    }
+
+    pub(super) fn maybe_panic(addr: usize) {
+        if PANICS.load(Ordering::Relaxed) > 0
+            && PANICS
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            panic!("injected handler panic at {addr:#x}");
+        }
+    }
+}
+
+/// What each handler is doing, for the watchdog: the fault it is serving and the oldest fault
+/// it has deferred, each with the time (ns since the manager started) it began. 0: none.
+#[derive(Default)]
+pub struct HandlerSlot {
+    busy_since: AtomicU64,
+    busy_addr: AtomicUsize,
+    deferred_since: AtomicU64,
+    deferred_addr: AtomicUsize,
+}
+
+/// Faults outstanding longer than this are reported by the watchdog (log, `fault_stuck`,
+/// [`Mm::health`](super::Mm::health)).
+pub const STUCK_FAULT_AFTER: Duration = Duration::from_secs(10);
+
+/// A fault that has waited longer than the threshold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StuckFault {
+    /// The faulting address.
+    pub addr: usize,
+    /// How long it has been outstanding.
+    pub waited: Duration,
+    /// Whether a handler is inside it (true) or it is deferred behind a locked page (false).
+    pub in_handler: bool,
+}
+
+fn since(m: &MmInner) -> u64 {
+    (m.epoch.elapsed().as_nanos() as u64).max(1)
+}
+
+/// The faults outstanding longer than `after` (handler slots; see [`watchdog_main`]).
+pub fn stuck_faults(m: &MmInner, after: Duration) -> Vec<StuckFault> {
+    let now = since(m);
+    let mut v = Vec::new();
+    for s in m.handler_slots.iter() {
+        for (t, a, in_handler) in [
+            (&s.busy_since, &s.busy_addr, true),
+            (&s.deferred_since, &s.deferred_addr, false),
+        ] {
+            let t0 = t.load(Ordering::Acquire);
+            if t0 != 0 && now.saturating_sub(t0) > after.as_nanos() as u64 {
+                v.push(StuckFault {
+                    addr: a.load(Ordering::Relaxed),
+                    waited: Duration::from_nanos(now - t0),
+                    in_handler,
+                });
+            }
+        }
+    }
+    v
+}
+
+/// The watchdog thread: twice a second, reports each fault outstanding longer than the
+/// manager's threshold once (log line with the page's state, `fault_stuck`).
+pub fn watchdog_main(m: Arc<MmInner>) {
+    let mut reported: Vec<usize> = Vec::new();
+    while !m.shutdown.load(Ordering::Acquire) {
+        for _ in 0..5 {
+            if m.shutdown.load(Ordering::Acquire) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let after = Duration::from_millis(m.stuck_after_ms.load(Ordering::Relaxed));
+        let stuck = stuck_faults(&m, after);
+        for s in &stuck {
+            if !reported.contains(&s.addr) {
+                m.vm.inc(Item::FaultStuck);
+                log::error!(
+                    "a fault has been outstanding for {:.1} s ({}): {}",
+                    s.waited.as_secs_f64(),
+                    if s.in_handler {
+                        "a handler is inside it"
+                    } else {
+                        "deferred behind a locked page"
+                    },
+                    super::memory::describe_page(&m, s.addr)
+                );
+            }
+        }
+        reported = stuck.iter().map(|s| s.addr).collect();
+    }
+}
+
+pub fn handler_main(m: Arc<MmInner>, slot: usize) {
+    let me = &m.handler_slots[slot];
+    let serve_one = |msg: &Msg| -> Fault {
+        me.busy_addr.store(msg.fault_address(), Ordering::Relaxed);
+        me.busy_since.store(since(&m), Ordering::Release);
+        let f = serve_guarded(&m, msg);
+        me.busy_since.store(0, Ordering::Release);
+        f
+    };
     let mut msgs = [Msg::default(); 32];
-    let mut deferred: Vec<(usize, u64)> = Vec::new();
+    let mut deferred: Vec<(Msg, u64)> = Vec::new();
     let spin = Duration::from_micros(m.cfg.handler_spin_us as u64);
     let mut last_work = Instant::now();
+    let publish_deferred = |d: &[(Msg, u64)]| match d.iter().min_by_key(|e| e.1) {
+        Some((msg, t)) => {
+            me.deferred_addr
+                .store(msg.fault_address(), Ordering::Relaxed);
+            me.deferred_since.store(*t, Ordering::Release);
+        }
+        None => me.deferred_since.store(0, Ordering::Release),
+    };
     loop {
         if m.shutdown.load(Ordering::Acquire) {
             return;
@@ -98,20 +266,26 @@ pub fn handler_main(m: Arc<MmInner>) {
         for msg in &msgs[..n] {
             match msg.event {
                 event::PAGEFAULT => {
-                    if serve(&m, msg) == Fault::Retry {
-                        deferred.push((msg.fault_address(), msg.fault_flags()));
+                    let t = since(&m);
+                    if serve_one(msg) == Fault::Retry {
+                        deferred.push((*msg, t));
                     }
                 }
                 other => log::debug!("userfaultfd event {other:#x} ignored"),
             }
         }
         if n > 0 {
+            publish_deferred(&deferred);
             last_work = Instant::now();
             continue;
         }
         if !deferred.is_empty() {
             let before = deferred.len();
-            deferred.retain(|&(a, f)| handle_fault(&m, a, f) == Fault::Retry);
+            deferred.retain(|(msg, _)| {
+                let f = catch_retry(&m, msg);
+                f == Fault::Retry
+            });
+            publish_deferred(&deferred);
             if deferred.len() < before {
                 last_work = Instant::now();
             } else {
@@ -132,9 +306,11 @@ pub fn handler_main(m: Arc<MmInner>) {
                     Ok(1) => {
                         hit = true;
                         m.vm.inc(Item::HandlerSpinHit);
-                        if msgs[0].event == event::PAGEFAULT && serve(&m, &msgs[0]) == Fault::Retry
+                        let t = since(&m);
+                        if msgs[0].event == event::PAGEFAULT && serve_one(&msgs[0]) == Fault::Retry
                         {
-                            deferred.push((msgs[0].fault_address(), msgs[0].fault_flags()));
+                            deferred.push((msgs[0], t));
+                            publish_deferred(&deferred);
                         }
                         break;
                     }
@@ -150,5 +326,26 @@ pub fn handler_main(m: Arc<MmInner>) {
         m.vm.inc(Item::HandlerWakeup);
         let _ = m.uffd.poll(Some(m.shutdown_efd.raw_fd()), 100);
         last_work = Instant::now() - spin;
+    }
+}
+
+/// A deferred fault served again (behind the same panic guard, without the tripwire: the thread
+/// has not faulted again, it is still waiting for this answer).
+fn catch_retry(m: &MmInner, msg: &Msg) -> Fault {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    match catch_unwind(AssertUnwindSafe(|| {
+        handle_fault(m, msg.fault_address(), msg.fault_flags())
+    })) {
+        Ok(f) => f,
+        Err(p) => {
+            m.vm.inc(Item::HandlerPanic);
+            log::error!(
+                "fault handler panicked serving deferred {:#x}: {}; the page is poisoned (SIGBUS)",
+                msg.fault_address(),
+                panic_text(&*p)
+            );
+            poison_after_panic(m, msg.fault_address());
+            Fault::Done
+        }
     }
 }

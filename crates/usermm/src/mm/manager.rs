@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::settings::Settings;
@@ -252,6 +253,12 @@ pub struct MmInner {
     pub(crate) spinners: AtomicU32,
     /// The re-fault tripwire's memory of each thread's last faults (handler.rs).
     pub(crate) refaults: super::handler::RefaultTrack,
+    /// Per handler thread: the fault it serves and its oldest deferred one (the watchdog's view).
+    pub(crate) handler_slots: Box<[super::handler::HandlerSlot]>,
+    /// Start of this manager's clock for the handler slots.
+    pub(crate) epoch: std::time::Instant,
+    /// The watchdog's threshold (ms): faults outstanding longer are reported.
+    pub(crate) stuck_after_ms: AtomicU64,
     /// Address spaces of open files (page owners name them by id).
     pub(crate) mappings: RwLock<super::file::MappingTable>,
     /// Flushers and dirty lists.
@@ -277,6 +284,32 @@ impl MmInner {
     }
     pub(crate) fn frame_off(f: u32) -> usize {
         f as usize * PAGE_SIZE
+    }
+}
+
+/// The fault path's health ([`Mm::health`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Health {
+    /// Panics caught while serving faults (each fault was served again or its page poisoned).
+    pub handler_panics: u64,
+    /// Faults outstanding longer than the watchdog's threshold now.
+    pub stuck_faults: Vec<super::handler::StuckFault>,
+    /// Faults the watchdog has reported as stuck so far (`fault_stuck`).
+    pub stuck_reported: u64,
+    /// Threads that faulted at one page again and again (`fault_refault_tripwire`).
+    pub refault_tripwires: u64,
+    /// "Already resolved" answers that found no page mapped and resolved again
+    /// (`fault_stale_unmapped`).
+    pub stale_answers: u64,
+}
+
+impl Health {
+    /// No panic, no stuck fault, no tripwire.
+    pub fn is_ok(&self) -> bool {
+        self.handler_panics == 0
+            && self.stuck_faults.is_empty()
+            && self.stuck_reported == 0
+            && self.refault_tripwires == 0
     }
 }
 
@@ -457,6 +490,9 @@ impl Mm {
             peak_resident: AtomicU64::new(0),
             spinners: AtomicU32::new(0),
             refaults: Default::default(),
+            handler_slots: (0..handlers).map(|_| Default::default()).collect(),
+            epoch: std::time::Instant::now(),
+            stuck_after_ms: AtomicU64::new(super::handler::STUCK_FAULT_AFTER.as_millis() as u64),
             mappings: RwLock::new(Default::default()),
             wb: Default::default(),
             pgdat_dirty: AtomicBool::new(false),
@@ -474,10 +510,17 @@ impl Mm {
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("usermm-fault{i}"))
-                    .spawn(move || handler::handler_main(m))
+                    .spawn(move || handler::handler_main(m, i))
                     .map_err(|e| Error::io("spawning a fault handler thread", e))?,
             );
         }
+        let m = inner.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("usermm-watchdog".into())
+                .spawn(move || handler::watchdog_main(m))
+                .map_err(|e| Error::io("spawning the fault watchdog", e))?,
+        );
         let m = inner.clone();
         threads.push(
             std::thread::Builder::new()
@@ -501,6 +544,29 @@ impl Mm {
     /// Untouched pages cost nothing; reads of them see the zero page.
     pub fn map_anon(&self, len: usize) -> Result<Region> {
         region::map_anon(self, len)
+    }
+
+    /// Whether every fault is being answered: handler panics so far, faults outstanding longer
+    /// than the watchdog's threshold (10 s by default) right now, and the tripwire counters of
+    /// faults answered without a mapping. A healthy manager has all of them at zero.
+    pub fn health(&self) -> Health {
+        let m = self.inner();
+        let after = Duration::from_millis(m.stuck_after_ms.load(Ordering::Relaxed));
+        Health {
+            handler_panics: m.vm.get(Item::HandlerPanic),
+            stuck_faults: super::handler::stuck_faults(m, after),
+            stuck_reported: m.vm.get(Item::FaultStuck),
+            refault_tripwires: m.vm.get(Item::FaultRefaultTripwire),
+            stale_answers: m.vm.get(Item::FaultStaleUnmapped),
+        }
+    }
+
+    /// Sets the watchdog's threshold for reporting an outstanding fault (default
+    /// [`STUCK_FAULT_AFTER`](super::handler::STUCK_FAULT_AFTER)).
+    pub fn set_stuck_fault_threshold(&self, after: Duration) {
+        self.inner()
+            .stuck_after_ms
+            .store(after.as_millis().max(1) as u64, Ordering::Relaxed);
     }
 
     /// A snapshot of the counters, named as in `/proc/vmstat`.

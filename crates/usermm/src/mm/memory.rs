@@ -154,6 +154,33 @@ pub fn resolve_from_scratch(m: &MmInner, addr: usize, flags: u64, times: u32) ->
     handle_fault(m, addr, flags)
 }
 
+/// The answer to a fault whose handling panicked twice: the page is poisoned (SIGBUS to the
+/// toucher) so the thread is never left waiting. Its entry becomes `Poison`; a frame it held
+/// stays allocated (its state is unknown after the panic) and is reported.
+pub(crate) fn poison_after_panic(m: &MmInner, addr: usize) {
+    let r = {
+        let t = m.regions.read();
+        t.find(addr).cloned()
+    };
+    let page = addr & !(PAGE_SIZE - 1);
+    if let Some(r) = r {
+        let idx = ((page - r.view.addr()) / PAGE_SIZE) as u64;
+        if let Some(mut g) = r.pt.try_lock(idx) {
+            if let Pte::Frame(f) = g.get() {
+                log::error!("frame {f} of the poisoned page at {page:#x} is left allocated");
+            }
+            g.set(Pte::Poison);
+        }
+        let _ = r
+            .view
+            .advise(idx as usize * PAGE_SIZE, PAGE_SIZE, Advice::DontNeed);
+    }
+    if let Err(e) = m.uffd.poison(page, PAGE_SIZE, false) {
+        log::error!("UFFDIO_POISON at {page:#x} after a handler panic: {e}");
+        let _ = m.uffd.wake(page, PAGE_SIZE);
+    }
+}
+
 /// Whether page `idx` of `r`'s view has a page mapped (mincore; a zero-page pte counts). The
 /// "already resolved" answers check this before they wake: a wake without a mapping makes the
 /// thread fault again at once, forever (issue 10).

@@ -74,6 +74,8 @@ pub struct FaultySwap {
     read_rule: Mutex<Rule>,
     write_failures: AtomicU64,
     read_failures: AtomicU64,
+    /// Slow I/O: every read sleeps this long (µs) before it is served.
+    read_delay_us: AtomicU64,
 }
 
 impl std::fmt::Debug for FaultySwap {
@@ -97,6 +99,7 @@ impl FaultySwap {
             read_rule: Mutex::new(Rule::default()),
             write_failures: AtomicU64::new(0),
             read_failures: AtomicU64::new(0),
+            read_delay_us: AtomicU64::new(0),
         }
     }
 
@@ -142,6 +145,12 @@ impl FaultySwap {
         self.read_failures.load(Ordering::Relaxed)
     }
 
+    /// Slow I/O: from now on every read sleeps `d` first (a device that stalls).
+    pub fn set_read_delay(&self, d: std::time::Duration) {
+        self.read_delay_us
+            .store(d.as_micros() as u64, Ordering::Relaxed);
+    }
+
     /// The wrapped device.
     pub fn inner(&self) -> &Arc<dyn SwapDevice> {
         &self.inner
@@ -170,6 +179,10 @@ impl SwapDevice for FaultySwap {
     }
 
     fn read_pages(&self, slot: u64, pool: &Mapping, pages: &[usize]) -> io::Result<()> {
+        let delay = self.read_delay_us.load(Ordering::Relaxed);
+        if delay > 0 {
+            std::thread::sleep(std::time::Duration::from_micros(delay));
+        }
         if let Some(s) = self.read_rule.lock().check(slot, pages.len() as u64) {
             self.read_failures.fetch_add(1, Ordering::Relaxed);
             return Err(injected("read", s));
