@@ -4,6 +4,7 @@
 //! writeback tags; 002: how a new page is marked accessed).
 
 mod common;
+use common::skip;
 
 use std::io::Write;
 
@@ -380,7 +381,7 @@ fn writeback_errors_are_reported_once_per_handle_and_never_lost() {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+        skip("cannot mount a tmpfs here (needs root)");
         return;
     }
     struct Umount(std::path::PathBuf);
@@ -566,7 +567,7 @@ fn unwritable_file_and_ranges_past_the_end_are_errors() {
             .arg(&path)
             .status();
     } else {
-        eprintln!("skipped the immutable-file case: chattr +i failed here");
+        skip("the immutable-file case: chattr +i failed here");
     }
     let f = m.open(d.path().join("short")).unwrap();
     f.write_at(0, &[1u8; 100]).unwrap();
