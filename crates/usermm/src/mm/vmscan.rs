@@ -864,6 +864,126 @@ mod tests {
         }
     }
 
+    /// A manager with 256 dirty, unreferenced, unmapped file pages on the inactive file list and
+    /// the given seed-004 settings; the flushers stay asleep unless reclaim wakes them.
+    fn dirty_file_pages(settings: crate::Settings) -> (crate::Mm, tempfile::TempDir) {
+        use crate::{Mm, MmConfig, SwapConfig};
+        let d = tempfile::tempdir_in("/var/tmp").unwrap();
+        let mut cfg = MmConfig::new(8 << 20)
+            .swap(SwapConfig::None)
+            .settings(settings);
+        cfg.dirty_background_ratio = 80;
+        cfg.dirty_ratio = 90;
+        cfg.dirty_expire_centisecs = 360000;
+        let m = Mm::new(cfg).unwrap();
+        let f = m.open(d.path().join("f")).unwrap();
+        f.write_at(0, &[1u8; 1 << 20]).unwrap();
+        std::mem::forget(f); // closed files stay cached; keep the pages where they are
+        let inner = m.inner();
+        assert_eq!(inner.lru.size(Lru::InactiveFile), 256);
+        for p in inner.pages.iter() {
+            if p.test(pg::PAGECACHE) {
+                p.clear(pg::REFERENCED);
+            }
+        }
+        (m, d)
+    }
+
+    fn counter_delta(m: &crate::Mm, i: Item, f: impl FnOnce()) -> u64 {
+        let before = m.inner().vm.get(i);
+        f();
+        m.inner().vm.get(i) - before
+    }
+
+    /// Seed 004 series, `kswapd_write_twice`: kswapd on a dirty node writes a dirty file page on
+    /// its first encounter (old) or only once it has been seen twice (new: the first encounter
+    /// rotates it with PG_reclaim; the second writes it).
+    #[test]
+    fn kswapd_write_twice_switch() {
+        use crate::{Behaviour, Settings};
+        for b in [Behaviour::New, Behaviour::Old] {
+            let (m, _d) = dirty_file_pages(
+                Settings::default()
+                    .with(Switch::KswapdWriteTwice, b)
+                    // Rotated pages stay on the inactive list, to be met a second time.
+                    .with(Switch::ActivateRotatedDirty, Behaviour::Old)
+                    .with(Switch::ReclaimWakeFlushers, Behaviour::Old),
+            );
+            let inner = m.inner();
+            inner.pgdat_dirty.store(true, Ordering::Release);
+            let mut sc = ScanControl::new(32, true);
+            sc.may_writepage = true;
+            let written = counter_delta(&m, Item::NrVmscanWrite, || {
+                shrink_inactive_list(inner, Lru::InactiveFile, 32, &mut sc);
+            });
+            match b {
+                Behaviour::New => {
+                    assert_eq!(written, 0, "first encounter: rotated, not written");
+                    let again = counter_delta(&m, Item::NrVmscanWrite, || {
+                        for _ in 0..16 {
+                            let mut sc = ScanControl::new(32, true);
+                            sc.may_writepage = true;
+                            shrink_inactive_list(inner, Lru::InactiveFile, 32, &mut sc);
+                        }
+                    });
+                    assert!(again > 0, "seen twice: written");
+                }
+                Behaviour::Old => assert_eq!(written, 32, "written on first encounter"),
+            }
+        }
+    }
+
+    /// Seed 004 series, `activate_rotated_dirty`: dirty file pages that reclaim rotates are
+    /// activated (new) or stay inactive (old).
+    #[test]
+    fn activate_rotated_dirty_switch() {
+        use crate::{Behaviour, Settings};
+        for b in [Behaviour::New, Behaviour::Old] {
+            let (m, _d) = dirty_file_pages(
+                Settings::default()
+                    .with(Switch::ActivateRotatedDirty, b)
+                    .with(Switch::ReclaimWakeFlushers, Behaviour::Old),
+            );
+            let inner = m.inner();
+            let mut sc = ScanControl::new(32, false);
+            let activated = counter_delta(&m, Item::Pgactivate, || {
+                shrink_inactive_list(inner, Lru::InactiveFile, 32, &mut sc);
+            });
+            assert_eq!(inner.vm.get(Item::PgrotatedDirty), 32, "{b:?}");
+            match b {
+                Behaviour::New => {
+                    assert_eq!(activated, 32);
+                    assert_eq!(inner.lru.size(Lru::ActiveFile), 32);
+                }
+                Behaviour::Old => {
+                    assert_eq!(activated, 0);
+                    assert_eq!(inner.lru.size(Lru::ActiveFile), 0);
+                }
+            }
+        }
+    }
+
+    /// Seed 004 series, `reclaim_wake_flushers`: a reclaim batch that found only unqueued dirty
+    /// file pages wakes the flushers (new) or leaves them asleep (old).
+    #[test]
+    fn reclaim_wake_flushers_switch() {
+        use crate::{Behaviour, Settings};
+        for b in [Behaviour::New, Behaviour::Old] {
+            let (m, _d) =
+                dirty_file_pages(Settings::default().with(Switch::ReclaimWakeFlushers, b));
+            let inner = m.inner();
+            let mut sc = ScanControl::new(32, false);
+            let woke = counter_delta(&m, Item::FlusherWakeVmscan, || {
+                shrink_inactive_list(inner, Lru::InactiveFile, 32, &mut sc);
+            });
+            assert!(inner.pgdat_dirty.load(Ordering::Acquire), "{b:?}");
+            match b {
+                Behaviour::New => assert!(woke >= 1, "the flushers were not woken"),
+                Behaviour::Old => assert_eq!(woke, 0),
+            }
+        }
+    }
+
     #[test]
     fn references_follow_linux() {
         assert_eq!(page_check_references(true, true), PageRef::Activate);
