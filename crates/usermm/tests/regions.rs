@@ -317,7 +317,7 @@ fn hot_set_stays_resident_while_a_cold_set_streams() {
     let hot_res = hot.resident_pages();
     let cold_res = cold.resident_pages();
     let avg = hot_samples.iter().sum::<u64>() as f64 / hot_samples.len() as f64;
-    eprintln!("hot resident {hot_res}/{hot_pages} (average {avg:.0}), cold resident {cold_res}/{cold_pages}");
+    eprintln!("hot resident {hot_res}/{hot_pages} (average {avg:.0}), cold resident {cold_res}/{cold_pages}, major faults {}", d.val("pgmajfault"));
     assert!(
         d.val("pswpout") as usize >= cold_pages / 2,
         "the stream must have been swapped\n{d}"
@@ -334,9 +334,12 @@ fn hot_set_stays_resident_while_a_cold_set_streams() {
         avg >= hot_pages as f64 * 0.8,
         "hot set resident {avg:.0} of {hot_pages} pages on average while streaming\n{d}"
     );
-    // The hot pages were barely ever read back from swap.
+    // The hot pages were barely ever read back from swap. (Residency alone cannot tell LRU
+    // from FIFO here: under FIFO each hot page is evicted once per ~2048 allocations and faulted
+    // straight back, resident 98% of the time, but that costs ~256 x 6 = 1500 major faults;
+    // LRU aging keeps them on the active list: ~15.)
     assert!(
-        (d.val("pgmajfault") as usize) < cold_pages / 8,
+        (d.val("pgmajfault") as usize) < hot_pages / 4,
         "{} major faults: the hot set kept being evicted\n{d}",
         d.val("pgmajfault")
     );
