@@ -1,11 +1,14 @@
 //! Property test of the page cache against a shadow copy: random write_at / read_at / set_len /
-//! sync / map / store / load / flush / unmap sequences on two files with a 1 MiB budget (the
-//! files together are larger), then every file on disk compared byte for byte with its shadow.
+//! sync / map / store / load / flush / unmap sequences on two files of up to 2 MiB each with a
+//! 1 MiB budget, every read and load checked as it happens, then every file read back through
+//! the cache and on disk compared byte for byte with its shadow. A case that touched more pages
+//! than the budget holds must show eviction or writeback in the counters (so the test cannot
+//! pass by never leaving memory).
 
 use proptest::prelude::*;
 use usermm::{CachedFile, MapKind, Mm, MmConfig, Region, SwapConfig};
 
-const MAX_LEN: u64 = 640 << 10;
+const MAX_LEN: u64 = 2 << 20;
 const MAP_LEN: usize = 256 << 10;
 
 #[derive(Debug, Clone)]
@@ -51,9 +54,9 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     let f = 0..2usize;
     prop_oneof![
-        6 => (f.clone(), 0..MAX_LEN, 1..40_000usize, any::<u8>())
+        6 => (f.clone(), 0..MAX_LEN, 1..120_000usize, any::<u8>())
             .prop_map(|(f, off, len, seed)| Op::Write { f, off, len, seed }),
-        4 => (f.clone(), 0..MAX_LEN, 1..40_000usize).prop_map(|(f, off, len)| Op::Read { f, off, len }),
+        4 => (f.clone(), 0..MAX_LEN, 1..120_000usize).prop_map(|(f, off, len)| Op::Read { f, off, len }),
         1 => (f.clone(), 0..MAX_LEN).prop_map(|(f, len)| Op::SetLen { f, len }),
         1 => f.clone().prop_map(|f| Op::Sync { f }),
         1 => f.clone().prop_map(|f| Op::Map { f }),
@@ -71,16 +74,39 @@ fn bytes(seed: u8, off: u64, len: usize) -> Vec<u8> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
     #[test]
-    fn page_cache_matches_a_shadow(ops in proptest::collection::vec(op(), 1..100)) {
+    fn page_cache_matches_a_shadow(ops in proptest::collection::vec(op(), 1..250)) {
         let d = tempfile::tempdir_in(std::env::var("TMPDIR").unwrap_or("/var/tmp".into())).unwrap();
         let mm = Mm::new(MmConfig::new(1 << 20).swap(SwapConfig::Ram { size: 4 << 20 })).unwrap();
         let paths: Vec<_> = (0..2).map(|i| d.path().join(format!("f{i}"))).collect();
         let files: Vec<CachedFile> = paths.iter().map(|p| mm.open(p).unwrap()).collect();
         let mut shadow: Vec<Vec<u8>> = vec![Vec::new(), Vec::new()];
         let mut maps: Vec<Option<Region>> = vec![None, None];
+        let mut touched = std::collections::HashSet::new();
+        let mut touch = |f: usize, off: u64, len: usize| {
+            for pg in off / 4096..(off + len as u64).div_ceil(4096) {
+                touched.insert((f, pg));
+            }
+        };
         for op in ops {
+            // The pages this op brings into the cache: written ranges, and read or mapped
+            // ranges inside the file.
+            match &op {
+                Op::Write { f, off, len, .. } => touch(*f, *off, *len),
+                Op::Read { f, off, len } => {
+                    let end = (shadow[*f].len() as u64).min(*off + *len as u64);
+                    if end > *off {
+                        touch(*f, *off, (end - *off) as usize);
+                    }
+                }
+                Op::Store { f, word, .. } | Op::Load { f, word }
+                    if maps[*f].is_some() && word * 8 + 8 <= shadow[*f].len() =>
+                {
+                    touch(*f, (*word * 8) as u64, 8)
+                }
+                _ => {}
+            }
             match op {
                 Op::Write { f, off, len, seed } => {
                     let b = bytes(seed, off, len);
@@ -137,10 +163,22 @@ proptest! {
                 }
             }
         }
+        // Everything read back through the cache (evicted pages come back from disk).
+        for f in 0..2 {
+            let mut b = vec![0u8; shadow[f].len()];
+            let n = files[f].read_at(0, &mut b).unwrap();
+            prop_assert_eq!(n, shadow[f].len());
+            prop_assert!(b == shadow[f], "file {} read back through the cache", f);
+        }
         for f in &files {
             f.sync().unwrap();
         }
         prop_assert!(mm.peak_resident_bytes() <= 1 << 20);
+        let vm = mm.vmstat();
+        if touched.len() > 256 + 64 {
+            let left = vm.val("pgsteal_file") + vm.val("pgsteal_anon") + vm.val("nr_written");
+            prop_assert!(left > 0, "{} pages touched in a 256-page budget, nothing evicted or written:\n{}", touched.len(), vm);
+        }
         drop(maps);
         drop(files);
         for f in 0..2 {
