@@ -540,3 +540,65 @@ fn every_nth_swap_write_failing_loses_nothing() {
     assert!(mm.peak_resident_bytes() <= 4 * MIB);
     assert_consistent(&mm);
 }
+
+/// Swap genuinely full under overcommit: stores beyond budget + swap cannot get a frame, so
+/// the page is poisoned (a user-mode store would raise SIGBUS; a kernel-mode store fails with
+/// EFAULT, which lets this test look at the counters), counted as `oom_poison`, and only once
+/// everything the budget and the swap can hold is in use. Earlier pages stay intact.
+#[test]
+fn full_swap_under_overcommit_poisons_and_counts() {
+    init_log();
+    let mut cfg = MmConfig::new(4 * MIB)
+        .swap(SwapConfig::Ram { size: 4 * MIB })
+        .overcommit(true);
+    cfg.uffd_policy = OpenPolicy::Full;
+    let mm = match Mm::new(cfg) {
+        Ok(mm) => mm,
+        Err(e @ Error::Userfaultfd(_)) => {
+            skip(&format!("no full-mode userfaultfd here ({e})"));
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let r = mm.map_anon(32 << 20).unwrap();
+    let base = r.as_ptr() as usize;
+    let pages = r.len() / PAGE;
+    let mut first_lost = None;
+    for p in 0..pages {
+        match usermm::sys::kernel_write_u64(base + p * PAGE, pattern(12, p as u64, 0)) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EFAULT) => {
+                first_lost = Some(p);
+                break;
+            }
+            Err(e) => panic!("kernel write of page {p}: {e}"),
+        }
+    }
+    let vm = mm.vmstat();
+    let lost = first_lost.unwrap_or_else(|| panic!("32 MiB fit in 4 MiB + 4 MiB of swap?\n{vm}"));
+    // 8 MiB of room: the first poison comes only once it is (nearly) all used.
+    assert!(
+        lost >= (8 * MIB as usize / PAGE) * 9 / 10,
+        "poisoned at page {lost}, before budget + swap were used\n{vm}"
+    );
+    assert!(vm.val("oom_poison") >= 1, "{vm}");
+    // The poisoned page stays poisoned.
+    assert_eq!(
+        usermm::sys::kernel_read_u64(base + lost * PAGE)
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::EFAULT)
+    );
+    // Memory and swap are full: bringing a swapped page back needs a frame that nothing can
+    // free (Linux would call the OOM killer here). Discarding the second half makes room; the
+    // first half kept its data.
+    r.discard(lost / 2 * PAGE, r.len() - lost / 2 * PAGE)
+        .unwrap();
+    for p in (0..lost / 2).step_by(53) {
+        assert_eq!(
+            usermm::sys::kernel_read_u64(base + p * PAGE).unwrap(),
+            pattern(12, p as u64, 0),
+            "page {p}"
+        );
+    }
+}

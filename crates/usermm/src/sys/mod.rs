@@ -181,6 +181,38 @@ pub fn kernel_read_u64(addr: usize) -> std::io::Result<u64> {
     res
 }
 
+/// Writes `v` to the word at `addr` from kernel mode (read(2) of it from a pipe), so that a
+/// store that the manager answers with poison fails with EFAULT instead of raising SIGBUS.
+pub fn kernel_write_u64(addr: usize, v: u64) -> std::io::Result<()> {
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe2 writes two descriptors into `fds`.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: writes 8 bytes from a local u64 into the pipe.
+    let w = unsafe { libc::write(fds[1], &v as *const u64 as *const libc::c_void, 8) };
+    let res = if w != 8 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        // SAFETY: the kernel stores 8 bytes at `addr` with copy_to_user, which reports a bad or
+        // poisoned address as EFAULT rather than faulting this thread.
+        let r = unsafe { libc::read(fds[0], addr as *mut libc::c_void, 8) };
+        match r {
+            8 => Ok(()),
+            r if r < 0 => Err(std::io::Error::last_os_error()),
+            r => Err(std::io::Error::other(format!(
+                "short pipe read of {r} bytes"
+            ))),
+        }
+    };
+    // SAFETY: closing the two descriptors created above.
+    unsafe {
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+    }
+    res
+}
+
 /// Resident set size of this process in bytes (VmRSS from /proc/self/status).
 pub fn process_rss() -> u64 {
     read_status_kib("VmRSS:") * 1024
