@@ -247,6 +247,24 @@ impl Region {
         n
     }
 
+    /// The byte ranges `(offset, len)` of this region whose pages hold data (resident or on the
+    /// swap device), merged and in address order; everything else reads as zeros. A snapshot
+    /// (unlocked reads): used to copy an address space for a fork(2) child without touching
+    /// the pages that were never written.
+    pub fn populated_ranges(&self) -> Vec<(usize, usize)> {
+        let mut v: Vec<(usize, usize)> = Vec::new();
+        self.r.pt.for_each_used(0, self.r.npages(), |i, p| {
+            if matches!(p, Pte::Frame(_) | Pte::Swap(_)) {
+                let off = i as usize * PAGE_SIZE;
+                match v.last_mut() {
+                    Some((o, l)) if *o + *l == off => *l += PAGE_SIZE,
+                    _ => v.push((off, PAGE_SIZE)),
+                }
+            }
+        });
+        v
+    }
+
     /// Writes back the dirty pages of `[off, off+len)` of a shared file region and fdatasyncs
     /// the file (`msync(MS_SYNC)`), returning a writeback error once per region (errseq); the
     /// pages that failed stay dirty. Anonymous and private regions have nothing to write.
