@@ -190,12 +190,18 @@ enum Refusal {
     NoMemory,
 }
 
-/// Maps a managed region of at least `len` bytes.
-fn map_region(len: usize) -> Result<usize, Refusal> {
+/// Maps a managed region of at least `len` bytes; `noreserve` (MAP_NORESERVE: the heap's
+/// arenas) is not charged to the commit limit.
+fn map_region(len: usize, noreserve: bool) -> Result<usize, Refusal> {
     let mm = manager().ok_or(Refusal::Fallback)?;
     let _guard = Guard::enter();
     let total = usermm_vma::page_round_up(len).ok_or(Refusal::NoMemory)?;
-    let r = match mm.map_anon(total) {
+    let made = if noreserve {
+        mm.map_anon_noreserve(total)
+    } else {
+        mm.map_anon(total)
+    };
+    let r = match made {
         Ok(r) => r,
         Err(usermm::Error::CommitLimit { .. }) => {
             N_ENOMEM.fetch_add(1, Ordering::Relaxed);
@@ -480,7 +486,9 @@ fn mmap_impl(
         is_fixed && SPACE.might_overlap(a, len) && SPACE.coverage(a, len) != Coverage::None;
     match classify_mmap(a, len, prot, flags, fd, off) {
         MmapRequest::Anon { len, fixed: None } if len > threshold() => {
-            match ffi(Err(Refusal::NoMemory), || map_region(len)) {
+            match ffi(Err(Refusal::NoMemory), || {
+                map_region(len, flags & libc::MAP_NORESERVE != 0)
+            }) {
                 Ok(p) => p as *mut c_void,
                 Err(Refusal::Fallback) => sys::raw_mmap(addr, len, prot, flags, fd, off),
                 Err(Refusal::NoMemory) => {
@@ -642,7 +650,7 @@ fn mremap_managed(
         // A region cannot grow in place.
         return fail(libc::ENOMEM);
     }
-    let new = match map_region(rn) {
+    let new = match map_region(rn, false) {
         Ok(p) => p,
         Err(_) => return fail(libc::ENOMEM),
     };
