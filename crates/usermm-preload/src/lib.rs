@@ -1,31 +1,39 @@
 //! The preload library of `usermm run` (`libusermm_preload.so`, loaded with LD_PRELOAD): it
-//! serves an unmodified program's large anonymous private memory from a usermm manager inside
-//! the process. Mirrors glibc's malloc interposition contract (`malloc/malloc.c`: a replacement
-//! must provide malloc, free, calloc, realloc and the aligned variants) and the system calls of
-//! `mm/mmap.c`, `mm/mremap.c`, `mm/mprotect.c`, `mm/madvise.c`.
+//! serves an unmodified program's whole heap and every private anonymous mapping from a usermm
+//! manager inside the process. Mirrors glibc's malloc interposition contract (`malloc/malloc.c`:
+//! a replacement must provide malloc, free, calloc, realloc and the aligned variants) and the
+//! system calls of `mm/mmap.c`, `mm/mremap.c`, `mm/mprotect.c`, `mm/madvise.c`.
 //!
 //! What is intercepted, and why:
-//! * the malloc family: glibc's malloc maps its large chunks with an internal, non-interposable
-//!   `__mmap`, so intercepting mmap alone would never see them. Allocations above the threshold
-//!   (`USERMM_PRELOAD_THRESHOLD`, default 1 MiB) become usermm regions; everything else goes to
-//!   glibc's own allocator (`__libc_malloc` and friends);
-//! * mmap/mmap64 of MAP_PRIVATE|MAP_ANONYMOUS read-write memory above the threshold, and munmap,
-//!   mremap, mprotect, madvise, mlock on the ranges served (everything else is passed to the
-//!   kernel with a raw system call; see `docs/c-and-run.md` for the exact list).
+//! * the malloc family: served by mimalloc (linked in, `libmimalloc-sys`), whose arenas it
+//!   obtains through this library's own `mmap` — so they are usermm regions (64 MiB arenas,
+//!   `MAP_NORESERVE`: charged to nothing until touched), and its purges (`MADV_DONTNEED`) free
+//!   usermm pages and swap. glibc's malloc is unreachable from the program (it stays the heap
+//!   of usermm itself and of anything allocated before initialisation); `free` and `realloc`
+//!   tell the two apart by mimalloc's page map (`mi_is_in_heap_region`);
+//! * mmap/mmap64 of MAP_PRIVATE|MAP_ANONYMOUS read-write memory above the threshold (default
+//!   0: all of it), and munmap, mremap, mprotect, madvise, mlock on the ranges served
+//!   (everything else is passed to the kernel with a raw system call; see
+//!   `docs/c-and-run.md` for the exact list);
+//! * pthread_create, to mark usermm's own threads; sbrk/brk, passed on and counted.
 //!
 //! Recursion: usermm's own mappings (frame pool, region views, bounce buffers, the RAM swap
-//! device) are made by code inside this library through the same `mmap` symbol. Such calls are
-//! recognised by a thread-local depth counter (set while this library runs usermm code on an
-//! application thread) or by the calling thread being one of usermm's (its name starts with
-//! `usermm-`), and go straight to the kernel; private anonymous ones are marked MADV_DONTFORK.
-//! Rust's own heap (this library's global allocator) calls glibc's `__libc_malloc` directly.
+//! device) are made by code inside this library through the same `mmap` symbol, and glibc's
+//! internals call `malloc` while usermm runs. Such calls are recognised by a thread-local
+//! depth counter (set while this library runs usermm code on an application thread) or by the
+//! calling thread being one of usermm's (marked by the `pthread_create` wrapper when created
+//! from usermm code; for mmap also by its `usermm-` name), and go to glibc's allocator and
+//! straight to the kernel; private anonymous ones are marked MADV_DONTFORK. Rust's own heap
+//! (this library's global allocator) calls glibc's `__libc_malloc` directly. So mimalloc never
+//! re-enters itself, and no usermm thread ever touches memory usermm manages.
 //!
-//! fork: every managed range and usermm's internal mappings are MADV_DONTFORK, so a child does
-//! not share them (UFFDIO_MOVE cannot move pages shared copy-on-write, and the child has no
-//! fault handler). The child forgets the parent's manager (its threads do not exist there) and
-//! creates its own on its first large allocation; touching memory the parent managed raises
-//! SIGSEGV in the child. exec: the manager disappears with the old image; LD_PRELOAD is
-//! inherited, so the new program gets its own manager.
+//! fork: every managed range and usermm's internal mappings are MADV_DONTFORK (the kernel
+//! cannot move pages shared copy-on-write, and the child has no fault handler). Instead the
+//! parent's forking thread streams the populated pages of every managed range to the child
+//! over a socket pair (pthread_atfork handlers); the child maps them at the same addresses as
+//! its own kernel memory, forgets the parent's manager, and creates its own on its next
+//! allocation. exec: the manager disappears with the old image; LD_PRELOAD is inherited, so
+//! the new program gets its own manager.
 //!
 //! Statistics: at exit (a `.fini_array` destructor) the library appends one JSON line about
 //! this process to the file named by `USERMM_RUN_STATS` (set by `usermm run`).
