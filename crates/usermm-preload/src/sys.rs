@@ -239,32 +239,32 @@ pub fn mi_version() -> i32 {
 }
 pub fn mi_malloc(n: usize) -> *mut c_void {
     // SAFETY: mimalloc accepts any size and sets errno on failure.
-    unsafe { libmimalloc_sys::mi_malloc(n) as *mut c_void }
+    unsafe { libmimalloc_sys::mi_malloc(n) }
 }
 pub fn mi_calloc(n: usize, m: usize) -> *mut c_void {
     // SAFETY: mimalloc checks the multiplication itself.
-    unsafe { libmimalloc_sys::mi_calloc(n, m) as *mut c_void }
+    unsafe { libmimalloc_sys::mi_calloc(n, m) }
 }
 pub fn mi_realloc(p: *mut c_void, n: usize) -> *mut c_void {
     // SAFETY: p is a live mimalloc allocation (checked with mi_owns by the caller).
-    unsafe { libmimalloc_sys::mi_realloc(p as _, n) as *mut c_void }
+    unsafe { libmimalloc_sys::mi_realloc(p, n) }
 }
 pub fn mi_free(p: *mut c_void) {
     // SAFETY: p is a live mimalloc allocation (checked with mi_owns by the caller).
-    unsafe { libmimalloc_sys::mi_free(p as _) }
+    unsafe { libmimalloc_sys::mi_free(p) }
 }
 pub fn mi_malloc_aligned(align: usize, n: usize) -> *mut c_void {
     // SAFETY: align is a power of two (checked by the callers).
-    unsafe { libmimalloc_sys::mi_malloc_aligned(n, align) as *mut c_void }
+    unsafe { libmimalloc_sys::mi_malloc_aligned(n, align) }
 }
 pub fn mi_usable_size(p: *mut c_void) -> usize {
     // SAFETY: p is a live mimalloc allocation.
-    unsafe { libmimalloc_sys::mi_usable_size(p as _) }
+    unsafe { libmimalloc_sys::mi_usable_size(p) }
 }
 /// True when `p` points into memory mimalloc allocated (its page map; lock free).
 pub fn mi_owns(p: *mut c_void) -> bool {
     // SAFETY: mi_is_in_heap_region only reads mimalloc's page map for the address.
-    unsafe { libmimalloc_sys::mi_is_in_heap_region(p as _) }
+    unsafe { libmimalloc_sys::mi_is_in_heap_region(p) }
 }
 
 // ---------------------------------------------------------------------------------------------
