@@ -35,8 +35,9 @@ pub struct RunCmd {
     /// Swap size [default: 4x the budget].
     #[arg(long = "swap-size")]
     swap_size: Option<String>,
-    /// Serve allocations and mappings strictly larger than this (k, M, G suffixes).
-    #[arg(long, default_value = "1M")]
+    /// Serve anonymous mappings strictly larger than this (k, M, G suffixes); the malloc heap
+    /// is always served.
+    #[arg(long, default_value = "0")]
     threshold: String,
     /// Allow mapping more than budget + swap (an access that then finds swap full gets SIGBUS).
     #[arg(long)]
@@ -428,11 +429,10 @@ fn run(cmd: RunCmd) -> Result<u8, Fail> {
 fn process_lines(r: &Value, out: &mut String) {
     let u = |v: &Value| v.as_u64().unwrap_or(0);
     out.push_str(&format!(
-        "  pid {} ({}){}: {} mallocs and {} mmaps served, peak {} mapped, {} refused (ENOMEM), peak RSS {}\n",
+        "  pid {} ({}){}: {} mappings served (the malloc heap's included), peak {} mapped, {} refused (ENOMEM), peak RSS {}\n",
         r["pid"],
         r["exe"].as_str().unwrap_or("?"),
         if r["forked"] == json!(true) { ", forked" } else { "" },
-        u(&r["managed_mallocs"]),
         u(&r["managed_mmaps"]),
         mib(u(&r["peak_managed_bytes"])),
         u(&r["enomem"]),
@@ -440,7 +440,9 @@ fn process_lines(r: &Value, out: &mut String) {
     ));
     let m = &r["manager"];
     if m.is_null() {
-        out.push_str("    no manager (nothing above the threshold was allocated)\n");
+        out.push_str(
+            "    no manager (nothing was allocated, or the manager could not be created)\n",
+        );
         return;
     }
     out.push_str(&format!(

@@ -109,7 +109,7 @@ fn c_program_mallocs_four_times_the_budget() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("verified 128 MiB"));
     assert_eq!(v["exit_code"], 0);
     let p = &v["process"];
-    assert!(u(&p["managed_mallocs"]) >= 4, "{p}");
+    assert!(u(&p["managed_mmaps"]) >= 1, "{p}");
     assert!(u(&p["peak_managed_bytes"]) >= 128 * MIB, "{p}");
     assert_memory(p, 32 * MIB, 16 * MIB);
 }
@@ -158,7 +158,7 @@ fn gnu_sort_with_a_buffer_beyond_the_budget() {
     assert_eq!(lines.len(), 500_000);
     assert!(lines.windows(2).all(|w| w[0] <= w[1]), "output not sorted");
     let p = &v["process"];
-    assert!(u(&p["managed_mallocs"]) >= 1, "{p}");
+    assert!(u(&p["managed_mmaps"]) >= 1, "{p}");
     assert!(u(&p["peak_managed_bytes"]) >= 256 * MIB, "{p}");
     assert_memory(p, 16 * MIB, 16 * MIB);
 }
@@ -180,7 +180,8 @@ fn usemem_single_task_and_forked_tasks() {
     );
     assert!(out.contains("task 0 verified 134217728 bytes"), "{out}");
     let p = &v["process"];
-    assert_eq!(u(&p["managed_mmaps"]), 1, "{p}");
+    // usemem's mapping, and the heap's arenas.
+    assert!(u(&p["managed_mmaps"]) >= 1, "{p}");
     assert_memory(p, 32 * MIB, 16 * MIB);
 
     // usemem -n 2 forks two tasks: each child gets its own manager and budget.
@@ -203,7 +204,7 @@ fn usemem_single_task_and_forked_tasks() {
         .collect();
     assert_eq!(kids.len(), 2, "{v}");
     for k in kids {
-        assert_eq!(u(&k["managed_mmaps"]), 1, "{k}");
+        assert!(u(&k["managed_mmaps"]) >= 1, "{k}");
         assert_memory(k, 16 * MIB, 16 * MIB);
     }
 
@@ -229,10 +230,12 @@ fn usemem_single_task_and_forked_tasks() {
         .filter(|p| p["forked"] == true)
         .map(|p| &p["swap_note"])
         .collect();
+    // The parent's heap is managed from its first malloc, so the parent claims the file and
+    // both children swap to temporary files.
     assert_eq!(notes.len(), 2, "{v}");
-    assert_eq!(notes.iter().filter(|n| n.is_null()).count(), 1, "{v}");
+    assert!(v["process"]["swap_note"].is_null(), "{v}");
     assert!(
-        notes.iter().any(|n| n
+        notes.iter().all(|n| n
             .as_str()
             .is_some_and(|s| s.contains("in use by another usermm manager"))),
         "{v}"
@@ -271,17 +274,14 @@ print('numpy sum ok', n)\n";
     assert!(o.status.success(), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("numpy sum ok 16777216"));
     let p = &v["process"];
-    assert!(
-        u(&p["managed_mallocs"]) + u(&p["managed_mmaps"]) >= 1,
-        "{p}"
-    );
+    assert!(u(&p["managed_mmaps"]) >= 1, "{p}");
     assert!(u(&p["peak_managed_bytes"]) >= 128 * MIB, "{p}");
     // The interpreter and numpy's libraries are ~30 MiB of RSS by themselves.
     assert_memory(p, 32 * MIB, 48 * MIB);
 }
 
 #[test]
-fn forked_children_never_see_stale_managed_memory() {
+fn forked_children_get_a_copy_of_managed_memory() {
     let exe = gcc(&progs().join("forkcheck.c"), "forkcheck", &[]);
     let (o, v) = run_json(
         "forkcheck",
@@ -308,11 +308,125 @@ fn threads_allocate_concurrently() {
     assert!(o.status.success(), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("threads ok"));
     let p = &v["process"];
-    // Each round: a malloc of half the chunk, then realloc to the whole chunk moves it.
-    assert_eq!(u(&p["managed_mallocs"]), 4 * 3 * 2, "{p}");
-    assert_eq!(u(&p["manager"]["regions"]), 0, "{p}");
-    assert_eq!(u(&p["manager"]["committed_bytes"]), 0, "{p}");
+    // Four threads hold a 16 MiB buffer each at once, all from the managed heap.
+    assert!(u(&p["managed_mmaps"]) >= 1, "{p}");
+    assert!(u(&p["peak_managed_bytes"]) >= 64 * MIB, "{p}");
     assert_memory(p, 16 * MIB, 16 * MIB);
+}
+
+/// Fixed overhead of a small C program over its budget: its text, libc, stacks, and usermm's
+/// own metadata (page tables, swap map: ~0.5% of the managed size).
+const C_OVERHEAD: u64 = 8 * MIB;
+/// The same for CPython: the interpreter and its modules are ~10 MiB of RSS by themselves.
+const PYTHON_OVERHEAD: u64 = 24 * MIB;
+
+#[test]
+fn many_small_allocations_stay_within_the_budget() {
+    // 2M nodes of 48 bytes, each its own malloc: 96 MiB of nodes, six times the budget, plus
+    // 1M strings of 32..230 bytes; every node and string verified.
+    let exe = gcc(&progs().join("smallnodes.c"), "smallnodes", &[]);
+    let (o, v) = run_json(
+        "smallnodes",
+        &["--budget", "16M", "--swap-size", "512M"],
+        &[exe.to_str().unwrap(), "2000000"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("smallnodes ok 2000000"),
+        "{}",
+        text(&o)
+    );
+    let p = &v["process"];
+    assert!(u(&p["peak_managed_bytes"]) >= 96 * MIB, "{p}");
+    assert_eq!(u(&p["unmanaged_brk_bytes"]), 0, "{p}");
+    assert!(
+        p["heap"]["allocator"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("mimalloc")),
+        "{p}"
+    );
+    assert_memory(p, 16 * MIB, C_OVERHEAD);
+}
+
+#[test]
+fn python_dict_of_small_objects_stays_within_the_budget() {
+    // 1M dict entries of small ints and strings (pymalloc arenas, the dict's table): ~120 MiB,
+    // four times the budget; before the whole heap was served, only the table was managed.
+    let script = "d = {i: str(i) for i in range(1_000_000)}\n\
+assert len(d) == 1_000_000\n\
+assert all(d[i] == str(i) for i in range(1_000_000))\n\
+print('dict ok', sum(map(len, d.values())))\n";
+    let (o, v) = run_json(
+        "pydict",
+        &["--budget", "32M", "--swap-size", "1G"],
+        &["python3", "-c", script],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("dict ok 5888890"),
+        "{}",
+        text(&o)
+    );
+    let p = &v["process"];
+    assert!(u(&p["peak_managed_bytes"]) >= 96 * MIB, "{p}");
+    assert_memory(p, 32 * MIB, PYTHON_OVERHEAD);
+}
+
+#[test]
+fn threads_allocate_and_free_small_blocks_concurrently() {
+    let exe = gcc(
+        &progs().join("smallthreads.c"),
+        "smallthreads",
+        &["-pthread"],
+    );
+    let (o, v) = run_json(
+        "smallthreads",
+        &["--budget", "16M", "--swap-size", "512M"],
+        &[exe.to_str().unwrap(), "4", "100000", "3"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("smallthreads ok"),
+        "{}",
+        text(&o)
+    );
+    let p = &v["process"];
+    assert!(u(&p["managed_mmaps"]) >= 1, "{p}");
+    let m = &p["manager"];
+    assert!(u(&m["peak_resident_bytes"]) <= 16 * MIB, "{m}");
+    assert!(u(&p["vm_hwm_bytes"]) <= 16 * MIB + C_OVERHEAD, "{p}");
+}
+
+#[test]
+fn fork_then_exec_with_the_heap_managed() {
+    let exe = gcc(&progs().join("forkexec.c"), "forkexec", &[]);
+    let (o, v) = run_json(
+        "forkexec",
+        &["--budget", "16M", "--swap-size", "256M"],
+        &[exe.to_str().unwrap(), "500000"],
+    );
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(out.contains("exec'd from the heap\n"), "{out}");
+    assert!(out.contains("forkexec ok"), "{out}");
+    let p = &v["process"];
+    // 500k blocks of 40 bytes (48 with the allocator's rounding) plus the pointer array, with
+    // a 16 MiB budget: part of it is on swap when the parent forks; each of the two fork
+    // children received a copy of everything populated.
+    assert!(u(&p["fork_copy_bytes"]) >= 2 * 24 * MIB, "{p}");
+    assert_memory(p, 16 * MIB, C_OVERHEAD);
+    // The exec'd echo and the shell of popen ran with their own managers.
+    let kids = v["other_processes"].as_array().unwrap();
+    assert!(
+        kids.iter()
+            .any(|k| k["exe"].as_str().is_some_and(|e| e.ends_with("/echo"))),
+        "{v}"
+    );
+    assert!(
+        kids.iter()
+            .any(|k| k["forked"] == true && u(&k["fork_copy_bytes"]) >= 24 * MIB),
+        "{v}"
+    );
 }
 
 #[test]
@@ -327,10 +441,12 @@ fn mmap_family_semantics() {
     assert!(o.status.success(), "{}", text(&o));
     assert!(out.contains(" passed, 0 failed"), "{out}");
     let p = &v["process"];
-    assert_eq!(u(&p["managed_mmaps"]), 3, "{p}");
+    // The program's three served mappings, and the heap's arenas.
+    assert!(u(&p["managed_mmaps"]) >= 3, "{p}");
     // file MAP_FIXED, mprotect(PROT_READ), MADV_REMOVE, mlock, MREMAP_FIXED
     assert_eq!(u(&p["refused"]), 5, "{p}");
-    assert_eq!(u(&p["mremap_moved"]), 1, "{p}");
+    // The large mapping's grow, and the 64 KiB one's (every anonymous mapping is served).
+    assert_eq!(u(&p["mremap_moved"]), 2, "{p}");
 }
 
 #[test]

@@ -1,31 +1,39 @@
 //! The preload library of `usermm run` (`libusermm_preload.so`, loaded with LD_PRELOAD): it
-//! serves an unmodified program's large anonymous private memory from a usermm manager inside
-//! the process. Mirrors glibc's malloc interposition contract (`malloc/malloc.c`: a replacement
-//! must provide malloc, free, calloc, realloc and the aligned variants) and the system calls of
-//! `mm/mmap.c`, `mm/mremap.c`, `mm/mprotect.c`, `mm/madvise.c`.
+//! serves an unmodified program's whole heap and every private anonymous mapping from a usermm
+//! manager inside the process. Mirrors glibc's malloc interposition contract (`malloc/malloc.c`:
+//! a replacement must provide malloc, free, calloc, realloc and the aligned variants) and the
+//! system calls of `mm/mmap.c`, `mm/mremap.c`, `mm/mprotect.c`, `mm/madvise.c`.
 //!
 //! What is intercepted, and why:
-//! * the malloc family: glibc's malloc maps its large chunks with an internal, non-interposable
-//!   `__mmap`, so intercepting mmap alone would never see them. Allocations above the threshold
-//!   (`USERMM_PRELOAD_THRESHOLD`, default 1 MiB) become usermm regions; everything else goes to
-//!   glibc's own allocator (`__libc_malloc` and friends);
-//! * mmap/mmap64 of MAP_PRIVATE|MAP_ANONYMOUS read-write memory above the threshold, and munmap,
-//!   mremap, mprotect, madvise, mlock on the ranges served (everything else is passed to the
-//!   kernel with a raw system call; see `docs/c-and-run.md` for the exact list).
+//! * the malloc family: served by mimalloc (linked in, `libmimalloc-sys`), whose arenas it
+//!   obtains through this library's own `mmap` — so they are usermm regions (64 MiB arenas,
+//!   `MAP_NORESERVE`: charged to nothing until touched), and its purges (`MADV_DONTNEED`) free
+//!   usermm pages and swap. glibc's malloc is unreachable from the program (it stays the heap
+//!   of usermm itself and of anything allocated before initialisation); `free` and `realloc`
+//!   tell the two apart by mimalloc's page map (`mi_is_in_heap_region`);
+//! * mmap/mmap64 of MAP_PRIVATE|MAP_ANONYMOUS read-write memory above the threshold (default
+//!   0: all of it), and munmap, mremap, mprotect, madvise, mlock on the ranges served
+//!   (everything else is passed to the kernel with a raw system call; see
+//!   `docs/c-and-run.md` for the exact list);
+//! * pthread_create, to mark usermm's own threads; sbrk/brk, passed on and counted.
 //!
 //! Recursion: usermm's own mappings (frame pool, region views, bounce buffers, the RAM swap
-//! device) are made by code inside this library through the same `mmap` symbol. Such calls are
-//! recognised by a thread-local depth counter (set while this library runs usermm code on an
-//! application thread) or by the calling thread being one of usermm's (its name starts with
-//! `usermm-`), and go straight to the kernel; private anonymous ones are marked MADV_DONTFORK.
-//! Rust's own heap (this library's global allocator) calls glibc's `__libc_malloc` directly.
+//! device) are made by code inside this library through the same `mmap` symbol, and glibc's
+//! internals call `malloc` while usermm runs. Such calls are recognised by a thread-local
+//! depth counter (set while this library runs usermm code on an application thread) or by the
+//! calling thread being one of usermm's (marked by the `pthread_create` wrapper when created
+//! from usermm code; for mmap also by its `usermm-` name), and go to glibc's allocator and
+//! straight to the kernel; private anonymous ones are marked MADV_DONTFORK. Rust's own heap
+//! (this library's global allocator) calls glibc's `__libc_malloc` directly. So mimalloc never
+//! re-enters itself, and no usermm thread ever touches memory usermm manages.
 //!
-//! fork: every managed range and usermm's internal mappings are MADV_DONTFORK, so a child does
-//! not share them (UFFDIO_MOVE cannot move pages shared copy-on-write, and the child has no
-//! fault handler). The child forgets the parent's manager (its threads do not exist there) and
-//! creates its own on its first large allocation; touching memory the parent managed raises
-//! SIGSEGV in the child. exec: the manager disappears with the old image; LD_PRELOAD is
-//! inherited, so the new program gets its own manager.
+//! fork: every managed range and usermm's internal mappings are MADV_DONTFORK (the kernel
+//! cannot move pages shared copy-on-write, and the child has no fault handler). Instead the
+//! parent's forking thread streams the populated pages of every managed range to the child
+//! over a socket pair (pthread_atfork handlers); the child maps them at the same addresses as
+//! its own kernel memory, forgets the parent's manager, and creates its own on its next
+//! allocation. exec: the manager disappears with the old image; LD_PRELOAD is inherited, so
+//! the new program gets its own manager.
 //!
 //! Statistics: at exit (a `.fini_array` destructor) the library appends one JSON line about
 //! this process to the file named by `USERMM_RUN_STATS` (set by `usermm run`).
@@ -48,8 +56,8 @@ mod sys;
 
 use sys::{errno, set_errno};
 
-/// Default threshold: requests strictly above 1 MiB are served.
-pub const DEFAULT_THRESHOLD: usize = 1 << 20;
+/// Default threshold: every anonymous mapping is served.
+pub const DEFAULT_THRESHOLD: usize = 0;
 
 /// 0: not initialised (everything goes to glibc / the kernel), 1: active, 2: disabled (the
 /// manager could not be created: everything goes to glibc / the kernel).
@@ -63,7 +71,9 @@ static SWAP_CLAIM: Mutex<Option<usermm_vma::SwapClaim>> = Mutex::new(None);
 static SWAP_NOTE: Mutex<Option<String>> = Mutex::new(None);
 
 /// Per-process counters reported at exit.
-static N_MALLOC: AtomicU64 = AtomicU64::new(0);
+static N_HEAP_ENOMEM: AtomicU64 = AtomicU64::new(0);
+static N_BRK: AtomicU64 = AtomicU64::new(0);
+static N_FORK_COPY: AtomicU64 = AtomicU64::new(0);
 static N_MMAP: AtomicU64 = AtomicU64::new(0);
 static N_MREMAP_MOVED: AtomicU64 = AtomicU64::new(0);
 static N_ENOMEM: AtomicU64 = AtomicU64::new(0);
@@ -94,12 +104,18 @@ impl Drop for Guard {
     }
 }
 
-/// True when a call comes from usermm itself (see the module documentation).
+/// True when a call comes from usermm itself (see the module documentation): two thread-local
+/// reads, cheap enough for every malloc.
 fn is_internal() -> bool {
-    if DEPTH.with(|d| d.get()) > 0 || INTERNAL.with(|i| i.get()) == 2 {
+    DEPTH.with(|d| d.get()) > 0 || INTERNAL.with(|i| i.get()) == 2
+}
+
+/// [`is_internal`], also recognising a usermm thread by its name (a system call; only for
+/// mmap): a thread usermm created outside this library's [`Guard`] is still never served.
+fn is_internal_mmap() -> bool {
+    if is_internal() {
         return true;
     }
-    // Names are set a little after a thread starts, so only a positive answer is cached.
     if sys::thread_name_starts_with(b"usermm-") {
         INTERNAL.with(|i| i.set(2));
         return true;
@@ -182,17 +198,18 @@ enum Refusal {
     NoMemory,
 }
 
-/// Maps a managed region of at least `len` bytes; for malloc, the returned pointer is aligned
-/// to `align` inside it.
-fn map_region(len: usize, align: usize, malloc: bool) -> Result<usize, Refusal> {
+/// Maps a managed region of at least `len` bytes; `noreserve` (MAP_NORESERVE: the heap's
+/// arenas) is not charged to the commit limit.
+fn map_region(len: usize, noreserve: bool) -> Result<usize, Refusal> {
     let mm = manager().ok_or(Refusal::Fallback)?;
     let _guard = Guard::enter();
-    let extra = align.saturating_sub(PAGE);
-    let total = len
-        .checked_add(extra)
-        .and_then(usermm_vma::page_round_up)
-        .ok_or(Refusal::NoMemory)?;
-    let r = match mm.map_anon(total) {
+    let total = usermm_vma::page_round_up(len).ok_or(Refusal::NoMemory)?;
+    let made = if noreserve {
+        mm.map_anon_noreserve(total)
+    } else {
+        mm.map_anon(total)
+    };
+    let r = match made {
         Ok(r) => r,
         Err(usermm::Error::CommitLimit { .. }) => {
             N_ENOMEM.fetch_add(1, Ordering::Relaxed);
@@ -206,17 +223,10 @@ fn map_region(len: usize, align: usize, malloc: bool) -> Result<usize, Refusal> 
     };
     sys::dontfork(r.as_ptr() as usize, r.len());
     let start = r.as_ptr() as usize;
-    let ptr = start.next_multiple_of(align.max(PAGE));
     note_mapped(r.len() as i64);
-    let kind = if malloc {
-        N_MALLOC.fetch_add(1, Ordering::Relaxed);
-        Kind::Malloc { ptr }
-    } else {
-        N_MMAP.fetch_add(1, Ordering::Relaxed);
-        Kind::Mmap
-    };
-    SPACE.insert(r, kind);
-    Ok(ptr)
+    N_MMAP.fetch_add(1, Ordering::Relaxed);
+    SPACE.insert(r, Kind::Mmap);
+    Ok(start)
 }
 
 /// Drops regions that lost their last live page (outside the space's lock).
@@ -240,66 +250,43 @@ fn ffi<T>(default: T, f: impl FnOnce() -> T) -> T {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The malloc family.
+// The malloc family: mimalloc, whose memory is managed (see the module documentation).
 
-fn big_malloc(size: usize, align: usize) -> Option<*mut c_void> {
-    if size <= threshold() || !active() || is_internal() {
-        return None;
+/// True when this call must not use mimalloc: the library is not serving (before
+/// initialisation, or the manager could not be created) or the caller is usermm itself, whose
+/// own heap is glibc's (a usermm thread must never fault on memory it manages).
+fn use_glibc() -> bool {
+    !active() || is_internal()
+}
+
+/// mimalloc's answer, with errno ENOMEM on NULL (mimalloc sets it too; this keeps it when a
+/// nested call changed it) and counted.
+fn heap_result(p: *mut c_void) -> *mut c_void {
+    if p.is_null() {
+        N_HEAP_ENOMEM.fetch_add(1, Ordering::Relaxed);
+        set_errno(libc::ENOMEM);
     }
-    ffi(None, || match map_region(size, align, true) {
-        Ok(p) => Some(p as *mut c_void),
-        Err(Refusal::Fallback) => None,
-        Err(Refusal::NoMemory) => {
-            set_errno(libc::ENOMEM);
-            Some(std::ptr::null_mut())
-        }
-    })
+    p
 }
 
 #[no_mangle]
 pub extern "C" fn malloc(size: usize) -> *mut c_void {
-    match big_malloc(size, 16) {
-        Some(p) => p,
-        None => sys::libc_malloc(size),
+    if use_glibc() {
+        return sys::libc_malloc(size);
     }
+    heap_result(sys::mi_malloc(size))
 }
 
 #[no_mangle]
 pub extern "C" fn calloc(n: usize, m: usize) -> *mut c_void {
-    let Some(size) = n.checked_mul(m) else {
+    if use_glibc() {
+        return sys::libc_calloc(n, m);
+    }
+    if n.checked_mul(m).is_none() {
         set_errno(libc::ENOMEM);
         return std::ptr::null_mut();
-    };
-    // Fresh usermm memory reads as zeros.
-    match big_malloc(size, 16) {
-        Some(p) => p,
-        None => sys::libc_calloc(n, m),
     }
-}
-
-/// Frees `p` if it is a managed allocation; true if it was usermm's.
-fn free_managed(p: *mut c_void) -> bool {
-    let a = p as usize;
-    if !SPACE.might_overlap(a, 1) {
-        return false;
-    }
-    ffi(true, || {
-        if let Some(r) = SPACE.take_malloc(a) {
-            release(vec![r]);
-            return true;
-        }
-        if let Some(v) = SPACE.find(a) {
-            // Inside managed memory but not a pointer malloc returned: glibc would abort with
-            // "free(): invalid pointer"; handing it to glibc would read a chunk header from
-            // managed memory. Abort the same way.
-            warn(&format!(
-                "free({a:#x}): invalid pointer (inside usermm memory at {:#x}, not a pointer malloc returned)",
-                v.start
-            ));
-            sys::abort();
-        }
-        false
-    })
+    heap_result(sys::mi_calloc(n, m))
 }
 
 #[no_mangle]
@@ -307,9 +294,36 @@ pub extern "C" fn free(p: *mut c_void) {
     if p.is_null() {
         return;
     }
-    if !free_managed(p) {
-        sys::libc_free(p);
+    // Ownership decides, not the caller: a block allocated before initialisation (or by
+    // usermm itself) is glibc's wherever it is freed.
+    if sys::mi_owns(p) {
+        sys::mi_free(p)
+    } else {
+        sys::libc_free(p)
     }
+}
+
+/// Usable size of a live block of either allocator.
+fn usable_size(p: *mut c_void) -> usize {
+    if sys::mi_owns(p) {
+        sys::mi_usable_size(p)
+    } else {
+        sys::libc_usable_size(p).unwrap_or(0)
+    }
+}
+
+/// Moves a block to a new one from `alloc`, copying what fits; frees the old one on success.
+fn move_block(p: *mut c_void, n: usize, alloc: impl FnOnce(usize) -> *mut c_void) -> *mut c_void {
+    let old = usable_size(p);
+    let q = alloc(n);
+    if q.is_null() {
+        return q;
+    }
+    // SAFETY: p is a live block of `old` usable bytes, q a fresh block of at least n bytes;
+    // distinct live blocks never overlap.
+    unsafe { std::ptr::copy_nonoverlapping(p as *const u8, q as *mut u8, old.min(n)) };
+    free(p);
+    q
 }
 
 #[no_mangle]
@@ -321,49 +335,15 @@ pub extern "C" fn realloc(p: *mut c_void, n: usize) -> *mut c_void {
         free(p);
         return std::ptr::null_mut();
     }
-    let a = p as usize;
-    let managed = if SPACE.might_overlap(a, 1) {
-        SPACE.malloc_lookup(a)
-    } else {
-        None
-    };
-    if let Some((_, usable)) = managed {
-        if n <= usable && n > threshold() {
-            return p;
-        }
-        // Move: to glibc below the threshold, to a larger region above it.
-        let q = if n > threshold() {
-            match big_malloc(n, 16) {
-                Some(q) => q,
-                None => sys::libc_malloc(n),
-            }
-        } else {
-            sys::libc_malloc(n)
-        };
-        if q.is_null() {
-            return q;
-        }
-        // SAFETY: p holds at least `usable` bytes and q at least n; they do not overlap. Raw
-        // copies only: managed memory is never referenced as a slice.
-        unsafe { std::ptr::copy_nonoverlapping(p as *const u8, q as *mut u8, usable.min(n)) };
-        free(p);
-        return q;
+    match (sys::mi_owns(p), use_glibc()) {
+        (true, false) => heap_result(sys::mi_realloc(p, n)),
+        // usermm itself reallocating a block of the program's heap (never expected): keep
+        // mimalloc away from internal callers.
+        (true, true) => move_block(p, n, sys::libc_malloc),
+        // A block from before initialisation moves to the managed heap.
+        (false, false) => move_block(p, n, |n| heap_result(sys::mi_malloc(n))),
+        (false, true) => sys::libc_realloc(p, n),
     }
-    if n > threshold() && active() && !is_internal() {
-        if let Some(old) = sys::libc_usable_size(p) {
-            if let Some(q) = big_malloc(n, 16) {
-                if q.is_null() {
-                    return q;
-                }
-                // SAFETY: p is a live glibc allocation of `old` usable bytes, q a fresh region
-                // of at least n bytes.
-                unsafe { std::ptr::copy_nonoverlapping(p as *const u8, q as *mut u8, old.min(n)) };
-                sys::libc_free(p);
-                return q;
-            }
-        }
-    }
-    sys::libc_realloc(p, n)
 }
 
 #[no_mangle]
@@ -377,11 +357,12 @@ pub extern "C" fn reallocarray(p: *mut c_void, n: usize, m: usize) -> *mut c_voi
     }
 }
 
+/// `size` bytes aligned to `align` (a power of two).
 fn aligned(align: usize, size: usize) -> *mut c_void {
-    match big_malloc(size, align) {
-        Some(p) => p,
-        None => sys::libc_memalign(align, size),
+    if use_glibc() {
+        return sys::libc_memalign(align, size);
     }
+    heap_result(sys::mi_malloc_aligned(align, size))
 }
 
 #[no_mangle]
@@ -394,7 +375,7 @@ pub extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usiz
     }
     let saved = errno();
     let p = aligned(align, size);
-    if p.is_null() && size != 0 {
+    if p.is_null() {
         set_errno(saved);
         return libc::ENOMEM;
     }
@@ -438,13 +419,50 @@ pub extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
     if p.is_null() {
         return 0;
     }
-    let a = p as usize;
-    if SPACE.might_overlap(a, 1) {
-        if let Some((_, usable)) = SPACE.malloc_lookup(a) {
-            return usable;
-        }
+    usable_size(p)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Threads and the program break.
+
+/// Threads created while usermm code runs (the manager's handler and reclaim threads) are
+/// marked internal from their first instruction: their own small mappings (Rust's signal
+/// stack, ...) and glibc-internal allocations must stay with the kernel and glibc.
+#[no_mangle]
+pub extern "C" fn pthread_create(
+    t: *mut libc::pthread_t,
+    attr: *const libc::pthread_attr_t,
+    start: extern "C" fn(*mut c_void) -> *mut c_void,
+    arg: *mut c_void,
+) -> c_int {
+    let mark: Option<fn()> = if is_internal() {
+        Some(|| INTERNAL.with(|i| i.set(2)))
+    } else {
+        None
+    };
+    sys::pthread_create(t, attr, start, arg, mark)
+}
+
+/// sbrk(2) by the program itself (glibc's malloc, which would use it, is unreachable): passed
+/// to the kernel and counted, as memory usermm does not manage.
+#[no_mangle]
+pub extern "C" fn sbrk(incr: isize) -> *mut c_void {
+    let p = sys::libc_sbrk(incr);
+    if incr > 0 && p as isize != -1 && active() && !is_internal() {
+        N_BRK.fetch_add(incr as u64, Ordering::Relaxed);
     }
-    sys::libc_usable_size(p).unwrap_or(0)
+    p
+}
+
+/// brk(2) by the program itself: passed to the kernel and counted (see [`sbrk`]).
+#[no_mangle]
+pub extern "C" fn brk(addr: *mut c_void) -> c_int {
+    let before = sys::libc_sbrk(0) as usize;
+    let r = sys::libc_brk(addr);
+    if r == 0 && active() && !is_internal() && (addr as usize) > before {
+        N_BRK.fetch_add((addr as usize - before) as u64, Ordering::Relaxed);
+    }
+    r
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -458,12 +476,13 @@ fn mmap_impl(
     fd: c_int,
     off: i64,
 ) -> *mut c_void {
-    if !active() || is_internal() {
+    let internal = is_internal_mmap();
+    if !active() || internal {
         let p = sys::raw_mmap(addr, len, prot, flags, fd, off);
         if p != libc::MAP_FAILED
             && flags & libc::MAP_ANONYMOUS != 0
             && flags & 0x03 == libc::MAP_PRIVATE
-            && is_internal()
+            && internal
         {
             sys::dontfork(p as usize, len);
         }
@@ -475,7 +494,9 @@ fn mmap_impl(
         is_fixed && SPACE.might_overlap(a, len) && SPACE.coverage(a, len) != Coverage::None;
     match classify_mmap(a, len, prot, flags, fd, off) {
         MmapRequest::Anon { len, fixed: None } if len > threshold() => {
-            match ffi(Err(Refusal::NoMemory), || map_region(len, PAGE, false)) {
+            match ffi(Err(Refusal::NoMemory), || {
+                map_region(len, flags & libc::MAP_NORESERVE != 0)
+            }) {
                 Ok(p) => p as *mut c_void,
                 Err(Refusal::Fallback) => sys::raw_mmap(addr, len, prot, flags, fd, off),
                 Err(Refusal::NoMemory) => {
@@ -637,7 +658,7 @@ fn mremap_managed(
         // A region cannot grow in place.
         return fail(libc::ENOMEM);
     }
-    let new = match map_region(rn, PAGE, false) {
+    let new = match map_region(rn, false) {
         Ok(p) => p,
         Err(_) => return fail(libc::ENOMEM),
     };
@@ -809,21 +830,172 @@ pub extern "C" fn mlockall(flags: c_int) -> c_int {
 // ---------------------------------------------------------------------------------------------
 // Process life cycle: initialisation, fork, exit statistics.
 
+/// What the parent hands a fork(2) child: the managed ranges (mapped afresh in the child) and
+/// the populated parts of them, streamed over a socket pair.
+struct ForkCopy {
+    ranges: Vec<(usize, usize, std::sync::Arc<Region>)>,
+    runs: Vec<(usize, usize)>,
+    /// (parent's end, child's end)
+    fds: Option<(c_int, c_int)>,
+}
+
+static FORK: Mutex<Option<ForkCopy>> = Mutex::new(None);
+
+/// Bytes of the bounce buffer the parent copies managed memory through.
+const FORK_CHUNK: usize = 1 << 20;
+
 extern "C" fn fork_prepare() {
     std::mem::forget(MANAGER.lock());
-    SPACE.fork_prepare();
+    if !active() {
+        SPACE.fork_prepare();
+        return;
+    }
+    let _guard = Guard::enter();
+    let ranges = SPACE.fork_prepare_ranges();
+    let mut runs = Vec::new();
+    for (start, len, r) in &ranges {
+        for (off, l) in r.populated_ranges() {
+            if off < *len {
+                runs.push((start + off, l.min(len - off)));
+            }
+        }
+    }
+    let fds = if runs.is_empty() {
+        None
+    } else {
+        sys::socketpair()
+    };
+    if !runs.is_empty() && fds.is_none() {
+        warn("fork: no socket pair to copy managed memory to the child; its copy will read zeros");
+    }
+    *FORK.lock() = Some(ForkCopy { ranges, runs, fds });
+}
+
+/// Streams the populated managed memory to the child: a header (address, length) per run,
+/// then its bytes, then (0, 0). Reads go through a private bounce buffer so that faults on
+/// managed memory happen in user mode (served by the manager's threads), whatever the
+/// userfaultfd mode.
+fn fork_send(fd: c_int, runs: &[(usize, usize)]) -> u64 {
+    let bounce = sys::raw_mmap(
+        std::ptr::null_mut(),
+        FORK_CHUNK,
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+        -1,
+        0,
+    );
+    if bounce == libc::MAP_FAILED {
+        return 0;
+    }
+    let b = bounce as *mut u8;
+    let mut sent = 0u64;
+    'runs: for &(addr, len) in runs {
+        let hdr = [addr as u64, len as u64];
+        if !sys::send_all(fd, hdr.as_ptr() as *const u8, 16) {
+            break;
+        }
+        let mut off = 0;
+        while off < len {
+            let n = FORK_CHUNK.min(len - off);
+            sys::copy_out(addr + off, b, n);
+            if !sys::send_all(fd, b, n) {
+                break 'runs;
+            }
+            off += n;
+            sent += n as u64;
+        }
+    }
+    let end = [0u64, 0u64];
+    sys::send_all(fd, end.as_ptr() as *const u8, 16);
+    sys::raw_munmap(bounce, FORK_CHUNK);
+    sent
 }
 
 extern "C" fn fork_parent() {
-    SPACE.fork_parent();
+    // Runs after glibc released its own locks: the Rust heap (glibc's) is usable here.
+    if let Some(fc) = FORK.lock().take() {
+        let _guard = Guard::enter();
+        if let Some((p, c)) = fc.fds {
+            // With the child's end closed here, a failed fork (no child) makes the first send
+            // fail at once instead of blocking.
+            sys::close(c);
+            let sent = fork_send(p, &fc.runs);
+            N_FORK_COPY.fetch_add(sent, Ordering::Relaxed);
+            sys::close(p);
+        }
+        drop(fc);
+        SPACE.fork_parent();
+    } else {
+        SPACE.fork_parent();
+    }
     // SAFETY: fork_prepare locked MANAGER on this thread and forgot the guard.
     unsafe { MANAGER.force_unlock() };
+}
+
+/// In the child: maps the parent's managed ranges afresh (kernel memory: the child has no
+/// manager of them) and receives their contents; the parent's forking thread waits in
+/// [`fork_parent`] until everything is sent, so the copy is what that thread saw at fork.
+fn fork_receive(fc: &ForkCopy) -> u64 {
+    for &(start, len, _) in &fc.ranges {
+        let p = sys::raw_mmap(
+            start as *mut c_void,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+            -1,
+            0,
+        );
+        if p != start as *mut c_void {
+            warn(&format!(
+                "fork: cannot map the parent's memory at {start:#x} ({len} bytes) in the child (errno {})",
+                errno()
+            ));
+            sys::exit_now(127);
+        }
+    }
+    let Some((p, c)) = fc.fds else {
+        return 0;
+    };
+    sys::close(p);
+    let mut got = 0u64;
+    loop {
+        let mut hdr = [0u64; 2];
+        if !sys::recv_all(c, hdr.as_mut_ptr() as *mut u8, 16) {
+            warn("fork: the parent stopped sending its memory; the child cannot run");
+            sys::exit_now(127);
+        }
+        let (addr, len) = (hdr[0] as usize, hdr[1] as usize);
+        if len == 0 {
+            break;
+        }
+        if !fc
+            .ranges
+            .iter()
+            .any(|&(s, l, _)| addr >= s && addr + len <= s + l)
+            || !sys::recv_all(c, addr as *mut u8, len)
+        {
+            warn("fork: the copy of the parent's memory is incomplete; the child cannot run");
+            sys::exit_now(127);
+        }
+        got += len as u64;
+    }
+    sys::close(c);
+    got
 }
 
 extern "C" fn fork_child() {
     // The parent's manager has no threads here and its userfaultfd belongs to the parent's
     // address space: forget it without running any of its code. Managed memory was not
-    // inherited (MADV_DONTFORK).
+    // inherited (MADV_DONTFORK): the parent sends a copy of it.
+    let got = match FORK.lock().take() {
+        Some(fc) => {
+            let got = fork_receive(&fc);
+            // The regions belong to the parent's manager: never dropped here.
+            std::mem::forget(fc);
+            got
+        }
+        None => 0,
+    };
     SPACE.fork_child_forget();
     // SAFETY: fork_prepare locked MANAGER on the forking thread, which is this child's only
     // thread, and forgot the guard.
@@ -836,17 +1008,36 @@ extern "C" fn fork_child() {
     *SWAP_NOTE.lock() = None;
     FORKED.store(true, Ordering::Relaxed);
     for c in [
-        &N_MALLOC,
         &N_MMAP,
         &N_MREMAP_MOVED,
         &N_ENOMEM,
         &N_REFUSED,
+        &N_HEAP_ENOMEM,
+        &N_BRK,
         &MAPPED,
         &PEAK_MAPPED,
     ] {
         c.store(0, Ordering::Relaxed);
     }
+    N_FORK_COPY.store(got, Ordering::Relaxed);
 }
+
+/// mimalloc's settings for memory that usermm manages: arenas committed at once (read-write
+/// mappings, never PROT_NONE reservations that the kernel would serve), 64 MiB at a time
+/// (each is one usermm region, charged to the commit limit whole), no huge OS pages (the
+/// kernel's), purges by MADV_DONTNEED (usermm frees the pages and their swap).
+fn configure_heap() {
+    use sys::mi_opt::*;
+    sys::mi_option_set(ARENA_EAGER_COMMIT, 1);
+    sys::mi_option_set(PURGE_DECOMMITS, 1);
+    sys::mi_option_set(ALLOW_LARGE_OS_PAGES, 0);
+    sys::mi_option_set(RESERVE_HUGE_OS_PAGES, 0);
+    sys::mi_option_set(RESERVE_OS_MEMORY, 0);
+    sys::mi_option_set(ARENA_RESERVE, (HEAP_ARENA >> 10) as i64);
+}
+
+/// Size of one mimalloc arena (one usermm region).
+pub const HEAP_ARENA: usize = 64 << 20;
 
 extern "C" fn init() {
     let _ = catch_unwind(|| {
@@ -856,13 +1047,16 @@ extern "C" fn init() {
             Ok(v) if !v.trim().is_empty() => match usermm::parse_size(&v) {
                 Ok(t) => t as usize,
                 Err(e) => {
-                    warn(&format!("USERMM_PRELOAD_THRESHOLD: {e}; using 1 MiB"));
+                    warn(&format!(
+                        "USERMM_PRELOAD_THRESHOLD: {e}; serving every anonymous mapping"
+                    ));
                     DEFAULT_THRESHOLD
                 }
             },
             _ => DEFAULT_THRESHOLD,
         };
         THRESHOLD.store(t, Ordering::Relaxed);
+        configure_heap();
         sys::atfork(fork_prepare, fork_parent, fork_child);
         STATE.store(1, Ordering::Release);
     });
@@ -899,6 +1093,7 @@ fn stats_json() -> serde_json::Value {
             .unwrap_or(0)
             * 1024
     };
+    let mi = sys::mi_version();
     let exe = std::fs::read_link("/proc/self/exe")
         .map(|p| p.display().to_string())
         .unwrap_or_default();
@@ -911,7 +1106,13 @@ fn stats_json() -> serde_json::Value {
         "manager": manager,
         "manager_error": MANAGER_ERROR.lock().clone(),
         "swap_note": SWAP_NOTE.lock().clone(),
-        "managed_mallocs": N_MALLOC.load(Ordering::Relaxed),
+        "heap": {
+            "allocator": format!("mimalloc {}.{}.{}", mi / 10000, mi / 100 % 100, mi % 100),
+            "arena_bytes": HEAP_ARENA,
+            "enomem": N_HEAP_ENOMEM.load(Ordering::Relaxed),
+        },
+        "unmanaged_brk_bytes": N_BRK.load(Ordering::Relaxed),
+        "fork_copy_bytes": N_FORK_COPY.load(Ordering::Relaxed),
         "managed_mmaps": N_MMAP.load(Ordering::Relaxed),
         "mremap_moved": N_MREMAP_MOVED.load(Ordering::Relaxed),
         "enomem": N_ENOMEM.load(Ordering::Relaxed),

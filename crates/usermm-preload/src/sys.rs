@@ -193,10 +193,6 @@ pub fn write_stderr(msg: &str) {
     unsafe { libc::write(2, msg.as_ptr() as *const c_void, msg.len()) };
 }
 
-pub fn abort() -> ! {
-    std::process::abort()
-}
-
 pub fn getppid() -> i32 {
     // SAFETY: getppid has no arguments and cannot fail.
     unsafe { libc::getppid() }
@@ -215,4 +211,232 @@ pub fn append_line(path: &std::path::Path, line: &[u8]) -> std::io::Result<()> {
         .create(true)
         .open(path)?;
     f.write_all(line)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The heap allocator: mimalloc (libmimalloc-sys, linked statically into this library). Its
+// memory comes from the OS through this library's exported `mmap`/`munmap`/`madvise`.
+
+/// mimalloc option numbers (`mi_option_e` in mimalloc 3's `mimalloc.h`).
+pub mod mi_opt {
+    pub const ARENA_EAGER_COMMIT: i32 = 4;
+    pub const PURGE_DECOMMITS: i32 = 5;
+    pub const ALLOW_LARGE_OS_PAGES: i32 = 6;
+    pub const RESERVE_HUGE_OS_PAGES: i32 = 7;
+    pub const RESERVE_OS_MEMORY: i32 = 9;
+    pub const ARENA_RESERVE: i32 = 23;
+}
+
+/// Sets a mimalloc option (before the first allocation).
+pub fn mi_option_set(option: i32, value: i64) {
+    // SAFETY: mi_option_set stores a value in mimalloc's option table; out-of-range option
+    // numbers are ignored by mimalloc.
+    unsafe { libmimalloc_sys::mi_option_set(option as _, value as _) }
+}
+pub fn mi_version() -> i32 {
+    // SAFETY: no arguments, returns a constant.
+    unsafe { libmimalloc_sys::mi_version() }
+}
+pub fn mi_malloc(n: usize) -> *mut c_void {
+    // SAFETY: mimalloc accepts any size and sets errno on failure.
+    unsafe { libmimalloc_sys::mi_malloc(n) }
+}
+pub fn mi_calloc(n: usize, m: usize) -> *mut c_void {
+    // SAFETY: mimalloc checks the multiplication itself.
+    unsafe { libmimalloc_sys::mi_calloc(n, m) }
+}
+pub fn mi_realloc(p: *mut c_void, n: usize) -> *mut c_void {
+    // SAFETY: p is a live mimalloc allocation (checked with mi_owns by the caller).
+    unsafe { libmimalloc_sys::mi_realloc(p, n) }
+}
+pub fn mi_free(p: *mut c_void) {
+    // SAFETY: p is a live mimalloc allocation (checked with mi_owns by the caller).
+    unsafe { libmimalloc_sys::mi_free(p) }
+}
+pub fn mi_malloc_aligned(align: usize, n: usize) -> *mut c_void {
+    // SAFETY: align is a power of two (checked by the callers).
+    unsafe { libmimalloc_sys::mi_malloc_aligned(n, align) }
+}
+pub fn mi_usable_size(p: *mut c_void) -> usize {
+    // SAFETY: p is a live mimalloc allocation.
+    unsafe { libmimalloc_sys::mi_usable_size(p) }
+}
+/// True when `p` points into memory mimalloc allocated (its page map; lock free).
+pub fn mi_owns(p: *mut c_void) -> bool {
+    // SAFETY: mi_is_in_heap_region only reads mimalloc's page map for the address.
+    unsafe { libmimalloc_sys::mi_is_in_heap_region(p) }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Threads: pthread_create is interposed so that threads created by usermm itself are known as
+// internal from their first instruction.
+
+type StartFn = extern "C" fn(*mut c_void) -> *mut c_void;
+type PthreadCreate =
+    extern "C" fn(*mut libc::pthread_t, *const libc::pthread_attr_t, StartFn, *mut c_void) -> c_int;
+
+static PTHREAD_CREATE: AtomicUsize = AtomicUsize::new(0);
+
+fn real_pthread_create() -> Option<PthreadCreate> {
+    let mut f = PTHREAD_CREATE.load(Ordering::Acquire);
+    if f == 0 {
+        // SAFETY: dlsym with a NUL-terminated name; RTLD_NEXT finds glibc's definition.
+        f = unsafe { libc::dlsym(libc::RTLD_NEXT, c"pthread_create".as_ptr()) } as usize;
+        PTHREAD_CREATE.store(f, Ordering::Release);
+    }
+    if f == 0 {
+        return None;
+    }
+    // SAFETY: f is glibc's pthread_create, whose C signature PthreadCreate is.
+    Some(unsafe { std::mem::transmute::<usize, PthreadCreate>(f) })
+}
+
+/// glibc's pthread_create; with `mark`, the new thread first calls `mark()` and then `start`.
+pub fn pthread_create(
+    t: *mut libc::pthread_t,
+    attr: *const libc::pthread_attr_t,
+    start: StartFn,
+    arg: *mut c_void,
+    mark: Option<fn()>,
+) -> c_int {
+    let Some(real) = real_pthread_create() else {
+        return libc::EAGAIN;
+    };
+    let Some(mark) = mark else {
+        return real(t, attr, start, arg);
+    };
+    struct Tramp {
+        start: StartFn,
+        arg: *mut c_void,
+        mark: fn(),
+    }
+    extern "C" fn tramp(p: *mut c_void) -> *mut c_void {
+        // SAFETY: p is the Tramp written below, handed to exactly this thread.
+        let t = unsafe { (p as *mut Tramp).read() };
+        libc_free(p);
+        (t.mark)();
+        (t.start)(t.arg)
+    }
+    let b = libc_malloc(std::mem::size_of::<Tramp>()) as *mut Tramp;
+    if b.is_null() {
+        return libc::EAGAIN;
+    }
+    // SAFETY: b is a fresh glibc block of the size of Tramp (16-byte aligned).
+    unsafe { b.write(Tramp { start, arg, mark }) };
+    let r = real(t, attr, tramp, b as *mut c_void);
+    if r != 0 {
+        libc_free(b as *mut c_void);
+    }
+    r
+}
+
+// ---------------------------------------------------------------------------------------------
+// brk/sbrk: passed to glibc (counted).
+
+static SBRK: AtomicUsize = AtomicUsize::new(0);
+static BRK: AtomicUsize = AtomicUsize::new(0);
+
+/// glibc's definition of `name` (dlsym RTLD_NEXT), cached in `slot`; 0 if there is none.
+fn next_symbol(slot: &AtomicUsize, name: &std::ffi::CStr) -> usize {
+    let mut f = slot.load(Ordering::Acquire);
+    if f == 0 {
+        // SAFETY: dlsym with a NUL-terminated name.
+        f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
+        slot.store(f, Ordering::Release);
+    }
+    f
+}
+
+pub fn libc_sbrk(incr: isize) -> *mut c_void {
+    let f = next_symbol(&SBRK, c"sbrk");
+    if f == 0 {
+        set_errno(libc::ENOMEM);
+        return usize::MAX as *mut c_void;
+    }
+    // SAFETY: f is glibc's sbrk (void *(*)(intptr_t)).
+    let f: extern "C" fn(isize) -> *mut c_void = unsafe { std::mem::transmute(f) };
+    f(incr)
+}
+pub fn libc_brk(addr: *mut c_void) -> c_int {
+    let f = next_symbol(&BRK, c"brk");
+    if f == 0 {
+        set_errno(libc::ENOMEM);
+        return -1;
+    }
+    // SAFETY: f is glibc's brk (int (*)(void *)).
+    let f: extern "C" fn(*mut c_void) -> c_int = unsafe { std::mem::transmute(f) };
+    f(addr)
+}
+
+// ---------------------------------------------------------------------------------------------
+// fork: the parent streams the populated managed memory to the child over a socket pair.
+
+/// A connected AF_UNIX stream pair (close-on-exec), or None.
+pub fn socketpair() -> Option<(c_int, c_int)> {
+    let mut fds = [0 as c_int; 2];
+    // SAFETY: socketpair writes two descriptors into fds.
+    let r = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    (r == 0).then_some((fds[0], fds[1]))
+}
+pub fn close(fd: c_int) {
+    // SAFETY: closes a descriptor this library opened.
+    unsafe { libc::close(fd) };
+}
+/// Sends all of `[p, p+n)`; false if the peer is gone (no SIGPIPE).
+pub fn send_all(fd: c_int, mut p: *const u8, mut n: usize) -> bool {
+    while n > 0 {
+        // SAFETY: [p, p+n) is readable (a bounce buffer or a header of this library).
+        let r = unsafe { libc::send(fd, p as *const c_void, n, libc::MSG_NOSIGNAL) };
+        if r < 0 {
+            if errno() == libc::EINTR {
+                continue;
+            }
+            return false;
+        }
+        let r = r as usize;
+        // SAFETY: r <= n bytes were sent.
+        p = unsafe { p.add(r) };
+        n -= r;
+    }
+    true
+}
+/// Receives exactly n bytes into `[p, p+n)`; false on EOF or error.
+pub fn recv_all(fd: c_int, mut p: *mut u8, mut n: usize) -> bool {
+    while n > 0 {
+        // SAFETY: [p, p+n) is writable memory of this process (a header, or a range just
+        // mapped by fork_child).
+        let r = unsafe { libc::recv(fd, p as *mut c_void, n, libc::MSG_WAITALL) };
+        if r < 0 {
+            if errno() == libc::EINTR {
+                continue;
+            }
+            return false;
+        }
+        if r == 0 {
+            return false;
+        }
+        let r = r as usize;
+        // SAFETY: r <= n bytes were received.
+        p = unsafe { p.add(r) };
+        n -= r;
+    }
+    true
+}
+/// Copies n bytes from `src` (managed memory: faults are served by the manager's threads) to
+/// `dst` (a private buffer).
+pub fn copy_out(src: usize, dst: *mut u8, n: usize) {
+    // SAFETY: src is live managed memory of this process (a populated range of a region that
+    // the locked Space holds), dst a private buffer of at least n bytes; they do not overlap.
+    unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst, n) };
+}
+pub fn exit_now(code: c_int) -> ! {
+    // SAFETY: _exit ends the process at once.
+    unsafe { libc::_exit(code) }
 }

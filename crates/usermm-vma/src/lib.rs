@@ -433,6 +433,18 @@ impl Space {
         std::mem::forget(self.table.write());
     }
 
+    /// As [`fork_prepare`](Self::fork_prepare), and returns every managed range (start,
+    /// length, region) as it is while locked: what a fork(2) child must be given a copy of.
+    pub fn fork_prepare_ranges(&self) -> Vec<(usize, usize, Arc<Region>)> {
+        let t = self.table.write();
+        let v = t
+            .iter()
+            .map(|(&s, vma)| (s, vma.len, vma.region.clone()))
+            .collect();
+        std::mem::forget(t);
+        v
+    }
+
     /// Unlocks after [`fork_prepare`](Self::fork_prepare), in the parent.
     pub fn fork_parent(&self) {
         // SAFETY: fork_prepare took the write lock on this thread and forgot its guard; nothing

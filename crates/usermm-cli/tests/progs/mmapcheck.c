@@ -72,7 +72,7 @@ int main(void) {
     CHECK(mremap(q, 4096, 4096, MREMAP_MAYMOVE | MREMAP_FIXED, p + 60 * MB) == MAP_FAILED && errno == EINVAL,
           "MREMAP_FIXED refused: %s", strerror(errno));
 
-    /* Left to the kernel: small and shared mappings, their mremap and munmap. */
+    /* Small (served too: every anonymous mapping is) and shared mappings (the kernel's). */
     char *s = mmap(NULL, 8 * MB, RW, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     CHECK(s != MAP_FAILED, "MAP_SHARED: %s", strerror(errno));
     s[0] = 5;

@@ -569,6 +569,14 @@ impl Mm {
             .store(after.as_millis().max(1) as u64, Ordering::Relaxed);
     }
 
+    /// As [`map_anon`](Self::map_anon), but not charged to the commit limit, like the
+    /// kernel's `MAP_NORESERVE`: if its pages later find the budget used and the swap device
+    /// full, they are lost and accesses raise SIGBUS (the `oom_poison` counter), as under
+    /// `overcommit`.
+    pub fn map_anon_noreserve(&self, len: usize) -> Result<Region> {
+        region::map_anon_noreserve(self, len)
+    }
+
     /// A snapshot of the counters, named as in `/proc/vmstat`.
     pub fn vmstat(&self) -> Vmstat {
         let m = self.inner();

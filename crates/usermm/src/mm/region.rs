@@ -37,6 +37,8 @@ pub struct RegionInner {
     pub(crate) file: Option<FileMap>,
     /// Faults in 2 MiB units where aligned (anonymous regions of a `thp` manager).
     pub(crate) huge: bool,
+    /// Not charged to the commit limit (`MAP_NORESERVE`, `VM_NORESERVE`).
+    pub(crate) noreserve: bool,
 }
 
 /// What a file-backed region maps.
@@ -75,7 +77,12 @@ impl std::fmt::Debug for Region {
 }
 
 pub(crate) fn map_anon(mm: &Mm, len: usize) -> Result<Region> {
-    new_region(mm, len, None)
+    new_region(mm, len, None, false)
+}
+
+/// Anonymous memory not charged to the commit limit (see `Mm::map_anon_noreserve`).
+pub(crate) fn map_anon_noreserve(mm: &Mm, len: usize) -> Result<Region> {
+    new_region(mm, len, None, true)
 }
 
 /// A region over `mapping` from byte `offset` (see `Mm::map_file`).
@@ -104,7 +111,7 @@ pub(crate) fn map_file(
         shared: kind == MapKind::Shared,
         mapping: mapping.clone(),
     };
-    let r = new_region(mm, len, Some(fm))
+    let r = new_region(mm, len, Some(fm), false)
         .inspect_err(|_| super::file::put_mapping(mm.inner(), &mapping))?;
     if kind == MapKind::Shared {
         mapping.i_mmap.lock().push(Arc::downgrade(&r.r));
@@ -112,7 +119,7 @@ pub(crate) fn map_file(
     Ok(r)
 }
 
-fn new_region(mm: &Mm, len: usize, file: Option<FileMap>) -> Result<Region> {
+fn new_region(mm: &Mm, len: usize, file: Option<FileMap>, noreserve: bool) -> Result<Region> {
     let m = mm.inner();
     if len == 0 {
         return Err(Error::inval("region length must be greater than zero"));
@@ -124,8 +131,9 @@ fn new_region(mm: &Mm, len: usize, file: Option<FileMap>) -> Result<Region> {
         )));
     }
     // Strict commit accounting (`__vm_enough_memory` with overcommit_memory=2). Shared file
-    // mappings commit nothing: their pages are backed by the file.
-    let npages_commit = if file.as_ref().is_some_and(|f| f.shared) {
+    // mappings commit nothing: their pages are backed by the file; nor do MAP_NORESERVE ones
+    // (`mmap_region`: VM_NORESERVE is not accounted).
+    let npages_commit = if noreserve || file.as_ref().is_some_and(|f| f.shared) {
         0
     } else {
         npages
@@ -176,6 +184,7 @@ fn new_region(mm: &Mm, len: usize, file: Option<FileMap>) -> Result<Region> {
             ra_win: AtomicU32::new(0),
             file,
             huge,
+            noreserve,
         })
     });
     Ok(Region { r, h: mm.h.clone() })
@@ -245,6 +254,24 @@ impl Region {
             n += matches!(p, Pte::Swap(_)) as u64
         });
         n
+    }
+
+    /// The byte ranges `(offset, len)` of this region whose pages hold data (resident or on the
+    /// swap device), merged and in address order; everything else reads as zeros. A snapshot
+    /// (unlocked reads): used to copy an address space for a fork(2) child without touching
+    /// the pages that were never written.
+    pub fn populated_ranges(&self) -> Vec<(usize, usize)> {
+        let mut v: Vec<(usize, usize)> = Vec::new();
+        self.r.pt.for_each_used(0, self.r.npages(), |i, p| {
+            if matches!(p, Pte::Frame(_) | Pte::Swap(_)) {
+                let off = i as usize * PAGE_SIZE;
+                match v.last_mut() {
+                    Some((o, l)) if *o + *l == off => *l += PAGE_SIZE,
+                    _ => v.push((off, PAGE_SIZE)),
+                }
+            }
+        });
+        v
     }
 
     /// Writes back the dirty pages of `[off, off+len)` of a shared file region and fdatasyncs
@@ -426,7 +453,7 @@ impl Drop for Region {
         let _ = m.uffd.unregister(self.r.view.addr(), self.r.view.len());
         m.regions.write().remove_id(self.r.id);
         let shared = self.r.file.as_ref().is_some_and(|f| f.shared);
-        if !shared {
+        if !shared && !self.r.noreserve {
             m.committed.fetch_sub(self.r.npages(), Ordering::AcqRel);
         }
         if let Some(fm) = &self.r.file {
