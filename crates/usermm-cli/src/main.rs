@@ -359,6 +359,11 @@ impl MmArgs {
             },
         };
         let swap = swap_config(&self.swap, swap_size)?;
+        if swap_size < 4096 && !matches!(swap, SwapConfig::None) {
+            return Err(Failure::Usage(format!(
+                "--swap-size: {swap_size} bytes is below one 4 KiB page; give at least 4k (or --swap none)"
+            )));
+        }
         let mut settings =
             usermm::Settings::from_env().map_err(|e| Failure::Usage(e.to_string()))?;
         for s in &self.set {

@@ -144,9 +144,7 @@ impl MmConfig {
     /// Errors name the variable and what it should hold.
     pub fn from_env() -> Result<MmConfig> {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-        let size_var = |name: &str, v: &str| {
-            crate::parse_size(v).map_err(|e| Error::inval(format!("{name}: {e}")))
-        };
+        let size_var = |name: &str, v: &str| crate::parse_size(v).map_err(|e| e.prefixed(name));
         let budget = match var("USERMM_BUDGET") {
             Some(v) => size_var("USERMM_BUDGET", &v)?,
             None => DEFAULT_BUDGET,
@@ -156,7 +154,7 @@ impl MmConfig {
             None => budget.saturating_mul(4),
         };
         let swap = SwapConfig::parse(var("USERMM_SWAP").as_deref().unwrap_or("file"), swap_size)
-            .map_err(|e| Error::inval(format!("USERMM_SWAP: {e}")))?;
+            .map_err(|e| e.prefixed("USERMM_SWAP"))?;
         let flag = |name: &str| match var(name).as_deref().map(str::trim) {
             None | Some("0") | Some("off") | Some("false") | Some("no") => Ok(false),
             Some("1") | Some("on") | Some("true") | Some("yes") => Ok(true),
