@@ -116,7 +116,8 @@ pub fn settings(v: Option<&Bound<'_, PyAny>>) -> PyResult<Settings> {
         } else if let Ok(t) = val.cast::<PyString>() {
             t.to_cow()?.to_string()
         } else if val.hasattr("__index__")? {
-            val.extract::<i64>()?.to_string()
+            // Any int, however large: the switch names what it accepts.
+            val.str()?.to_cow()?.to_string()
         } else {
             return Err(invalid(format!(
                 "settings: {}={}: values are strings such as \"old\"/\"new\" (or True/False for laptop_mode)",
@@ -132,7 +133,9 @@ pub fn settings(v: Option<&Bound<'_, PyAny>>) -> PyResult<Settings> {
 /// An array shape: an int or a sequence of ints, each >= 0.
 pub fn shape(v: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
     let dims: Vec<i64> = if !v.is_instance_of::<PyBool>() && v.hasattr("__index__")? {
-        vec![v.extract::<i64>()?]
+        vec![v
+            .extract::<i64>()
+            .map_err(|_| invalid(format!("shape {v}: dimension 0 does not fit in 64 bits")))?]
     } else if let Ok(it) = v.try_iter() {
         let mut dims = Vec::new();
         for (i, d) in it.enumerate() {
