@@ -63,12 +63,15 @@ fn assert_clean_refusal(args: &[&str], env: &[(&str, &str)], code: i32, words: &
     );
 }
 
+/// Arguments, environment, exit code, words the error must contain.
+type Row<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], i32, &'a [&'a str]);
+
 #[test]
 fn every_bad_argument_is_named() {
     let text = tmp("notes.txt");
     std::fs::write(&text, "precious text\n").unwrap();
     let text_swap = format!("file:{}", text.display());
-    let rows: &[(&[&str], &[(&str, &str)], i32, &[&str])] = &[
+    let rows: &[Row] = &[
         // The known cases.
         (
             &[
