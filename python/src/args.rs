@@ -56,6 +56,32 @@ pub fn length(name: &str, v: &Bound<'_, PyAny>) -> PyResult<usize> {
         .ok_or_else(|| invalid(format!("{name}={n} is larger than the address space")))
 }
 
+/// The size of the file at `p`, if it is a regular file whose size is its contents (not on
+/// procfs, sysfs or another pseudo filesystem, where sizes are 0 or 4096 whatever the file
+/// holds, and mapping it would raise SIGBUS on the first read).
+pub fn mappable_file_len(p: &std::path::Path) -> PyResult<u64> {
+    let f = std::fs::File::open(p).map_err(|e| invalid(format!("path {}: {e}", p.display())))?;
+    let md = f
+        .metadata()
+        .map_err(|e| invalid(format!("path {}: {e}", p.display())))?;
+    if !md.is_file() {
+        return Err(invalid(format!(
+            "path {} is not a regular file (a directory, device, pipe or socket); map_file maps \
+             regular files",
+            p.display()
+        )));
+    }
+    match usermm::sys::pseudo_fs(&f) {
+        Ok(Some(fs)) => Err(invalid(format!(
+            "path {} is on {fs}, whose files do not have the size they report; copy it to a \
+             regular file first",
+            p.display()
+        ))),
+        Ok(None) => Ok(md.len()),
+        Err(e) => Err(invalid(format!("path {}: statfs: {e}", p.display()))),
+    }
+}
+
 /// The swap device named `spec` (`file`, `file:PATH`, `ram` or `none`) of `size` bytes.
 pub fn swap(spec: &str, size: u64) -> PyResult<SwapConfig> {
     SwapConfig::parse(spec, size).map_err(|e| invalid(format!("swap: {}", core_msg(e))))
@@ -90,7 +116,8 @@ pub fn settings(v: Option<&Bound<'_, PyAny>>) -> PyResult<Settings> {
         } else if let Ok(t) = val.cast::<PyString>() {
             t.to_cow()?.to_string()
         } else if val.hasattr("__index__")? {
-            val.extract::<i64>()?.to_string()
+            // Any int, however large: the switch names what it accepts.
+            val.str()?.to_cow()?.to_string()
         } else {
             return Err(invalid(format!(
                 "settings: {}={}: values are strings such as \"old\"/\"new\" (or True/False for laptop_mode)",
@@ -106,7 +133,9 @@ pub fn settings(v: Option<&Bound<'_, PyAny>>) -> PyResult<Settings> {
 /// An array shape: an int or a sequence of ints, each >= 0.
 pub fn shape(v: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
     let dims: Vec<i64> = if !v.is_instance_of::<PyBool>() && v.hasattr("__index__")? {
-        vec![v.extract::<i64>()?]
+        vec![v
+            .extract::<i64>()
+            .map_err(|_| invalid(format!("shape {v}: dimension 0 does not fit in 64 bits")))?]
     } else if let Ok(it) = v.try_iter() {
         let mut dims = Vec::new();
         for (i, d) in it.enumerate() {

@@ -177,13 +177,18 @@ impl Manager {
     /// Maps a file through usermm's page cache as a `usermm.Region`: `nbytes` bytes from
     /// `offset` (None: the rest of the file), shared (stores reach the file after `flush` or
     /// `sync`) or private (copy-on-write). `numpy.frombuffer(region, dtype)` views it as an
-    /// array. Reads past the end of the file raise SIGBUS, as mmap(2).
-    #[pyo3(signature = (path, nbytes = None, offset = 0, shared = true))]
+    /// array. A mapping reaching past the end of the file is refused (an access there would
+    /// raise SIGBUS and kill the interpreter), as are files that are not regular files on an
+    /// ordinary filesystem (/proc, /sys, devices, pipes).
+    #[pyo3(
+        signature = (path, nbytes = None, offset = None, shared = true),
+        text_signature = "($self, path, nbytes=None, offset=0, shared=True)"
+    )]
     fn map_file<'py>(
         slf: &Bound<'py, Self>,
         path: std::path::PathBuf,
         nbytes: Option<&Bound<'py, PyAny>>,
-        offset: u64,
+        offset: Option<&Bound<'py, PyAny>>,
         shared: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();

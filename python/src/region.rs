@@ -69,23 +69,37 @@ impl RegionBase {
     /// usermm's page cache, shared (stores reach the file; `flush` makes them durable) or
     /// private (copy-on-write); `nbytes=None` maps the rest of the file.
     #[new]
-    #[pyo3(signature = (manager, nbytes, path = None, offset = 0, shared = true))]
+    #[pyo3(signature = (manager, nbytes, path = None, offset = None, shared = true))]
     fn new(
         py: Python<'_>,
         manager: &Manager,
         nbytes: &Bound<'_, PyAny>,
         path: Option<std::path::PathBuf>,
-        offset: u64,
+        offset: Option<&Bound<'_, PyAny>>,
         shared: bool,
     ) -> PyResult<Self> {
         fork::check(manager.pid, "Manager")?;
+        let offset = match offset.filter(|o| !o.is_none()) {
+            Some(o) => args::length("offset", o)? as u64,
+            None => 0,
+        };
+        if path.is_none() && offset != 0 {
+            return Err(invalid(format!(
+                "offset={offset}: an offset is only meaningful with a path"
+            )));
+        }
+        // The file's size now: a mapping reaching past it would raise SIGBUS on access, which
+        // kills the interpreter, so it is refused here (as Python's own mmap module does).
+        let file_len = match &path {
+            Some(p) => Some(args::mappable_file_len(p)?),
+            None => None,
+        };
         let nbytes = if nbytes.is_none() {
-            let p = path.as_ref().ok_or_else(|| {
-                invalid("nbytes: None is only allowed with a path (the rest of the file)")
-            })?;
-            let len = std::fs::metadata(p)
-                .map_err(|e| invalid(format!("path {}: {e}", p.display())))?
-                .len();
+            let (Some(p), Some(len)) = (&path, file_len) else {
+                return Err(invalid(
+                    "nbytes: None is only allowed with a path (the rest of the file)",
+                ));
+            };
             len.checked_sub(offset).filter(|n| *n > 0).ok_or_else(|| {
                 invalid(format!(
                     "offset {offset} is at or past the end of {} ({len} bytes)",
@@ -95,6 +109,17 @@ impl RegionBase {
         } else {
             args::length("nbytes", nbytes)?
         };
+        if let (Some(p), Some(len)) = (&path, file_len) {
+            let end = offset.checked_add(nbytes as u64);
+            if end.is_none_or(|end| end > len) {
+                return Err(invalid(format!(
+                    "offset {offset} + nbytes {nbytes} reaches past the end of {} ({len} bytes); \
+                     touching that part would kill the process with SIGBUS: map less, or extend \
+                     the file first (os.truncate)",
+                    p.display()
+                )));
+            }
+        }
         let mm = manager.mm().clone();
         let region = py
             .detach(move || match path {
@@ -153,7 +178,10 @@ impl RegionBase {
     ) -> PyResult<()> {
         fork::check(self.pid, "Region")?;
         let r = self.region();
-        let offset = offset.map_or(Ok(0), |o| args::length("offset", o))?;
+        let offset = match offset.filter(|o| !o.is_none()) {
+            Some(o) => args::length("offset", o)?,
+            None => 0,
+        };
         let len = match length.filter(|l| !l.is_none()) {
             Some(l) => args::length("length", l)?,
             None => r.len().checked_sub(offset).ok_or_else(|| {
@@ -169,11 +197,28 @@ impl RegionBase {
     /// Writes back the dirty pages of `[offset, offset + length)` of a shared file region and
     /// fdatasyncs the file (msync(MS_SYNC)); raises the first writeback error not yet reported
     /// to this region. Anonymous and private regions have nothing to write.
-    #[pyo3(signature = (offset = 0, length = None))]
-    fn flush(&self, py: Python<'_>, offset: usize, length: Option<usize>) -> PyResult<()> {
+    #[pyo3(signature = (offset = None, length = None), text_signature = "($self, offset=0, length=None)")]
+    fn flush(
+        &self,
+        py: Python<'_>,
+        offset: Option<&Bound<'_, PyAny>>,
+        length: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
         fork::check(self.pid, "Region")?;
         let r = self.region();
-        let len = length.unwrap_or_else(|| r.len().saturating_sub(offset));
+        let offset = match offset.filter(|o| !o.is_none()) {
+            Some(o) => args::length("offset", o)?,
+            None => 0,
+        };
+        let len = match length.filter(|l| !l.is_none()) {
+            Some(l) => args::length("length", l)?,
+            None => r.len().checked_sub(offset).ok_or_else(|| {
+                invalid(format!(
+                    "flush offset {offset:#x} is past the end of the region ({:#x} bytes)",
+                    r.len()
+                ))
+            })?,
+        };
         py.detach(|| r.flush(offset, len)).map_err(mm_err)
     }
 

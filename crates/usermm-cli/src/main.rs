@@ -247,6 +247,13 @@ struct MmArgs {
     /// Allow mapping more than budget + swap (accesses that find swap full get SIGBUS).
     #[arg(long)]
     overcommit: bool,
+    /// Encrypt what the file swap device writes (ChaCha20-Poly1305, a random key held only in
+    /// memory). Also USERMM_SWAP_ENCRYPT=1.
+    #[arg(long = "swap-encrypt")]
+    swap_encrypt: bool,
+    /// Keep a --swap file:PATH file at exit (default: truncated and removed).
+    #[arg(long = "swap-keep")]
+    swap_keep: bool,
     /// Fault handler threads (0: one per CPU).
     #[arg(long = "handler-threads", default_value_t = 0)]
     handler_threads: usize,
@@ -331,6 +338,19 @@ enum SwapDefault {
 impl MmArgs {
     fn config(&self, default_swap: SwapDefault) -> Result<MmConfig, Failure> {
         let budget = size("--budget", &self.budget)?;
+        if budget < usermm::mm::MIN_BUDGET {
+            return Err(Failure::Usage(format!(
+                "--budget: {} ({budget} bytes) is below the minimum of 1M",
+                self.budget
+            )));
+        }
+        if self.handler_threads > usermm::mm::MAX_HANDLER_THREADS {
+            return Err(Failure::Usage(format!(
+                "--handler-threads: {} is above the maximum of {}; use 0 (one per CPU) or fewer",
+                self.handler_threads,
+                usermm::mm::MAX_HANDLER_THREADS
+            )));
+        }
         let swap_size = match &self.swap_size {
             Some(s) => size("--swap-size", s)?,
             None => match default_swap {
@@ -339,6 +359,11 @@ impl MmArgs {
             },
         };
         let swap = swap_config(&self.swap, swap_size)?;
+        if swap_size < 4096 && !matches!(swap, SwapConfig::None) {
+            return Err(Failure::Usage(format!(
+                "--swap-size: {swap_size} bytes is below one 4 KiB page; give at least 4k (or --swap none)"
+            )));
+        }
         let mut settings =
             usermm::Settings::from_env().map_err(|e| Failure::Usage(e.to_string()))?;
         for s in &self.set {
@@ -352,6 +377,9 @@ impl MmArgs {
             .handler_threads(self.handler_threads)
             .settings(settings);
         cfg.thp = self.thp == "always";
+        cfg.swap_encrypt = self.swap_encrypt;
+        cfg.swap_keep = self.swap_keep;
+        cfg.validate().map_err(|e| Failure::Usage(e.to_string()))?;
         Ok(cfg)
     }
 }
@@ -402,6 +430,18 @@ fn bench(b: BenchCmd) -> Result<(), Failure> {
             json,
         } => {
             at_least_one("--threads", threads as u64)?;
+            for (opt, n) in [
+                ("--threads", threads),
+                ("--burners", burners),
+                ("--files", files),
+            ] {
+                if n > bench::presets::MAX_TASKS {
+                    return Err(Failure::Usage(format!(
+                        "{opt}: {n} is above the maximum of {}",
+                        bench::presets::MAX_TASKS
+                    )));
+                }
+            }
             at_least_one("--files", files as u64)?;
             at_least_one("--duration", duration)?;
             at_least_one("--interval", interval)?;
@@ -512,6 +552,8 @@ fn bench(b: BenchCmd) -> Result<(), Failure> {
                 swap,
                 swap_size,
                 overcommit: false,
+                swap_encrypt: false,
+                swap_keep: false,
                 handler_threads: 0,
                 set,
                 thp: "never".into(),

@@ -172,7 +172,21 @@ fn manager() -> Option<Mm> {
                 ));
             }
         }
-        Mm::new(cfg)
+        match Mm::new(cfg.clone()) {
+            // Another process took the path between the check above and the open.
+            Err(usermm::Error::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::ResourceBusy =>
+            {
+                if let usermm::SwapConfig::File { size, .. } = cfg.swap {
+                    cfg.swap = usermm::SwapConfig::File { path: None, size };
+                }
+                *SWAP_NOTE.lock() = Some(format!(
+                    "{source}: this process swaps to an unlinked temporary file in $TMPDIR"
+                ));
+                Mm::new(cfg)
+            }
+            r => r,
+        }
     });
     match made {
         Ok(m) => {

@@ -797,39 +797,43 @@ mod classify_tests {
     }
 }
 
-/// An exclusive claim (`flock(LOCK_EX)`) on a swap file path, held as long as the manager that
-/// swaps to it: two managers writing slots of one file would overwrite each other's pages.
-/// `USERMM_SWAP=file:PATH` is inherited by every process of a program run under `usermm run`
-/// (and by forked children), so each manager claims the path before using it.
+/// Kept for API compatibility: the claim on a swap file path is now held by the swap device
+/// itself (`FileSwap` takes `flock(LOCK_EX)` on the file it creates or reuses, for as long as
+/// the manager lives), so a claim never holds anything.
 #[derive(Debug)]
 pub struct SwapClaim {
     _file: std::fs::File,
 }
 
-/// Claims the swap file of `swap` if it names a path (Ok(None) otherwise); Err with a message
-/// when another manager (in this or another process) holds it.
+/// Checks whether the swap file `swap` names is free: Err with a message when another manager
+/// (in this or another process) holds it, Ok(None) otherwise (and for other devices). Nothing
+/// is created or locked here: the device does that when it opens (`O_EXCL` for a new path),
+/// so two managers racing past this check still cannot share a file; the loser's `Mm::new`
+/// fails with `ResourceBusy`.
+///
+/// `USERMM_SWAP=file:PATH` is inherited by every process of a program run under `usermm run`
+/// (and by forked children), so each manager checks the path before using it.
 pub fn claim_swap_path(swap: &usermm::SwapConfig) -> Result<Option<SwapClaim>, String> {
-    use std::os::fd::AsRawFd;
     use std::os::unix::fs::OpenOptionsExt;
     let usermm::SwapConfig::File { path: Some(p), .. } = swap else {
         return Ok(None);
     };
-    let f = std::fs::OpenOptions::new()
+    let f = match std::fs::OpenOptions::new()
         .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc::O_CLOEXEC)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
         .open(p)
-        .map_err(|e| format!("cannot open swap file {}: {e}", p.display()))?;
-    // SAFETY: flock on a descriptor we own; no memory is involved.
-    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if r != 0 {
-        return Err(format!(
+    {
+        Ok(f) => f,
+        // A missing (or unreadable) path is the device's to create or report.
+        Err(_) => return Ok(None),
+    };
+    match usermm::sys::flock_exclusive_nb(&f) {
+        // Free: the probe's lock goes with `f`.
+        Ok(true) => Ok(None),
+        Ok(false) => Err(format!(
             "swap file {} is in use by another usermm manager",
             p.display()
-        ));
+        )),
+        Err(e) => Err(format!("cannot lock swap file {}: {e}", p.display())),
     }
-    Ok(Some(SwapClaim { _file: f }))
 }

@@ -31,6 +31,19 @@ impl Error {
     pub(crate) fn inval(msg: impl Into<String>) -> Error {
         Error::InvalidArgument(msg.into())
     }
+    /// This error with `what` (e.g. `USERMM_BUDGET="x"`) in front of its message, keeping its
+    /// kind (and not repeating "invalid argument").
+    pub(crate) fn prefixed(self, what: &str) -> Error {
+        match self {
+            Error::InvalidArgument(m) => Error::InvalidArgument(format!("{what}: {m}")),
+            Error::Io { context, source } => Error::Io {
+                context: format!("{what}: {context}"),
+                source,
+            },
+            Error::Userfaultfd(m) => Error::Userfaultfd(format!("{what}: {m}")),
+            other => Error::InvalidArgument(format!("{what}: {other}")),
+        }
+    }
 }
 
 fn mib(b: u64) -> String {

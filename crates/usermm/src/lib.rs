@@ -33,7 +33,9 @@ pub use vmstat::Vmstat;
 
 #[cfg(not(loom))]
 /// Parses a size such as `4096`, `64k`, `256M`, `1.5G` or `2T` (binary units, case-insensitive,
-/// optional trailing `B`/`iB`).
+/// optional trailing `B`/`iB`). Whole numbers are exact up to 2^64-1 bytes; a fraction is
+/// rounded down to a whole byte. Anything else (empty, negative, an exponent, `inf`, an
+/// unknown suffix, more than 2^64-1 bytes) is an error naming the value.
 pub fn parse_size(s: &str) -> Result<u64> {
     let t = s.trim();
     let err = || {
@@ -41,24 +43,45 @@ pub fn parse_size(s: &str) -> Result<u64> {
             "cannot parse size {s:?}: use a number with an optional k, M, G or T suffix, e.g. 256M"
         ))
     };
-    if t.is_empty() {
-        return Err(err());
-    }
+    let too_big = || {
+        Error::inval(format!(
+            "size {s:?} is too large: the largest is 2^64-1 bytes (16 EiB); give a smaller size"
+        ))
+    };
     let lower = t.to_ascii_lowercase();
-    let body = lower.trim_end_matches("ib").trim_end_matches('b');
+    let body = lower
+        .strip_suffix("ib")
+        .or_else(|| lower.strip_suffix('b'))
+        .unwrap_or(&lower);
     let (num, mult) = match body.chars().last() {
         Some('k') => (&body[..body.len() - 1], 1u64 << 10),
         Some('m') => (&body[..body.len() - 1], 1 << 20),
         Some('g') => (&body[..body.len() - 1], 1 << 30),
         Some('t') => (&body[..body.len() - 1], 1 << 40),
-        Some(c) if c.is_ascii_digit() => (body, 1),
+        Some(c) if c.is_ascii_digit() || c == '.' => (body, 1),
         _ => return Err(err()),
     };
-    let v: f64 = num.trim().parse().map_err(|_| err())?;
-    if !v.is_finite() || v < 0.0 || v * mult as f64 > u64::MAX as f64 {
+    let num = num.trim();
+    let (int, frac) = num.split_once('.').unwrap_or((num, ""));
+    let digits = |d: &str| d.bytes().all(|b| b.is_ascii_digit());
+    if (int.is_empty() && frac.is_empty()) || !digits(int) || !digits(frac) {
         return Err(err());
     }
-    Ok((v * mult as f64) as u64)
+    // The whole part exactly (no float rounding of large byte counts)...
+    let whole = if int.is_empty() {
+        0
+    } else {
+        int.parse::<u64>().map_err(|_| too_big())?
+    };
+    let mut bytes = whole.checked_mul(mult).ok_or_else(too_big)?;
+    // ...plus the fraction of the unit, rounded down to a byte.
+    if !frac.is_empty() && mult > 1 {
+        let f: f64 = format!("0.{frac}").parse().map_err(|_| err())?;
+        bytes = bytes
+            .checked_add((f * mult as f64) as u64)
+            .ok_or_else(too_big)?;
+    }
+    Ok(bytes)
 }
 
 #[cfg(all(test, not(loom)))]
@@ -74,5 +97,20 @@ mod tests {
         assert!(e.contains("256Q") && e.contains("suffix"), "{e}");
         assert!(super::parse_size("").is_err());
         assert!(super::parse_size("-1").is_err());
+        assert_eq!(
+            super::parse_size("9007199254740993").unwrap(),
+            9007199254740993,
+            "exact above 2^53"
+        );
+        assert_eq!(super::parse_size("18446744073709551615").unwrap(), u64::MAX);
+        assert!(super::parse_size("18446744073709551616").is_err());
+        assert!(super::parse_size("16777216T").is_err());
+        assert_eq!(super::parse_size("16777215T").unwrap(), 16777215 << 40);
+        assert_eq!(super::parse_size(".5k").unwrap(), 512);
+        for bad in [
+            "1e3", "inf", "nan", "+5", "1.2.3", ".", "k", "b", "5x", "1,5G",
+        ] {
+            assert!(super::parse_size(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -259,7 +259,7 @@ impl Settings {
     #[cfg(not(loom))]
     pub fn from_env() -> Result<Settings> {
         match std::env::var("USERMM_SET") {
-            Ok(v) => Settings::parse(&v).map_err(|e| Error::inval(format!("USERMM_SET: {e}"))),
+            Ok(v) => Settings::parse(&v).map_err(|e| e.prefixed("USERMM_SET")),
             Err(_) => Ok(Settings::default()),
         }
     }

@@ -219,6 +219,55 @@ static void test_bad(void) {
     usermm_config_init(&cfg);
     cfg.settings = "nosuch=old";
     CHECK(usermm_create(&cfg) == NULL && strstr(usermm_last_error(), "nosuch") != NULL, "bad settings");
+
+    /* Every bad configuration: NULL, an error code, and a message naming the value. */
+    struct {
+        const char *what;
+        uint64_t budget, swap_size;
+        int swap_kind;
+        const char *swap_path;
+        uint32_t handler_threads;
+        const char *settings;
+        const char *word;
+    } bad[] = {
+        {"budget 0", 0, 0, USERMM_SWAP_RAM, NULL, 0, NULL, "budget of 0 bytes"},
+        {"budget 2^64-1", UINT64_MAX, 0, USERMM_SWAP_NONE, NULL, 0, NULL, "maximum of 16 TiB"},
+        {"handler_threads 20000", 8 << 20, 0, USERMM_SWAP_RAM, NULL, 20000, NULL,
+         "handler_threads 20000"},
+        {"handler_threads 2^32-1", 8 << 20, 0, USERMM_SWAP_RAM, NULL, UINT32_MAX, NULL,
+         "maximum of 256"},
+        {"swap_size 100", 8 << 20, 100, USERMM_SWAP_RAM, NULL, 0, NULL, "swap size 100 bytes"},
+        {"file swap_size 100", 8 << 20, 100, USERMM_SWAP_FILE, NULL, 0, NULL, "swap size 100"},
+        {"swap_path a directory", 8 << 20, 0, USERMM_SWAP_FILE, "/tmp", 0, NULL, "/tmp"},
+        {"swap_path /proc/self/status", 8 << 20, 0, USERMM_SWAP_FILE, "/proc/self/status", 0, NULL,
+         "/proc/self/status"},
+        {"swap_path in a missing directory", 8 << 20, 0, USERMM_SWAP_FILE, "/nonexistent-usermm/swap", 0, NULL,
+         "/nonexistent-usermm/swap"},
+        {"settings without a value", 8 << 20, 0, USERMM_SWAP_RAM, NULL, 0, "laptop_mode",
+         "name=value"},
+        {"settings bad value", 8 << 20, 0, USERMM_SWAP_RAM, NULL, 0, "laptop_mode=maybe",
+         "maybe"},
+        {"settings unknown name", 8 << 20, 0, USERMM_SWAP_RAM, NULL, 0, "=on", "unknown switch"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        usermm_config_init(&cfg);
+        cfg.budget = bad[i].budget;
+        cfg.swap_size = bad[i].swap_size;
+        cfg.swap_kind = bad[i].swap_kind;
+        cfg.swap_path = bad[i].swap_path;
+        cfg.handler_threads = bad[i].handler_threads;
+        cfg.settings = bad[i].settings;
+        usermm_mm *m = usermm_create(&cfg);
+        CHECK(m == NULL, "%s: created", bad[i].what);
+        if (m) {
+            usermm_destroy(m);
+            continue;
+        }
+        /* usermm_create reports through usermm_last_error; the code through a status call. */
+        const char *msg = usermm_last_error();
+        CHECK(strstr(msg, bad[i].word) != NULL, "%s: message lacks \"%s\": %s", bad[i].what, bad[i].word, msg);
+        CHECK(strstr(msg, "Some(") == NULL && strstr(msg, " { ") == NULL, "%s: Debug text in %s", bad[i].what, msg);
+    }
 }
 
 static void test_handle(void) {
@@ -296,10 +345,18 @@ static void test_handle(void) {
     unlink(fpath);
     CHECK(usermm_destroy(mm) == USERMM_OK, "destroy");
 
-    /* A named swap file serves one manager at a time. */
+    /* A named swap file serves one manager at a time. usermm creates it (a file it did not
+     * make is refused), and removes it when the manager goes. */
     char path[] = "/tmp/usermm-capi-swap-XXXXXX";
     int fd = mkstemp(path);
     close(fd);
+    usermm_config_init(&cfg);
+    cfg.budget = 4 << 20;
+    cfg.swap_path = path;
+    CHECK(usermm_create(&cfg) == NULL && strstr(usermm_last_error(), "not a usermm swap file") != NULL &&
+              strstr(usermm_last_error(), path) != NULL,
+          "an existing file that usermm did not make is refused");
+    unlink(path);
     usermm_config_init(&cfg);
     cfg.budget = 4 << 20;
     cfg.swap_path = path;
@@ -309,6 +366,7 @@ static void test_handle(void) {
     CHECK(b == NULL && strstr(usermm_last_error(), "in use by another usermm manager") != NULL,
           "second manager on the same swap file");
     CHECK(usermm_destroy(a) == USERMM_OK, "destroy the first");
+    CHECK(access(path, F_OK) != 0, "the swap file is removed with its manager");
     b = usermm_create(&cfg);
     CHECK(b != NULL, "the path is free again");
     usermm_destroy(b);

@@ -31,6 +31,29 @@ pub fn run(cfg: MmConfig, pages: usize, json_out: bool) -> Result<(), Failure> {
     let len = pages.checked_mul(4096).ok_or_else(|| {
         Failure::Usage(format!("--pages: {pages} pages overflow the address space"))
     })?;
+    // Resident accesses are only resident if every page fits under the budget with kswapd's
+    // high watermark free, and major faults need every page on the swap device.
+    let nr_frames = cfg.budget / 4096;
+    let high = cfg
+        .watermarks
+        .unwrap_or_else(|| usermm::Watermarks::scaled(nr_frames))
+        .high;
+    let fit = nr_frames.saturating_sub(high);
+    if pages as u64 > fit {
+        return Err(Failure::Usage(format!(
+            "--pages: {pages} pages ({} bytes) do not fit in --budget {} bytes with the free \
+             watermark ({high} pages) kept: at most {fit} pages; use fewer pages or a larger budget",
+            len,
+            cfg.budget
+        )));
+    }
+    let swap = super::presets::configured_swap_bytes(&cfg) / 4096;
+    if (pages as u64) > swap {
+        return Err(Failure::Usage(format!(
+            "--pages: {pages} pages do not fit on the swap device ({swap} pages), so major faults \
+             cannot be measured; use fewer pages, --swap-size or another --swap than none"
+        )));
+    }
     let mm = Mm::new(cfg).map_err(Failure::run)?;
     let r = mm.map_anon(len).map_err(Failure::run)?;
     let time = |off: usize, write: bool| {
@@ -46,10 +69,19 @@ pub fn run(cfg: MmConfig, pages: usize, json_out: bool) -> Result<(), Failure> {
         r.write_u64(p * 4096, (p * 4096) as u64);
     }
     // Resident, mapped: no fault at all.
+    let before = mm.vmstat();
     let resident: Vec<u64> = shuffled(pages, 1)
         .into_iter()
         .map(|p| time(p * 4096 + 8, false))
         .collect();
+    let faults = mm.vmstat().delta(&before).val("pgfault");
+    if faults > 0 {
+        return Err(Failure::Run(format!(
+            "the resident pass took {faults} faults: {pages} pages did not stay resident in the \
+             budget of {} bytes, so its latencies are not those of resident pages; use fewer pages",
+            mm.budget()
+        )));
+    }
     // Major faults: push everything to swap, then touch in random order.
     mm.reclaim_to(0);
     let before = mm.vmstat();

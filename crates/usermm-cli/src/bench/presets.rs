@@ -39,6 +39,22 @@ fn at_least_one(opt: &str, v: u64) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Most tasks (threads) a usemem-family workload starts. Each task is a thread with its own
+/// region, stack and signal stack; far more than this exhausts the process's memory maps
+/// (`vm.max_map_count`) long before it measures anything.
+pub const MAX_TASKS: usize = 4096;
+
+/// `--tasks` between 1 and [`MAX_TASKS`].
+pub fn check_tasks(tasks: usize) -> Result<(), Failure> {
+    at_least_one("--tasks", tasks as u64)?;
+    if tasks > MAX_TASKS {
+        return Err(Failure::Usage(format!(
+            "--tasks: {tasks} is above the maximum of {MAX_TASKS} tasks (threads); use fewer tasks"
+        )));
+    }
+    Ok(())
+}
+
 /// Plain usemem: `bytes_per_task` (already parsed), `step` in bytes.
 #[allow(clippy::too_many_arguments)]
 pub fn usemem(
@@ -51,7 +67,7 @@ pub fn usemem(
     repeat: u32,
     verify: bool,
 ) -> Result<Params, Failure> {
-    at_least_one("--tasks", tasks as u64)?;
+    check_tasks(tasks)?;
     at_least_one("--repeat", repeat as u64)?;
     let bytes_per_task = bytes_per_task & !7;
     if bytes_per_task == 0 {
@@ -79,7 +95,7 @@ pub fn usemem(
 
 /// case-swap-w-seq: total = 3/4 x (budget + swap), split evenly (4 KiB multiples).
 pub fn swap_w_seq(cfg: &MmConfig, tasks: usize, verify: bool) -> Result<Params, Failure> {
-    at_least_one("--tasks", tasks as u64)?;
+    check_tasks(tasks)?;
     let total = cfg.budget.saturating_add(configured_swap_bytes(cfg)) / 4 * 3;
     let per = (total / tasks as u64) & !4095;
     if per == 0 {
@@ -107,7 +123,7 @@ pub fn anon_r_seq(
     total: Option<u64>,
     verify: bool,
 ) -> Result<Params, Failure> {
-    at_least_one("--tasks", tasks as u64)?;
+    check_tasks(tasks)?;
     let total = total.unwrap_or_else(|| cfg.budget.saturating_mul(1 << PTE_LIMIT_SHIFT));
     let per = ((total / tasks as u64).min(AS_LIMIT)) & !4095;
     if per == 0 {
@@ -158,5 +174,7 @@ mod tests {
         assert_eq!((p.bytes_per_task, p.step), (8, 8));
         assert!(usemem("4", 4, 1, false, 8, false, 1, true).is_err());
         assert!(usemem("8", 8, 0, false, 8, false, 1, true).is_err());
+        assert!(usemem("8", 8, MAX_TASKS + 1, false, 8, false, 1, true).is_err());
+        assert!(usemem("8", 8, MAX_TASKS, false, 8, false, 1, true).is_ok());
     }
 }

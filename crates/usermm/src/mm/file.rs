@@ -91,6 +91,17 @@ pub(crate) fn get_mapping(m: &MmInner, path: &Path, create: bool) -> Result<Arc<
             path.display()
         )));
     }
+    match crate::sys::pseudo_fs(&file) {
+        Ok(Some(fs)) => {
+            return Err(Error::inval(format!(
+                "{} is on {fs}, whose files do not have the size they report; the page cache \
+                 serves files on ordinary filesystems: copy it to one first",
+                path.display()
+            )))
+        }
+        Ok(None) => {}
+        Err(e) => return Err(Error::io(format!("statfs of {}", path.display()), e)),
+    }
     let key = (md.dev(), md.ino());
     let mut t = m.mappings.write();
     if let Some(&id) = t.by_inode.get(&key) {

@@ -24,6 +24,10 @@ use super::{handler, vmscan};
 /// Smallest budget accepted: 1 MiB (256 frames), enough for the watermarks and one fault batch.
 pub const MIN_BUDGET: u64 = 1 << 20;
 
+/// Most fault handler threads one manager starts. All of them read one userfaultfd, so more
+/// only contend; each idle one spins for `handler_spin_us` before it sleeps.
+pub const MAX_HANDLER_THREADS: usize = 256;
+
 /// Free-frame watermarks, in pages (`zone->_watermark[WMARK_MIN/LOW/HIGH]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Watermarks {
@@ -93,6 +97,14 @@ pub struct MmConfig {
     /// Anonymous regions fault in 2 MiB units where aligned, and untouched units read the huge
     /// zero page (`transparent_hugepage=always`; false = `never`).
     pub thp: bool,
+    /// Encrypt the pages a file swap device writes (ChaCha20-Poly1305, a random key held only
+    /// in memory): swapped-out memory is unreadable on disk (`--swap-encrypt`,
+    /// `USERMM_SWAP_ENCRYPT=1`).
+    pub swap_encrypt: bool,
+    /// Keep a named swap file (`file:PATH`) when the manager goes; by default it is truncated
+    /// and removed, so process memory does not outlive the process on disk (`--swap-keep`,
+    /// `USERMM_SWAP_KEEP=1`).
+    pub swap_keep: bool,
 }
 
 impl MmConfig {
@@ -120,19 +132,20 @@ impl MmConfig {
             swappiness: 60,
             read_ahead_kb: 512,
             thp: false,
+            swap_encrypt: false,
+            swap_keep: false,
         }
     }
 
     /// The configuration the environment describes, as used by the C ABI's default manager,
     /// Python's `usermm.default()` and `usermm run`: `USERMM_BUDGET` (default 256M),
     /// `USERMM_SWAP` (`file`, `file:PATH`, `ram` or `none`; default `file`), `USERMM_SWAP_SIZE`
-    /// (default 4x the budget), `USERMM_OVERCOMMIT` (`1`/`0`), `USERMM_SET` (seed switches).
+    /// (default 4x the budget), `USERMM_OVERCOMMIT`, `USERMM_SWAP_ENCRYPT` and
+    /// `USERMM_SWAP_KEEP` (`1`/`0`), `USERMM_SET` (seed switches).
     /// Errors name the variable and what it should hold.
     pub fn from_env() -> Result<MmConfig> {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-        let size_var = |name: &str, v: &str| {
-            crate::parse_size(v).map_err(|e| Error::inval(format!("{name}: {e}")))
-        };
+        let size_var = |name: &str, v: &str| crate::parse_size(v).map_err(|e| e.prefixed(name));
         let budget = match var("USERMM_BUDGET") {
             Some(v) => size_var("USERMM_BUDGET", &v)?,
             None => DEFAULT_BUDGET,
@@ -142,15 +155,86 @@ impl MmConfig {
             None => budget.saturating_mul(4),
         };
         let swap = SwapConfig::parse(var("USERMM_SWAP").as_deref().unwrap_or("file"), swap_size)
-            .map_err(|e| Error::inval(format!("USERMM_SWAP: {e}")))?;
-        let overcommit = match var("USERMM_OVERCOMMIT").as_deref() {
-            None | Some("0") | Some("off") | Some("false") => false,
-            Some("1") | Some("on") | Some("true") => true,
-            Some(v) => return Err(Error::inval(format!("USERMM_OVERCOMMIT={v:?}: use 1 or 0"))),
+            .map_err(|e| e.prefixed("USERMM_SWAP"))?;
+        let flag = |name: &str| match var(name).as_deref().map(str::trim) {
+            None | Some("0") | Some("off") | Some("false") | Some("no") => Ok(false),
+            Some("1") | Some("on") | Some("true") | Some("yes") => Ok(true),
+            Some(v) => Err(Error::inval(format!("{name}={v:?}: use 1 or 0"))),
         };
+        let overcommit = flag("USERMM_OVERCOMMIT")?;
         let mut cfg = MmConfig::new(budget).swap(swap).overcommit(overcommit);
+        cfg.swap_encrypt = flag("USERMM_SWAP_ENCRYPT")?;
+        cfg.swap_keep = flag("USERMM_SWAP_KEEP")?;
         cfg.settings = Settings::from_env()?;
         Ok(cfg)
+    }
+
+    /// Checks every field against its range; the error names the field, the value and the
+    /// range. [`Mm::new`] calls it; front ends call it to report a bad value before doing any
+    /// work.
+    pub fn validate(&self) -> Result<()> {
+        if self.budget < MIN_BUDGET {
+            return Err(Error::inval(format!(
+                "budget of {} bytes is below the minimum of {} bytes (1 MiB); give a larger budget",
+                self.budget, MIN_BUDGET
+            )));
+        }
+        let nr_frames = self.budget / PAGE_SIZE as u64;
+        if nr_frames >= u32::MAX as u64 {
+            return Err(Error::inval(format!(
+                "budget of {} bytes is above the maximum of 16 TiB; give a smaller budget",
+                self.budget
+            )));
+        }
+        if self.handler_threads > MAX_HANDLER_THREADS {
+            return Err(Error::inval(format!(
+                "handler_threads {} is above the maximum of {MAX_HANDLER_THREADS}; use 0 (one per \
+                 CPU) or a number up to {MAX_HANDLER_THREADS}",
+                self.handler_threads
+            )));
+        }
+        let range = |name: &str, v: u32, lo: u32, hi: u32, unit: &str| {
+            if v < lo || v > hi {
+                return Err(Error::inval(format!(
+                    "{name} {v} is outside {lo}..={hi}{unit}; give a value in that range"
+                )));
+            }
+            Ok(())
+        };
+        range(
+            "page_cluster",
+            self.page_cluster,
+            0,
+            9,
+            " (log2 pages; 9 is 2 MiB)",
+        )?;
+        range("fault_around_max", self.fault_around_max, 1, 512, " pages")?;
+        range(
+            "handler_spin_us",
+            self.handler_spin_us,
+            0,
+            1_000_000,
+            " microseconds",
+        )?;
+        range(
+            "dirty_background_ratio",
+            self.dirty_background_ratio,
+            0,
+            100,
+            " percent",
+        )?;
+        range("dirty_ratio", self.dirty_ratio, 0, 100, " percent")?;
+        range("swappiness", self.swappiness, 0, 200, "")?;
+        range("read_ahead_kb", self.read_ahead_kb, 0, 1 << 20, " KiB")?;
+        if let Some(w) = self.watermarks {
+            if !(w.min <= w.low && w.low <= w.high && w.high < nr_frames / 2) {
+                return Err(Error::inval(format!(
+                    "watermarks min {} <= low {} <= high {} must hold and high must be below half the budget ({} pages)",
+                    w.min, w.low, w.high, nr_frames / 2
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Replaces the seed switches and laptop mode.
@@ -378,48 +462,24 @@ pub struct UffdInfo {
 
 impl Mm {
     /// Creates a memory manager, opens its swap device and userfaultfd, starts its threads.
+    /// The configuration is checked first ([`MmConfig::validate`]).
     pub fn new(cfg: MmConfig) -> Result<Mm> {
-        if cfg.budget < MIN_BUDGET {
-            return Err(Error::inval(format!(
-                "budget of {} bytes is below the minimum of {} bytes (1 MiB); give a larger budget",
-                cfg.budget, MIN_BUDGET
-            )));
-        }
+        cfg.validate()?;
         let nr_frames = cfg.budget / PAGE_SIZE as u64;
-        if nr_frames >= u32::MAX as u64 {
-            return Err(Error::inval(format!(
-                "budget of {} bytes is above the maximum of 16 TiB",
-                cfg.budget
-            )));
-        }
-        if cfg.page_cluster > 9 {
-            return Err(Error::inval(format!(
-                "page_cluster {} is above the maximum of 9 (2 MiB)",
-                cfg.page_cluster
-            )));
-        }
-        if cfg.fault_around_max == 0 || cfg.fault_around_max > 512 {
-            return Err(Error::inval(format!(
-                "fault_around_max {} must be between 1 and 512 pages",
-                cfg.fault_around_max
-            )));
-        }
-        let wmark = match cfg.watermarks {
-            Some(w) => {
-                if !(w.min <= w.low && w.low <= w.high && w.high < nr_frames / 2) {
-                    return Err(Error::inval(format!(
-                        "watermarks min {} <= low {} <= high {} must hold and high must be below half the budget ({} pages)",
-                        w.min, w.low, w.high, nr_frames / 2
-                    )));
-                }
-                w
-            }
-            None => Watermarks::scaled(nr_frames),
-        };
+        let wmark = cfg
+            .watermarks
+            .unwrap_or_else(|| Watermarks::scaled(nr_frames));
         let dev = cfg
             .swap
-            .open()
-            .map_err(|e| Error::io(format!("opening swap device {:?}", cfg.swap), e))?;
+            .open_with(crate::swap::FileSwapOptions {
+                encrypt: cfg.swap_encrypt,
+                keep: cfg.swap_keep,
+            })
+            .map_err(|e| match e.kind() {
+                // A size or path the caller gave that cannot work: the message names it.
+                std::io::ErrorKind::InvalidInput => Error::inval(e.to_string()),
+                _ => Error::io("opening the swap device", e),
+            })?;
         let writeback_tags = !cfg.settings.is_new(crate::Switch::SwapcacheWritebackTags);
         let swap = dev.map(|d| SwapState::new(d, writeback_tags));
         let swap_pages = swap.as_ref().map_or(0, |s| s.slots.nr_pages());
@@ -504,36 +564,40 @@ impl Mm {
             cfg,
         });
         *inner.self_ref.lock() = Some(Arc::downgrade(&inner));
-        let mut threads = Vec::new();
+        // The handle owns the threads from the first one on: if a later spawn fails, dropping it
+        // stops and joins those already started.
+        let h = Arc::new(MmHandle {
+            inner: inner.clone(),
+            threads: Mutex::new(Vec::new()),
+        });
+        let spawn_failed = |what: &str, e: std::io::Error| {
+            Error::io(
+                format!("starting {what} (the process may be at its thread or memory-map limit; use fewer handler_threads)"),
+                e,
+            )
+        };
         for i in 0..handlers {
             let m = inner.clone();
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("usermm-fault{i}"))
-                    .spawn(move || handler::handler_main(m, i))
-                    .map_err(|e| Error::io("spawning a fault handler thread", e))?,
-            );
+            let t = std::thread::Builder::new()
+                .name(format!("usermm-fault{i}"))
+                .spawn(move || handler::handler_main(m, i))
+                .map_err(|e| spawn_failed(&format!("fault handler thread {i} of {handlers}"), e))?;
+            h.threads.lock().push(t);
         }
         let m = inner.clone();
-        threads.push(
-            std::thread::Builder::new()
-                .name("usermm-watchdog".into())
-                .spawn(move || handler::watchdog_main(m))
-                .map_err(|e| Error::io("spawning the fault watchdog", e))?,
-        );
+        let t = std::thread::Builder::new()
+            .name("usermm-watchdog".into())
+            .spawn(move || handler::watchdog_main(m))
+            .map_err(|e| spawn_failed("the fault watchdog", e))?;
+        h.threads.lock().push(t);
         let m = inner.clone();
-        threads.push(
-            std::thread::Builder::new()
-                .name("usermm-kswapd".into())
-                .spawn(move || vmscan::kswapd_main(m))
-                .map_err(|e| Error::io("spawning kswapd", e))?,
-        );
-        Ok(Mm {
-            h: Arc::new(MmHandle {
-                inner,
-                threads: Mutex::new(threads),
-            }),
-        })
+        let t = std::thread::Builder::new()
+            .name("usermm-kswapd".into())
+            .spawn(move || vmscan::kswapd_main(m))
+            .map_err(|e| spawn_failed("kswapd", e))?;
+        h.threads.lock().push(t);
+        drop(inner);
+        Ok(Mm { h })
     }
 
     pub(crate) fn inner(&self) -> &MmInner {

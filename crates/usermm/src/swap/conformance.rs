@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::faulty::FailMode;
-use super::{FaultySwap, FileSwap, RamSwap, SwapDevice};
+use super::{FaultySwap, FileSwap, FileSwapOptions, RamSwap, SwapDevice};
 use crate::sys::{Mapping, PAGE_SIZE};
 
 const P: usize = PAGE_SIZE;
@@ -307,19 +307,206 @@ fn file_swap_with_path() {
         assert_eq!(dev.name(), format!("file:{} ({mode})", path.display()));
         let meta = std::fs::metadata(&path).unwrap();
         assert_eq!(meta.permissions().mode() & 0o777, 0o600);
-        assert_eq!(meta.len(), NR * 4096);
+        // One header page, then the slots.
+        assert_eq!(meta.len(), (NR + 1) * 4096);
+        let head = std::fs::read(&path).unwrap();
+        assert_eq!(&head[..16], super::file::HEADER_MAGIC);
+        assert_eq!(u32::from_le_bytes(head[16..20].try_into().unwrap()), 1);
+        assert_eq!(u64::from_le_bytes(head[24..32].try_into().unwrap()), NR);
         conformance(&dev);
         // Refused writes past the end never grow the file.
-        assert_eq!(std::fs::metadata(&path).unwrap().len(), NR * 4096);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), (NR + 1) * 4096);
+        // The header survives every slot write.
+        assert_eq!(
+            &std::fs::read(&path).unwrap()[..16],
+            super::file::HEADER_MAGIC
+        );
     }
-    // A given path is kept; reopening resizes it and tightens its mode.
-    assert!(path.exists());
+    // Process memory does not outlive the device: the file is removed.
+    assert!(
+        !path.exists(),
+        "the swap file must be removed when the device goes"
+    );
+}
+
+/// Opens `path` with `keep` and writes slot 3, then drops the device.
+fn leave_swap_file(path: &Path, encrypt: bool) {
+    let opts = FileSwapOptions {
+        encrypt,
+        keep: true,
+    };
+    let dev = FileSwap::open_with(Some(path), SIZE, opts).unwrap();
+    let src = pool(1);
+    fill(&src, 0, 3, 42);
+    dev.write_pages(3, &src, &[0]).unwrap();
+}
+
+#[test]
+fn file_swap_keep_leaves_it_and_a_reuse_truncates_it() {
+    let dir = TempDir::new("keep");
+    let path = dir.path().join("swap");
+    leave_swap_file(&path, false);
+    // Kept as asked, with the page on it.
+    let raw = std::fs::read(&path).unwrap();
+    assert_eq!(raw.len() as u64, (NR + 1) * 4096);
+    let word0 = u64::from_le_bytes(raw[4 * P..4 * P + 8].try_into().unwrap());
+    assert_eq!(word0, word(3, 42, 0), "slot 3 is at byte 4 * 4096");
+    // Reused (its header is recognised, as after a SIGKILL): old pages are gone, the size and
+    // mode are the new device's.
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
     let dev = FileSwap::open(Some(&path), 8 * 4096).unwrap();
     assert_eq!(dev.nr_pages(), 8);
     let meta = std::fs::metadata(&path).unwrap();
-    assert_eq!(meta.len(), 8 * 4096);
+    assert_eq!(meta.len(), 9 * 4096);
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    let raw = std::fs::read(&path).unwrap();
+    assert!(
+        raw[P..].iter().all(|&b| b == 0),
+        "the earlier process's pages must not survive a reuse"
+    );
+    drop(dev);
+    assert!(!path.exists());
+}
+
+#[test]
+fn file_swap_never_overwrites_a_file_it_did_not_make() {
+    let dir = TempDir::new("foreign");
+    let cases: [(&str, &[u8], &str); 3] = [
+        (
+            "notes.txt",
+            b"precious text\n",
+            "not a usermm swap file (14 bytes",
+        ),
+        ("empty", b"", "is empty"),
+        ("almost", b"usermm swapfile", "not a usermm swap file"),
+    ];
+    for (name, content, why) in cases {
+        let path = dir.path().join(name);
+        std::fs::write(&path, content).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = FileSwap::open(Some(&path), SIZE).unwrap_err();
+        let msg = e.to_string();
+        assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists, "{msg}");
+        assert!(
+            msg.contains(&path.display().to_string()) && msg.contains(why),
+            "{name}: {msg}"
+        );
+        assert!(msg.contains("remove it or give a new path"), "{msg}");
+        // Untouched: content and mode.
+        assert_eq!(std::fs::read(&path).unwrap(), content, "{name}");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o644, "{name}");
+    }
+    // A header of another version is refused too.
+    let path = dir.path().join("v2");
+    let mut h = vec![0u8; 4096];
+    h[..16].copy_from_slice(super::file::HEADER_MAGIC);
+    h[16..20].copy_from_slice(&2u32.to_le_bytes());
+    std::fs::write(&path, &h).unwrap();
+    let msg = FileSwap::open(Some(&path), SIZE).unwrap_err().to_string();
+    assert!(msg.contains("header version 2"), "{msg}");
+    assert_eq!(std::fs::read(&path).unwrap(), h);
+    // A symbolic link is refused, and its target is not created.
+    let link = dir.path().join("link");
+    let target = dir.path().join("target");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let msg = FileSwap::open(Some(&link), SIZE).unwrap_err().to_string();
+    assert!(msg.contains("symbolic link"), "{msg}");
+    assert!(!target.exists());
+}
+
+#[test]
+fn file_swap_path_is_held_by_one_device() {
+    let dir = TempDir::new("busy");
+    let path = dir.path().join("swap");
+    let a = FileSwap::open(Some(&path), SIZE).unwrap();
+    let e = FileSwap::open(Some(&path), SIZE).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::ResourceBusy, "{e}");
+    assert!(
+        e.to_string().contains("in use by another usermm manager"),
+        "{e}"
+    );
+    // The refused open changed nothing: the first device still works.
+    conformance(&a);
+    drop(a);
+    let b = FileSwap::open(Some(&path), SIZE).unwrap();
+    drop(b);
+    assert!(!path.exists());
+}
+
+fn encrypted() -> FileSwapOptions {
+    FileSwapOptions {
+        encrypt: true,
+        keep: false,
+    }
+}
+
+#[test]
+fn file_swap_encrypted_unlinked() {
+    let dev = FileSwap::open_with(None, SIZE, encrypted()).unwrap();
+    assert!(dev.is_encrypted());
+    assert!(dev.name().ends_with(", encrypted)"), "{}", dev.name());
+    conformance(&dev);
+}
+
+#[test]
+fn file_swap_encrypted_path() {
+    let dir = TempDir::new("encpath");
+    let path = dir.path().join("swap");
+    let dev = FileSwap::open_with(Some(&path), SIZE, encrypted()).unwrap();
+    conformance(&dev);
+    // A discarded slot reads as zeros, like an unwritten one.
+    let src = pool(1);
+    fill(&src, 0, 5, 9);
+    dev.write_pages(5, &src, &[0]).unwrap();
+    dev.discard(5, 1).unwrap();
+    let dst = pool(1);
+    dst.fill(0, P, 0xee).unwrap();
+    dev.read_pages(5, &dst, &[0]).unwrap();
+    assert!((0..P / 8).all(|i| dst.read_u64(i * 8) == 0));
+}
+
+#[test]
+fn file_swap_encrypted_pages_are_unreadable_and_tamper_evident() {
+    let dir = TempDir::new("enc");
+    let path = dir.path().join("swap");
+    // What a kept (or SIGKILLed) encrypted file holds is not the page.
+    leave_swap_file(&path, true);
+    let raw = std::fs::read(&path).unwrap();
+    let on_disk: Vec<u64> = (0..P / 8)
+        .map(|i| u64::from_le_bytes(raw[4 * P + i * 8..4 * P + i * 8 + 8].try_into().unwrap()))
+        .collect();
+    let plain: Vec<u64> = (0..P as u64 / 8).map(|i| word(3, 42, i)).collect();
+    assert_ne!(on_disk, plain);
+    assert_eq!(
+        on_disk.iter().zip(&plain).filter(|(a, b)| a == b).count(),
+        0,
+        "no plaintext word may reach the disk"
+    );
+    std::fs::remove_file(&path).unwrap();
+
+    // A page changed on disk fails authentication instead of reading back wrong data.
+    let dev = FileSwap::open_with(Some(&path), SIZE, encrypted()).unwrap();
+    let src = pool(2);
+    fill(&src, 0, 6, 1);
+    fill(&src, P, 7, 1);
+    dev.write_pages(6, &src, &[0, P]).unwrap();
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.write_at(&[0x55], 7 * 4096 + 100).unwrap(); // slot 6 starts at byte 7 * 4096
+        f.sync_all().unwrap();
+    }
+    let dst = pool(2);
+    let e = dev.read_pages(6, &dst, &[0]).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidData, "{e}");
+    assert!(
+        e.to_string().contains("slot 6 failed authentication"),
+        "{e}"
+    );
+    // Its neighbour is intact.
+    dev.read_pages(7, &dst, &[P]).unwrap();
+    check(&dst, P, 7, 1, "neighbour of a tampered slot");
 }
 
 #[test]

@@ -11,20 +11,55 @@
 //! memory; nothing can help there).
 //!
 //! Without a path the device is an unlinked temporary file in `$TMPDIR` (mode 0600) that lives as
-//! long as the device. A given path is created or reused (mode 0600) and kept afterwards.
+//! long as the device.
+//!
+//! A given path (`--swap file:PATH`) holds process memory, so usermm never writes over a file it
+//! did not make and never leaves memory behind:
+//! - the path must be new (it is created with `O_CREAT | O_EXCL`, mode 0600) or a swap file
+//!   usermm made earlier: one whose first page is usermm's swap header ([`HEADER_MAGIC`], a
+//!   version, the page size and the slot count), e.g. left by a process that was killed. Any
+//!   other file (even an empty one), a symbolic link, or a file owned by another user is refused
+//!   with an error naming it. A reused file is truncated to nothing before use, so nothing of
+//!   the earlier process survives.
+//! - slots start after the header page (slot `s` is at byte `(s + 1) * 4096`);
+//! - an exclusive `flock` is held while the device lives: a second manager (in this process or
+//!   another) naming the same path gets an error (`ResourceBusy`) instead of overwriting pages;
+//! - when the device is dropped the file is **truncated to zero and removed** (only if the path
+//!   still names the same file), unless [`FileSwapOptions::keep`] asks to keep it.
+//!
+//! A process killed by SIGKILL cannot remove its file: the file stays until the next manager
+//! on the same path reuses (truncates) it or someone removes it. With
+//! [`FileSwapOptions::encrypt`] (see `crypt.rs`) what it holds is unreadable without the key,
+//! which died with the process.
 //!
 //! Also holds the size, slot-range and pool-page checks every backend shares.
 
 use crate::sync::{AtomicU64, Ordering};
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use super::crypt::SlotCipher;
 use super::SwapDevice;
 use crate::sys::{self, Mapping, PAGE_SIZE};
 
 const PAGE: u64 = PAGE_SIZE as u64;
+
+/// The first bytes of a swap file usermm made (its header page).
+pub const HEADER_MAGIC: &[u8; 16] = b"usermm swapfile\0";
+/// The header layout version this build writes and reuses.
+pub const HEADER_VERSION: u32 = 1;
+
+/// Choices for a file swap device, from [`crate::MmConfig`]'s `swap_encrypt` and `swap_keep`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FileSwapOptions {
+    /// Encrypt every page written (ChaCha20-Poly1305, a random key held only in memory).
+    pub encrypt: bool,
+    /// Keep a named swap file when the device is dropped (default: truncate and remove it).
+    /// Its pages are useless to anyone without the process (and, encrypted, unreadable).
+    pub keep: bool,
+}
 
 /// A swap device backed by a file (see the module documentation).
 #[derive(Debug)]
@@ -33,14 +68,62 @@ pub struct FileSwap {
     nr_pages: u64,
     direct: bool,
     location: Location,
+    /// Byte offset of slot 0: one header page for a named file, 0 for an unlinked one.
+    base: u64,
+    crypt: Option<SlotCipher>,
+    /// The descriptor holding the `flock` on a named file (the I/O descriptor may be a second
+    /// open with O_DIRECT).
+    _lock: Option<File>,
 }
 
 #[derive(Debug)]
 enum Location {
-    /// A path the caller gave; the file stays after the device is dropped.
-    Path(PathBuf),
+    /// A path the caller gave: removed when the device is dropped unless `keep`.
+    Path {
+        path: PathBuf,
+        keep: bool,
+        dev: u64,
+        ino: u64,
+    },
     /// An unlinked temporary file created in this directory.
     Unlinked(PathBuf),
+}
+
+impl Drop for FileSwap {
+    fn drop(&mut self) {
+        let Location::Path {
+            path,
+            keep,
+            dev,
+            ino,
+        } = &self.location
+        else {
+            return;
+        };
+        if *keep {
+            log::info!("keeping swap file {} as asked", path.display());
+            return;
+        }
+        // Truncate first: the blocks go even if another name (a hard link) still refers to it.
+        if let Err(e) = self.file.set_len(0) {
+            log::warn!("cannot truncate swap file {}: {e}", path.display());
+        }
+        match std::fs::symlink_metadata(path) {
+            Ok(m) if (m.dev(), m.ino()) == (*dev, *ino) => {
+                if let Err(e) = std::fs::remove_file(path) {
+                    log::warn!(
+                        "cannot remove swap file {}: {e}; remove it by hand",
+                        path.display()
+                    );
+                }
+            }
+            // Renamed or replaced meanwhile: not ours to remove.
+            _ => log::warn!(
+                "swap file {} was moved or replaced while in use; its data was truncated",
+                path.display()
+            ),
+        }
+    }
 }
 
 impl FileSwap {
@@ -50,10 +133,24 @@ impl FileSwap {
     /// `Some(path)` creates or reuses that file, sets its mode to 0600 and its length to the
     /// device size, and leaves it in place when the device is dropped.
     pub fn open(path: Option<&Path>, size: u64) -> io::Result<Self> {
-        match path {
-            None => Self::open_unlinked_in(&std::env::temp_dir(), size),
-            Some(p) => Self::open_path(p, size),
+        Self::open_with(path, size, FileSwapOptions::default())
+    }
+
+    /// [`FileSwap::open`] with options (encryption, keeping a named file).
+    pub fn open_with(path: Option<&Path>, size: u64, opts: FileSwapOptions) -> io::Result<Self> {
+        let mut dev = match path {
+            None => Self::open_unlinked_in(&std::env::temp_dir(), size)?,
+            Some(p) => Self::open_path(p, size, opts.keep)?,
+        };
+        if opts.encrypt {
+            dev.crypt = Some(SlotCipher::new(dev.nr_pages)?);
         }
+        Ok(dev)
+    }
+
+    /// Whether pages are encrypted before they reach the file.
+    pub fn is_encrypted(&self) -> bool {
+        self.crypt.is_some()
     }
 
     /// Creates the swap file as an unlinked temporary file in `dir` (mode 0600, unique name,
@@ -92,40 +189,105 @@ impl FileSwap {
             nr_pages,
             direct,
             location: Location::Unlinked(dir.to_path_buf()),
+            base: 0,
+            crypt: None,
+            _lock: None,
         })
     }
 
-    fn open_path(path: &Path, size: u64) -> io::Result<Self> {
+    fn open_path(path: &Path, size: u64, keep: bool) -> io::Result<Self> {
         let nr_pages = pages_for_size(size)?;
         let hint = "pass a writable swap path";
-        let what = format!("cannot open swap file {}", path.display());
-        let file = OpenOptions::new()
-            .read(true)
+        let p = path.display();
+        let what = format!("cannot open swap file {p}");
+        let mut o = OpenOptions::new();
+        o.read(true)
             .write(true)
-            .create(true)
-            .truncate(false)
             .mode(0o600)
-            .open(path)
-            .map_err(|e| annotate(&e, &what, hint))?;
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
+        // A new file, created here (O_EXCL); or one usermm made before (checked below).
+        let (file, created) = match o.clone().create_new(true).open(path) {
+            Ok(f) => (f, true),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => (
+                o.open(path).map_err(|e| {
+                    if e.raw_os_error() == Some(libc::ELOOP) {
+                        io::Error::new(
+                            io::ErrorKind::InvalidInput,
+                            format!("swap path {p} is a symbolic link: give the file's own path"),
+                        )
+                    } else {
+                        annotate(&e, &what, hint)
+                    }
+                })?,
+                false,
+            ),
+            Err(e) => return Err(annotate(&e, &what, hint)),
+        };
         let meta = file.metadata().map_err(|e| annotate(&e, &what, hint))?;
         if !meta.file_type().is_file() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("swap path {} is not a regular file: {hint}", path.display()),
+                format!("swap path {p} is not a regular file: {hint}"),
             ));
+        }
+        if !sys::flock_exclusive_nb(&file).map_err(|e| annotate(&e, &what, hint))? {
+            return Err(io::Error::new(
+                io::ErrorKind::ResourceBusy,
+                format!(
+                    "swap file {p} is in use by another usermm manager: give each manager its \
+                     own swap path"
+                ),
+            ));
+        }
+        let lock = file.try_clone().map_err(|e| annotate(&e, &what, hint))?;
+        if !created {
+            check_reusable(&file, &meta, path)?;
+            // Nothing of the earlier process survives: drop its pages before anything else.
+            file.set_len(0).map_err(|e| annotate(&e, &what, hint))?;
         }
         if meta.mode() & 0o077 != 0 {
             // Swapped pages are process memory: keep them private like a fresh file.
-            if let Err(e) = file.set_permissions(std::fs::Permissions::from_mode(0o600)) {
-                log::warn!("cannot set mode 0600 on swap file {}: {e}", path.display());
-            }
+            file.set_permissions(std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| {
+                    annotate(&e, &format!("cannot set mode 0600 on swap file {p}"), hint)
+                })?;
         }
-        let (file, direct) = set_up(file, path, nr_pages * PAGE, hint, true)?;
+        let (dev, ino) = (meta.dev(), meta.ino());
+        let set =
+            set_up(file, path, (nr_pages + 1) * PAGE, hint, true).and_then(|(file, direct)| {
+                write_header(&file, nr_pages).map_err(|e| {
+                    annotate(
+                        &e,
+                        &format!("cannot write the header of swap file {p}"),
+                        hint,
+                    )
+                })?;
+                Ok((file, direct))
+            });
+        let (file, direct) = match set {
+            Ok(x) => x,
+            Err(e) => {
+                // Leave nothing behind: a file made here goes, a reused one stays empty.
+                let _ = lock.set_len(0);
+                if created {
+                    let _ = std::fs::remove_file(path);
+                }
+                return Err(e);
+            }
+        };
         Ok(FileSwap {
             file,
             nr_pages,
             direct,
-            location: Location::Path(path.to_path_buf()),
+            location: Location::Path {
+                path: path.to_path_buf(),
+                keep,
+                dev,
+                ino,
+            },
+            base: PAGE,
+            crypt: None,
+            _lock: Some(lock),
         })
     }
 
@@ -137,7 +299,7 @@ impl FileSwap {
     /// The file's path, if the caller gave one (None for the unlinked temporary file).
     pub fn path(&self) -> Option<&Path> {
         match &self.location {
-            Location::Path(p) => Some(p),
+            Location::Path { path, .. } => Some(path),
             Location::Unlinked(_) => None,
         }
     }
@@ -155,9 +317,14 @@ impl FileSwap {
 
 impl SwapDevice for FileSwap {
     fn name(&self) -> String {
-        let mode = if self.direct { "O_DIRECT" } else { "buffered" };
+        let mode = match (self.direct, self.crypt.is_some()) {
+            (true, false) => "O_DIRECT",
+            (false, false) => "buffered",
+            (true, true) => "O_DIRECT, encrypted",
+            (false, true) => "buffered, encrypted",
+        };
         match &self.location {
-            Location::Path(p) => format!("file:{} ({mode})", p.display()),
+            Location::Path { path, .. } => format!("file:{} ({mode})", path.display()),
             Location::Unlinked(dir) => format!("file:(unlinked in {}, {mode})", dir.display()),
         }
     }
@@ -172,9 +339,13 @@ impl SwapDevice for FileSwap {
         if pages.is_empty() {
             return Ok(());
         }
-        let (off, len) = (slot * PAGE, pages.len() as u64 * PAGE);
-        pool.pwrite_pages(&self.file, off, pages)
-            .map_err(|e| self.io_error(&e, "write", slot, pages.len()))?;
+        let (off, len) = (self.base + slot * PAGE, pages.len() as u64 * PAGE);
+        match &self.crypt {
+            None => pool.pwrite_pages(&self.file, off, pages),
+            Some(c) => seal_pages(c, slot, pool, pages)
+                .and_then(|(bounce, offs)| bounce.pwrite_pages(&self.file, off, &offs)),
+        }
+        .map_err(|e| self.io_error(&e, "write", slot, pages.len()))?;
         if !self.direct {
             // Write the batch back now and drop it from the page cache: the device copy is the
             // only copy, as with O_DIRECT.
@@ -193,14 +364,17 @@ impl SwapDevice for FileSwap {
         if pages.is_empty() {
             return Ok(());
         }
-        pool.pread_pages(&self.file, slot * PAGE, pages)
+        let off = self.base + slot * PAGE;
+        pool.pread_pages(&self.file, off, pages)
             .map_err(|e| self.io_error(&e, "read", slot, pages.len()))?;
         if !self.direct {
-            if let Err(e) =
-                sys::fadvise_dontneed(&self.file, slot * PAGE, pages.len() as u64 * PAGE)
-            {
+            if let Err(e) = sys::fadvise_dontneed(&self.file, off, pages.len() as u64 * PAGE) {
                 log::debug!("fadvise(DONTNEED) on {}: {e}", self.name());
             }
+        }
+        if let Some(c) = &self.crypt {
+            open_pages(c, slot, pool, pages)
+                .map_err(|e| self.io_error(&e, "read", slot, pages.len()))?;
         }
         Ok(())
     }
@@ -210,7 +384,10 @@ impl SwapDevice for FileSwap {
         if n == 0 {
             return Ok(());
         }
-        match sys::punch_hole(&self.file, slot * PAGE, n * PAGE) {
+        if let Some(c) = &self.crypt {
+            c.forget(slot, n);
+        }
+        match sys::punch_hole(&self.file, self.base + slot * PAGE, n * PAGE) {
             Ok(()) => Ok(()),
             Err(e)
                 if matches!(
@@ -259,6 +436,102 @@ fn create_unique(dir: &Path) -> io::Result<(File, PathBuf)> {
         }
     }
     Err(last_err.unwrap_or_else(|| io::Error::from(io::ErrorKind::AlreadyExists)))
+}
+
+/// Checks that the existing file at `path` is a swap file usermm made, owned by this user:
+/// anything else is refused, never overwritten.
+fn check_reusable(file: &File, meta: &std::fs::Metadata, path: &Path) -> io::Result<()> {
+    let p = path.display();
+    let refuse = |why: String| {
+        io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!(
+                "swap path {p} already exists and {why}; usermm only reuses swap files it made: \
+                 remove it or give a new path"
+            ),
+        )
+    };
+    if meta.uid() != sys::geteuid() {
+        return Err(refuse(format!("belongs to user {}", meta.uid())));
+    }
+    let mut head = [0u8; 32];
+    let n = read_head(file, &mut head)?;
+    if n < head.len() || &head[..16] != HEADER_MAGIC {
+        return Err(refuse(if meta.len() == 0 {
+            "is empty, not a usermm swap file".into()
+        } else {
+            format!(
+                "is not a usermm swap file ({} bytes without usermm's swap header)",
+                meta.len()
+            )
+        }));
+    }
+    let version = u32::from_le_bytes(head[16..20].try_into().expect("4 bytes"));
+    if version != HEADER_VERSION {
+        return Err(refuse(format!(
+            "is a usermm swap file of header version {version} (this usermm writes \
+             {HEADER_VERSION})"
+        )));
+    }
+    Ok(())
+}
+
+fn read_head(file: &File, head: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < head.len() {
+        match file.read_at(&mut head[n..], n as u64) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// Writes the header page (magic, version, page size, slot count, creator pid) at offset 0.
+fn write_header(file: &File, nr_pages: u64) -> io::Result<()> {
+    let mut h = [0u8; 40];
+    h[..16].copy_from_slice(HEADER_MAGIC);
+    h[16..20].copy_from_slice(&HEADER_VERSION.to_le_bytes());
+    h[20..24].copy_from_slice(&(PAGE_SIZE as u32).to_le_bytes());
+    h[24..32].copy_from_slice(&nr_pages.to_le_bytes());
+    h[32..36].copy_from_slice(&std::process::id().to_le_bytes());
+    // Through a page-aligned buffer, so that an O_DIRECT descriptor takes it.
+    let page = Mapping::anon(PAGE_SIZE, 0)?;
+    page.write_bytes(0, &h)?;
+    page.pwrite_pages(file, 0, &[0])
+}
+
+/// Encrypts the pool pages into a bounce buffer for slots `slot..`; returns the buffer and its
+/// page offsets.
+fn seal_pages(
+    c: &SlotCipher,
+    slot: u64,
+    pool: &Mapping,
+    pages: &[usize],
+) -> io::Result<(Mapping, Vec<usize>)> {
+    let bounce = Mapping::anon(pages.len() * PAGE_SIZE, 0)?;
+    let mut buf = vec![0u8; PAGE_SIZE];
+    let mut offs = Vec::with_capacity(pages.len());
+    for (i, &p) in pages.iter().enumerate() {
+        pool.read_bytes(p, &mut buf)?;
+        c.seal(slot + i as u64, &mut buf)?;
+        bounce.write_bytes(i * PAGE_SIZE, &buf)?;
+        offs.push(i * PAGE_SIZE);
+    }
+    Ok((bounce, offs))
+}
+
+/// Decrypts in place the pool pages just read from slots `slot..`.
+fn open_pages(c: &SlotCipher, slot: u64, pool: &Mapping, pages: &[usize]) -> io::Result<()> {
+    let mut buf = vec![0u8; PAGE_SIZE];
+    for (i, &p) in pages.iter().enumerate() {
+        pool.read_bytes(p, &mut buf)?;
+        c.open(slot + i as u64, &mut buf)?;
+        pool.write_bytes(p, &buf)?;
+    }
+    Ok(())
 }
 
 /// Sizes and preallocates the freshly opened `file` at `path` and switches it to O_DIRECT where

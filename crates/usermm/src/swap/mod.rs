@@ -12,13 +12,14 @@ use std::sync::Arc;
 use crate::sys::Mapping;
 
 mod conformance;
+pub mod crypt;
 pub mod faulty;
 pub mod file;
 pub mod ram;
 mod slots;
 
 pub use faulty::FaultySwap;
-pub use file::FileSwap;
+pub use file::{FileSwap, FileSwapOptions};
 pub use ram::RamSwap;
 pub use slots::{SwapSlots, SWAPFILE_CLUSTER};
 
@@ -83,6 +84,19 @@ impl SwapConfig {
                 "unknown swap device {other:?}: use file, file:PATH, ram or none"
             ))),
         }
+    }
+
+    /// [`SwapConfig::open`] with the file device's options (encryption, keeping a named
+    /// file); other devices ignore them.
+    pub fn open_with(&self, opts: FileSwapOptions) -> io::Result<Option<Arc<dyn SwapDevice>>> {
+        if let SwapConfig::File { path, size } = self {
+            return Ok(Some(Arc::new(FileSwap::open_with(
+                path.as_deref(),
+                *size,
+                opts,
+            )?)));
+        }
+        self.open()
     }
 
     /// Opens the device this configuration names (None for [`SwapConfig::None`]).

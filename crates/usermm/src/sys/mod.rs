@@ -231,3 +231,80 @@ fn read_status_kib(key: &str) -> u64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
 }
+
+/// The name of the pseudo filesystem `file` lives on (procfs, sysfs, ...), whose files report
+/// sizes that are not their contents (0 or 4096 whatever they hold), so they cannot be mapped
+/// through the page cache; None for ordinary filesystems.
+pub fn pseudo_fs(file: &std::fs::File) -> std::io::Result<Option<&'static str>> {
+    use std::os::fd::AsRawFd;
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: fstatfs fills the statfs struct `st` points to; the descriptor is valid and owned.
+    let r = unsafe { libc::fstatfs(file.as_raw_fd(), st.as_mut_ptr()) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fstatfs succeeded, so it initialised the struct.
+    let magic = unsafe { st.assume_init() }.f_type as u64;
+    Ok(match magic {
+        0x9fa0 => Some("procfs"),
+        0x6265_6572 => Some("sysfs"),
+        0x6462_6720 => Some("debugfs"),
+        0x7472_6163 => Some("tracefs"),
+        0x7363_6673 => Some("securityfs"),
+        0x2788_2006 | 0x6367_7270 => Some("cgroupfs"),
+        0x6265_6570 => Some("configfs"),
+        0xcafe_4a11 => Some("bpffs"),
+        0x6573_5546 => Some("fusectl"),
+        0x4249_4e4d => Some("binfmt_misc"),
+        0xde5e_81e4 => Some("efivarfs"),
+        0x7375_6970 => Some("pstore"),
+        _ => None,
+    })
+}
+
+/// Takes an exclusive `flock` on `file` without waiting: Ok(false) when another open file
+/// description (this process or another) holds it.
+pub fn flock_exclusive_nb(file: &std::fs::File) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: plain syscall on a valid, owned file descriptor; no memory is passed.
+    let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        return Ok(false);
+    }
+    Err(e)
+}
+
+/// The effective user id of this process.
+pub fn geteuid() -> u32 {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Fills `buf` from the kernel's random number generator (getrandom(2), blocking until it is
+/// seeded).
+pub fn random_bytes(buf: &mut [u8]) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        // SAFETY: the kernel writes at most buf.len()-done bytes into the rest of `buf`.
+        let r = unsafe {
+            libc::getrandom(
+                buf[done..].as_mut_ptr() as *mut libc::c_void,
+                buf.len() - done,
+                0,
+            )
+        };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        done += r as usize;
+    }
+    Ok(())
+}

@@ -1,0 +1,109 @@
+"""Bad input to every Python entry point, table-driven: each is refused with a usermm error
+(InvalidArgumentError is also a ValueError) whose message names the value, never a raw
+OverflowError or TypeError from the argument conversion, a panic, or a crash of the interpreter.
+Also what swap="file:PATH" does to the file system."""
+
+import gc
+import os
+
+import pytest
+
+import usermm
+
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def mm():
+    return usermm.Manager(budget="8M", swap="ram", swap_size="32M")
+
+
+@pytest.fixture()
+def data(tmp_path):
+    f = tmp_path / "data"
+    f.write_bytes(bytes(range(256)) * 32)  # 8192 bytes
+    return f
+
+
+@pytest.mark.parametrize(
+    "call, words",
+    [
+        (lambda mm, f: mm.map_file(str(f), 4096, offset=-4096), ["offset=-4096"]),
+        (lambda mm, f: mm.map_file(str(f), -1), ["nbytes=-1"]),
+        (lambda mm, f: mm.map_file(str(f), 4096, offset=2**64), ["offset=18446744073709551616"]),
+        (lambda mm, f: mm.map_file(str(f), 4096, offset="x"), ["offset", "x"]),
+        (lambda mm, f: mm.map_file(str(f), "lots"), ["nbytes", "lots"]),
+        (lambda mm, f: mm.map_file(str(f), 3 * 4096), ["past the end", "8192 bytes", "SIGBUS"]),
+        (lambda mm, f: mm.map_file(str(f), 4096, offset=8192), ["past the end"]),
+        (lambda mm, f: mm.map_file("/proc/self/status", 4096), ["/proc/self/status", "procfs"]),
+        (lambda mm, f: mm.map_file("/proc/self/status"), ["/proc/self/status", "procfs"]),
+        (lambda mm, f: mm.map_file("/sys/kernel/mm/transparent_hugepage/enabled", 4096), ["sysfs"]),
+        (lambda mm, f: mm.map_file("/dev/zero", 4096), ["/dev/zero", "not a regular file"]),
+        (lambda mm, f: mm.map_file(str(f.parent), 4096), ["not a regular file"]),
+        (lambda mm, f: mm.map_file(str(f.parent / "missing"), 4096), ["missing"]),
+        (lambda mm, f: mm.map_anon(-4096), ["nbytes=-4096"]),
+        (lambda mm, f: mm.map_anon(2**70), ["nbytes=1180591620717411303424"]),
+        (lambda mm, f: mm.map_anon("1e9"), ["nbytes", "1e9"]),
+        (lambda mm, f: mm.map_anon(0).flush(0, -1), ["length=-1"]),
+        (lambda mm, f: mm.map_anon(4096).flush(-4096), ["offset=-4096"]),
+        (lambda mm, f: mm.map_anon(4096).flush(2**64), ["offset=18446744073709551616"]),
+        (lambda mm, f: mm.map_anon(4096).flush(8192), ["past the end"]),
+        (lambda mm, f: mm.map_anon(4096).discard(-1), ["offset=-1"]),
+        (lambda mm, f: mm.map_anon(4096).discard(0, -4096), ["length=-4096"]),
+        (lambda mm, f: mm.array(-1), ["dimension 0 is -1"]),
+        (lambda mm, f: mm.array(2**70), ["1180591620717411303424", "64 bits"]),
+        (lambda mm, f: mm.array((2, -2**70)), ["64 bits"]),
+        (lambda mm, f: mm.array((2**40, 2**40)), ["larger than the address space"]),
+        (lambda mm, f: usermm.parse_size("-1"), ["-1"]),
+        (lambda mm, f: usermm.parse_size("99999999999999999999"), ["too large"]),
+        (lambda mm, f: usermm.parse_size(""), ['""']),
+        (lambda mm, f: usermm.Manager(budget=0), ["budget of 0 bytes", "minimum"]),
+        (lambda mm, f: usermm.Manager(budget="64T"), ["16 TiB"]),
+        (lambda mm, f: usermm.Manager(budget=2**64), ["budget=18446744073709551616"]),
+        (lambda mm, f: usermm.Manager(budget="8M", swap_size=100, swap="ram"), ["swap size 100 bytes"]),
+        (lambda mm, f: usermm.Manager(budget="8M", swap="file:"), ['"file:"']),
+        (lambda mm, f: usermm.Manager(budget="8M", settings="laptop_mode=on,nosuch=1"), ["nosuch"]),
+        (lambda mm, f: usermm.Manager(budget="8M", settings={"laptop_mode": 2**70}), ["laptop_mode", "1180591620717411303424"]),
+        (lambda mm, f: usermm.Manager(budget="8M", settings={"laptop_mode": -1}), ["laptop_mode", "-1"]),
+    ],
+)
+def test_bad_input_is_named(mm, data, call, words):
+    with pytest.raises(usermm.InvalidArgumentError) as ei:
+        call(mm, data)
+    msg = str(ei.value)
+    assert isinstance(ei.value, ValueError)
+    for w in words:
+        assert w in msg, (w, msg)
+    assert "Some(" not in msg and " { " not in msg, msg
+
+
+def test_a_good_file_mapping_still_works(mm, data):
+    r = mm.map_file(str(data), 4096, offset=4096)
+    assert bytes(memoryview(r)[:3]) == bytes([0, 1, 2])
+    r.flush(0, 4096)
+    r.flush()
+
+
+def test_swap_file_that_usermm_did_not_make_is_refused_and_untouched(tmp_path):
+    f = tmp_path / "notes.txt"
+    f.write_text("precious text\n")
+    with pytest.raises(usermm.Error) as ei:
+        usermm.Manager(budget="8M", swap=f"file:{f}")
+    msg = str(ei.value)
+    assert str(f) in msg and "not a usermm swap file" in msg, msg
+    assert f.read_text() == "precious text\n"
+
+
+def test_swap_file_is_removed_with_its_manager(tmp_path):
+    path = tmp_path / "swap"
+    m = usermm.Manager(budget="8M", swap=f"file:{path}", swap_size="32M")
+    a = m.array(3 * MiB, "u8")  # 24 MiB through an 8 MiB budget
+    a[:] = 5
+    assert int(a[::4096].sum()) == 5 * len(a[::4096])
+    assert path.exists() and (os.stat(path).st_mode & 0o777) == 0o600
+    # A second manager on the same path is refused while the first lives.
+    with pytest.raises(usermm.Error, match="in use by another usermm manager"):
+        usermm.Manager(budget="8M", swap=f"file:{path}")
+    del a, m
+    gc.collect()
+    assert not path.exists(), "process memory left on disk"
