@@ -92,6 +92,9 @@ pub struct MmConfig {
     /// Anonymous regions fault in 2 MiB units where aligned, and untouched units read the huge
     /// zero page (`transparent_hugepage=always`; false = `never`).
     pub thp: bool,
+    /// A swap file is left sparse (blocks allocated as pages are first swapped out) instead of
+    /// preallocated; set by [`MmConfig::from_env`] for its default swap file.
+    pub swap_sparse: bool,
 }
 
 impl MmConfig {
@@ -119,13 +122,15 @@ impl MmConfig {
             swappiness: 60,
             read_ahead_kb: 512,
             thp: false,
+            swap_sparse: false,
         }
     }
 
     /// The configuration the environment describes, as used by the C ABI's default manager,
     /// Python's `usermm.default()` and `usermm run`: `USERMM_BUDGET` (default 256M),
     /// `USERMM_SWAP` (`file`, `file:PATH`, `ram` or `none`; default `file`), `USERMM_SWAP_SIZE`
-    /// (default 4x the budget), `USERMM_OVERCOMMIT` (`1`/`0`), `USERMM_SET` (seed switches).
+    /// (default: a sparse file of half the free space of its filesystem, at most 64 GiB; RAM: 4x
+    /// the budget), `USERMM_OVERCOMMIT` (`1`/`0`), `USERMM_SET` (seed switches).
     /// Errors name the variable and what it should hold.
     pub fn from_env() -> Result<MmConfig> {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
@@ -136,11 +141,14 @@ impl MmConfig {
             Some(v) => size_var("USERMM_BUDGET", &v)?,
             None => DEFAULT_BUDGET,
         };
-        let swap_size = match var("USERMM_SWAP_SIZE") {
-            Some(v) => size_var("USERMM_SWAP_SIZE", &v)?,
-            None => budget.saturating_mul(4),
+        let spec = var("USERMM_SWAP").unwrap_or_else(|| "file".into());
+        let swap =
+            SwapConfig::parse(&spec, 0).map_err(|e| Error::inval(format!("USERMM_SWAP: {e}")))?;
+        let (swap_size, sparse) = match var("USERMM_SWAP_SIZE") {
+            Some(v) => (size_var("USERMM_SWAP_SIZE", &v)?, false),
+            None => Self::default_swap_size(&swap, budget)?,
         };
-        let swap = SwapConfig::parse(var("USERMM_SWAP").as_deref().unwrap_or("file"), swap_size)
+        let swap = SwapConfig::parse(&spec, swap_size)
             .map_err(|e| Error::inval(format!("USERMM_SWAP: {e}")))?;
         let overcommit = match var("USERMM_OVERCOMMIT").as_deref() {
             None | Some("0") | Some("off") | Some("false") => false,
@@ -148,8 +156,24 @@ impl MmConfig {
             Some(v) => return Err(Error::inval(format!("USERMM_OVERCOMMIT={v:?}: use 1 or 0"))),
         };
         let mut cfg = MmConfig::new(budget).swap(swap).overcommit(overcommit);
+        cfg.swap_sparse = sparse;
         cfg.settings = Settings::from_env()?;
         Ok(cfg)
+    }
+
+    /// The swap size [`MmConfig::from_env`] uses when `USERMM_SWAP_SIZE` is not set, and
+    /// whether the device stays sparse: a swap file is sparse and sized by the free space of
+    /// its filesystem ([`crate::swap::default_file_size`]: half of it, at most 64 GiB), so
+    /// that, as in a memory cgroup with swap, ordinary programs are not refused for want of
+    /// commit; RAM swap (reserved up front) is 4x the budget.
+    pub fn default_swap_size(swap: &SwapConfig, budget: u64) -> Result<(u64, bool)> {
+        match swap {
+            SwapConfig::File { path, .. } => {
+                let dir = crate::swap::file_dir(path.as_deref());
+                Ok((crate::swap::default_file_size(&dir)?, true))
+            }
+            _ => Ok((budget.saturating_mul(4), false)),
+        }
     }
 
     /// Replaces the seed switches and laptop mode.
@@ -383,7 +407,7 @@ impl Mm {
         };
         let dev = cfg
             .swap
-            .open()
+            .open_with(!cfg.swap_sparse)
             .map_err(|e| Error::io(format!("opening swap device {:?}", cfg.swap), e))?;
         let writeback_tags = !cfg.settings.is_new(crate::Switch::SwapcacheWritebackTags);
         let swap = dev.map(|d| SwapState::new(d, writeback_tags));
@@ -658,5 +682,40 @@ mod env_tests {
         }
         let c = MmConfig::from_env().unwrap();
         assert_eq!(c.budget, DEFAULT_BUDGET);
+        // The default swap file: sparse, sized by the free space of $TMPDIR's filesystem.
+        let avail = crate::sys::fs_available_bytes(&std::env::temp_dir()).unwrap();
+        match c.swap {
+            SwapConfig::File { path: None, size } => {
+                assert!(
+                    size <= avail / 2 && size <= crate::swap::DEFAULT_FILE_CAP,
+                    "{size}"
+                );
+                assert!(size >= (avail / 2).min(crate::swap::DEFAULT_FILE_CAP) - 4096);
+            }
+            ref other => panic!("{other:?}"),
+        }
+        assert!(c.swap_sparse);
+        // A swap file in a directory that does not exist is an error, not a temporary file.
+        std::env::set_var("USERMM_SWAP", "file:/nonexistent/dir/x");
+        let e = MmConfig::from_env().unwrap_err().to_string();
+        assert!(e.contains("/nonexistent/dir"), "{e}");
+        std::env::set_var("USERMM_SWAP_SIZE", "1G");
+        let c = MmConfig::from_env().unwrap();
+        assert!(!c.swap_sparse);
+        let e = Mm::new(c).unwrap_err().to_string();
+        assert!(e.contains("/nonexistent/dir/x"), "{e}");
+        std::env::set_var("USERMM_SET", "garbage");
+        let e = MmConfig::from_env().unwrap_err().to_string();
+        assert!(e.contains("USERMM_SET") && e.contains("garbage"), "{e}");
+        std::env::set_var("USERMM_OVERCOMMIT", "maybe");
+        std::env::remove_var("USERMM_SET");
+        let e = MmConfig::from_env().unwrap_err().to_string();
+        assert!(
+            e.contains("USERMM_OVERCOMMIT") && e.contains("maybe"),
+            "{e}"
+        );
+        for v in ["USERMM_SWAP", "USERMM_SWAP_SIZE", "USERMM_OVERCOMMIT"] {
+            std::env::remove_var(v);
+        }
     }
 }

@@ -50,25 +50,37 @@ impl FileSwap {
     /// `Some(path)` creates or reuses that file, sets its mode to 0600 and its length to the
     /// device size, and leaves it in place when the device is dropped.
     pub fn open(path: Option<&Path>, size: u64) -> io::Result<Self> {
+        Self::open_with(path, size, true)
+    }
+
+    /// [`FileSwap::open`] choosing whether the file's blocks are preallocated (fallocate) or
+    /// the file stays sparse, its blocks allocated as pages are first written (the default
+    /// swap file of `MmConfig::from_env`, sized by the free space of its filesystem).
+    pub fn open_with(path: Option<&Path>, size: u64, prealloc: bool) -> io::Result<Self> {
         match path {
-            None => Self::open_unlinked_in(&std::env::temp_dir(), size),
-            Some(p) => Self::open_path(p, size),
+            None => Self::create_unlinked(&std::env::temp_dir(), size, true, prealloc),
+            Some(p) => Self::open_path(p, size, prealloc),
         }
     }
 
     /// Creates the swap file as an unlinked temporary file in `dir` (mode 0600, unique name,
     /// removed from the directory before this returns).
     pub fn open_unlinked_in(dir: &Path, size: u64) -> io::Result<Self> {
-        Self::create_unlinked(dir, size, true)
+        Self::create_unlinked(dir, size, true, true)
     }
 
     /// [`FileSwap::open_unlinked_in`] that never tries O_DIRECT, to test the buffered path.
     #[cfg(test)]
     pub(super) fn open_unlinked_buffered_in(dir: &Path, size: u64) -> io::Result<Self> {
-        Self::create_unlinked(dir, size, false)
+        Self::create_unlinked(dir, size, false, true)
     }
 
-    fn create_unlinked(dir: &Path, size: u64, try_direct: bool) -> io::Result<Self> {
+    fn create_unlinked(
+        dir: &Path,
+        size: u64,
+        try_direct: bool,
+        prealloc: bool,
+    ) -> io::Result<Self> {
         let nr_pages = pages_for_size(size)?;
         let hint = "set TMPDIR or pass a writable swap path";
         let (file, path) = create_unique(dir).map_err(|e| {
@@ -79,7 +91,7 @@ impl FileSwap {
             )
         })?;
         // The file exists on disk from here on: remove its name whatever happens next.
-        let set_up = set_up(file, &path, nr_pages * PAGE, hint, try_direct);
+        let set_up = set_up(file, &path, nr_pages * PAGE, hint, try_direct, prealloc);
         if let Err(e) = std::fs::remove_file(&path) {
             log::warn!(
                 "cannot unlink temporary swap file {}: {e}; remove it by hand",
@@ -95,7 +107,7 @@ impl FileSwap {
         })
     }
 
-    fn open_path(path: &Path, size: u64) -> io::Result<Self> {
+    fn open_path(path: &Path, size: u64, prealloc: bool) -> io::Result<Self> {
         let nr_pages = pages_for_size(size)?;
         let hint = "pass a writable swap path";
         let what = format!("cannot open swap file {}", path.display());
@@ -120,7 +132,7 @@ impl FileSwap {
                 log::warn!("cannot set mode 0600 on swap file {}: {e}", path.display());
             }
         }
-        let (file, direct) = set_up(file, path, nr_pages * PAGE, hint, true)?;
+        let (file, direct) = set_up(file, path, nr_pages * PAGE, hint, true, prealloc)?;
         Ok(FileSwap {
             file,
             nr_pages,
@@ -269,6 +281,7 @@ fn set_up(
     len: u64,
     hint: &str,
     try_direct: bool,
+    prealloc: bool,
 ) -> io::Result<(File, bool)> {
     let p = path.display();
     file.set_len(len).map_err(|e| {
@@ -278,7 +291,11 @@ fn set_up(
             hint,
         )
     })?;
-    match sys::fallocate(&file, len) {
+    match if prealloc {
+        sys::fallocate(&file, len)
+    } else {
+        Ok(())
+    } {
         Ok(()) => {}
         // The filesystem cannot preallocate; the file is sized, blocks come on first write.
         Err(e)

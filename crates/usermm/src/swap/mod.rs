@@ -87,13 +87,50 @@ impl SwapConfig {
 
     /// Opens the device this configuration names (None for [`SwapConfig::None`]).
     pub fn open(&self) -> io::Result<Option<Arc<dyn SwapDevice>>> {
+        self.open_with(true)
+    }
+
+    /// [`SwapConfig::open`]; `prealloc` false leaves a swap file sparse (see
+    /// [`FileSwap::open_with`]).
+    pub fn open_with(&self, prealloc: bool) -> io::Result<Option<Arc<dyn SwapDevice>>> {
         Ok(match self {
-            SwapConfig::File { path, size } => {
-                Some(Arc::new(FileSwap::open(path.as_deref(), *size)?))
-            }
+            SwapConfig::File { path, size } => Some(Arc::new(FileSwap::open_with(
+                path.as_deref(),
+                *size,
+                prealloc,
+            )?)),
             SwapConfig::Ram { size } => Some(Arc::new(RamSwap::new(*size)?)),
             SwapConfig::None => None,
             SwapConfig::Device(d) => Some(d.clone()),
         })
     }
+}
+
+/// The most a default swap file holds: [`default_file_size`] never exceeds it.
+pub const DEFAULT_FILE_CAP: u64 = 64 << 30;
+
+/// The directory a swap file of `path` (None: an unlinked file in `$TMPDIR`) is created in.
+pub fn file_dir(path: Option<&std::path::Path>) -> std::path::PathBuf {
+    match path {
+        None => std::env::temp_dir(),
+        Some(p) => match p.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => std::path::PathBuf::from("."),
+        },
+    }
+}
+
+/// The size of a default (sparse) swap file in `dir`, like a memory cgroup whose swap is
+/// bounded by the device rather than by a multiple of its limit: half the space available on
+/// the filesystem, at most [`DEFAULT_FILE_CAP`], whole pages. An error if `dir` cannot be
+/// examined (it does not exist), naming it.
+pub fn default_file_size(dir: &std::path::Path) -> crate::Result<u64> {
+    let avail = crate::sys::fs_available_bytes(dir).map_err(|e| {
+        crate::Error::inval(format!(
+            "swap file directory {}: {e}: give an existing, writable directory",
+            dir.display()
+        ))
+    })?;
+    let page = crate::sys::PAGE_SIZE as u64;
+    Ok((avail / 2).min(DEFAULT_FILE_CAP) / page * page)
 }
