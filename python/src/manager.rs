@@ -2,11 +2,12 @@
 //! `Manager.array` (numpy arrays on a `usermm.Region`), and the process-wide default manager
 //! `usermm.default()` configured from the environment like the C ABI's and `usermm run`'s.
 //!
-//! Managers open userfaultfd in full mode (`OpenPolicy::Full`: /dev/userfaultfd or the
-//! privileged syscall) so that system calls touching array memory that is swapped out
-//! (`ndarray.tofile`, `file.readinto`, `os.write`) fault the pages in. Where full mode is not
-//! allowed they fall back to the default policy (user-mode-only first); such calls then fail
-//! with EFAULT on non-resident pages. `Manager.uffd_mode` says which one was obtained.
+//! Managers open userfaultfd with the policy of every usermm front end (`OpenPolicy::Auto`:
+//! the most capable mode the process may open, /dev/userfaultfd or the full syscall before
+//! user-mode-only), so that system calls touching array memory that is swapped out
+//! (`ndarray.tofile`, `file.readinto`, `os.write`) fault the pages in wherever full mode is
+//! allowed. Where only user-mode-only is, such calls fail with EFAULT on non-resident pages.
+//! `Manager.uffd_mode` says which one was obtained.
 
 use std::sync::Mutex;
 
@@ -72,19 +73,11 @@ impl Manager {
         Manager { mm: Some(mm), pid }
     }
 
-    /// Creates the manager `cfg` describes with full-mode userfaultfd, or the default policy if
-    /// full mode is refused.
+    /// Creates the manager `cfg` describes (userfaultfd: `OpenPolicy::Auto`, see the module
+    /// doc).
     fn open(py: Python<'_>, mut cfg: MmConfig) -> PyResult<Manager> {
-        cfg.uffd_policy = OpenPolicy::Full;
-        let mm = py
-            .detach(move || match Mm::new(cfg.clone()) {
-                Err(usermm::Error::Userfaultfd(_)) => {
-                    cfg.uffd_policy = OpenPolicy::Auto;
-                    Mm::new(cfg)
-                }
-                r => r,
-            })
-            .map_err(mm_err)?;
+        cfg.uffd_policy = OpenPolicy::Auto;
+        let mm = py.detach(move || Mm::new(cfg)).map_err(mm_err)?;
         Ok(Manager::from_mm(mm, fork::pid()))
     }
 }

@@ -51,9 +51,10 @@
 // Swap kind: no swap (anonymous memory beyond the budget cannot be mapped).
 #define USERMM_SWAP_NONE 2
 
-// userfaultfd policy: user-mode-only first (unprivileged), then /dev/userfaultfd, then the
-// full syscall. In user-mode-only mode a system call writing into non-resident managed memory
-// (read(2) into it) fails with EFAULT.
+// userfaultfd policy of every usermm front end: the most capable mode this process may open,
+// /dev/userfaultfd, then the full syscall, then user-mode-only (unprivileged). Only in
+// user-mode-only mode does a system call writing into non-resident managed memory (read(2)
+// into it) fail with EFAULT.
 #define USERMM_UFFD_AUTO 0
 
 // userfaultfd policy: full mode only (/dev/userfaultfd or the privileged syscall): system calls

@@ -54,9 +54,10 @@ pub const USERMM_SWAP_RAM: c_int = 1;
 /// Swap kind: no swap (anonymous memory beyond the budget cannot be mapped).
 pub const USERMM_SWAP_NONE: c_int = 2;
 
-/// userfaultfd policy: user-mode-only first (unprivileged), then /dev/userfaultfd, then the
-/// full syscall. In user-mode-only mode a system call writing into non-resident managed memory
-/// (read(2) into it) fails with EFAULT.
+/// userfaultfd policy of every usermm front end: the most capable mode this process may open,
+/// /dev/userfaultfd, then the full syscall, then user-mode-only (unprivileged). Only in
+/// user-mode-only mode does a system call writing into non-resident managed memory (read(2)
+/// into it) fail with EFAULT.
 pub const USERMM_UFFD_AUTO: c_int = 0;
 /// userfaultfd policy: full mode only (/dev/userfaultfd or the privileged syscall): system calls
 /// fault managed memory in like any access.

@@ -195,3 +195,33 @@ fn pkg_config_file_points_at_the_build() {
         .expect("includedir");
     assert!(Path::new(inc).join("usermm.h").exists(), "{inc}");
 }
+
+/// One uffd-open policy for every front end: as root the C library's default manager gets full
+/// mode, so read(2) into fresh and swapped-out managed memory works (as from Python and under
+/// `usermm run`) instead of failing with EFAULT as user-mode-only would.
+#[test]
+fn c_read_into_managed_memory_faults_pages_in() {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
+    if !root {
+        eprintln!("not root: full-mode userfaultfd may be refused here; skipped");
+        return;
+    }
+    let exe = gcc(&manifest().join("tests/c/uffd_read.c"), "uffd_read", false);
+    let data: Vec<u8> = (0..1usize << 20).map(|i| (i * 7) as u8).collect();
+    let file = lib_dir().join("uffd_read.data");
+    std::fs::write(&file, data).unwrap();
+    let (o, text) = run(
+        &exe,
+        file.to_str().unwrap(),
+        &[
+            ("USERMM_BUDGET", "16M"),
+            ("USERMM_SWAP", "ram"),
+            ("USERMM_SWAP_SIZE", "128M"),
+        ],
+    );
+    assert!(o.status.success(), "{text}");
+    assert!(text.contains("read ok"), "{text}");
+}

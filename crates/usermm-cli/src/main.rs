@@ -58,6 +58,41 @@ enum Cmd {
 
 #[derive(Subcommand)]
 enum BenchCmd {
+    /// Real, unmodified programs (GNU sort, numpy, a Python dict, awk, perl) natively for the
+    /// reference output, then under `usermm run` and in a memory cgroup of the same budget with
+    /// kernel swap of the same kind and size, alternately: wall time, speed ratio, peak RSS of
+    /// the process tree, faults, and whether stdout is identical to the native run (a mismatch
+    /// fails the command).
+    Apps {
+        /// Cases, comma-separated: sort, numpy, pydict, awk, perl, or all.
+        #[arg(long = "case", default_value = "all")]
+        case: String,
+        /// Memory budget: usermm run's --budget and the cgroup's limit (k, M, G suffixes).
+        #[arg(long, default_value = "64M")]
+        budget: String,
+        /// Swap: file (usermm: a temporary file; kernel: a swap file) or ram (usermm: RAM;
+        /// kernel: zram).
+        #[arg(long, default_value = "file", value_parser = ["file", "ram"])]
+        swap: String,
+        /// Swap size on both engines.
+        #[arg(long = "swap-size", default_value = "2G")]
+        swap_size: String,
+        /// Runs per engine (alternating usermm, kernel, usermm, ...).
+        #[arg(long, default_value_t = 1)]
+        runs: u32,
+        /// Engines: usermm, kernel, or usermm,kernel (the kernel engine needs root).
+        #[arg(long, default_value = "usermm,kernel")]
+        engine: String,
+        /// Small inputs (seconds per case; what CI runs).
+        #[arg(long)]
+        quick: bool,
+        /// Directory for the generated inputs and the outputs [default: $TMPDIR].
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+        /// One JSON object on stdout (progress goes to stderr).
+        #[arg(long)]
+        json: bool,
+    },
     /// vm-scalability's usemem: TASKS threads, each with its own SIZE region in one manager,
     /// writing each touched word's index into it (or only reading, with --readonly).
     Usemem {
@@ -386,6 +421,39 @@ impl MmArgs {
 
 fn bench(b: BenchCmd) -> Result<(), Failure> {
     match b {
+        BenchCmd::Apps {
+            case,
+            budget,
+            swap,
+            swap_size,
+            runs,
+            engine: eng,
+            quick,
+            dir,
+            json,
+        } => {
+            at_least_one("--runs", runs as u64)?;
+            let budget_b = size("--budget", &budget)?;
+            if budget_b < usermm::mm::MIN_BUDGET {
+                return Err(Failure::Usage(format!(
+                    "--budget: {budget} is below the minimum of 1 MiB"
+                )));
+            }
+            let swap_b = size("--swap-size", &swap_size)?;
+            at_least_one("--swap-size", swap_b)?;
+            let p = bench::apps::Params {
+                cases: bench::apps::parse_cases(&case)?,
+                budget: budget_b,
+                swap,
+                swap_size: swap_b,
+                runs,
+                engines: engine::parse_engines(&eng)?,
+                quick,
+                json,
+                dir: dir.unwrap_or_else(std::env::temp_dir),
+            };
+            bench::apps::run(&p)
+        }
         BenchCmd::FaultLatency { pages, mm, json } => {
             at_least_one("--pages", pages as u64)?;
             bench::latency::run(mm.config(SwapDefault::FourTimesBudget)?, pages, json)

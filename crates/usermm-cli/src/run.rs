@@ -23,28 +23,35 @@ use serde_json::{json, Value};
 
 use crate::output::mib;
 
-/// Options of `usermm run`.
+/// Options of `usermm run`. An option not given takes its `USERMM_*` variable when that is set
+/// (a bad value is an error naming the variable), else the default.
 #[derive(Args)]
 pub struct RunCmd {
-    /// Memory budget of each process's manager (k, M, G, T suffixes).
-    #[arg(long, default_value = "256M")]
-    budget: String,
-    /// Swap device: file (unlinked temporary file in $TMPDIR), file:PATH, ram or none.
-    #[arg(long, default_value = "file")]
-    swap: String,
-    /// Swap size [default: 4x the budget].
+    /// Memory budget of each process's manager (k, M, G, T suffixes) [default: $USERMM_BUDGET,
+    /// else 256M].
+    #[arg(long)]
+    budget: Option<String>,
+    /// Swap device: file (unlinked temporary file in $TMPDIR), file:PATH, ram or none
+    /// [default: $USERMM_SWAP, else file].
+    #[arg(long)]
+    swap: Option<String>,
+    /// Swap size [default: $USERMM_SWAP_SIZE, else for a file: a sparse file of half the free
+    /// space of its filesystem, at most 64 GiB (blocks are used only as pages are swapped
+    /// out); for ram: 4x the budget].
     #[arg(long = "swap-size")]
     swap_size: Option<String>,
     /// Serve anonymous mappings strictly larger than this (k, M, G suffixes); the malloc heap
-    /// is always served.
-    #[arg(long, default_value = "0")]
-    threshold: String,
-    /// Allow mapping more than budget + swap (an access that then finds swap full gets SIGBUS).
+    /// is always served [default: $USERMM_PRELOAD_THRESHOLD, else 0: every mapping].
+    #[arg(long)]
+    threshold: Option<String>,
+    /// Allow mapping more than budget + swap (an access that then finds swap full gets SIGBUS)
+    /// [default: $USERMM_OVERCOMMIT, else off].
     #[arg(long)]
     overcommit: bool,
-    /// Seed switches, name=value[,name=value] (as USERMM_SET).
-    #[arg(long = "set")]
-    set: Option<String>,
+    /// A seed switch or setting, NAME=VALUE (repeatable, also name=value,name=value; `usermm
+    /// info` lists them). Applied over $USERMM_SET.
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    set: Vec<String>,
     /// Print the program's exit status and the memory summary at exit (to stderr, or --output).
     #[arg(long)]
     stats: bool,
@@ -97,38 +104,148 @@ pub fn main(cmd: RunCmd) -> ExitCode {
     }
 }
 
-/// The environment the preload library reads, from the options (validated here so that a bad
-/// value is a usage error of this command rather than a warning from inside the program).
-fn environment(cmd: &RunCmd) -> Result<Vec<(&'static str, String)>, Fail> {
-    let budget = size("--budget", &cmd.budget)?;
+/// A `USERMM_*` variable of this process's environment, if set and not empty.
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// The option's value, else its variable's (the source is named in errors), else `default`.
+fn pick(opt: &Option<String>, flag: &str, var_name: &str, default: &str) -> (String, String) {
+    match (opt, var(var_name)) {
+        (Some(v), _) => (v.clone(), flag.to_string()),
+        (None, Some(v)) => (v, var_name.to_string()),
+        (None, None) => (default.to_string(), flag.to_string()),
+    }
+}
+
+/// What usermm run will set up, validated here so that a bad value is an error of this command
+/// (exit 2) rather than a surprise inside the program.
+struct Plan {
+    env: Vec<(&'static str, String)>,
+    budget: u64,
+    swap: String,
+    swap_size: u64,
+    swap_sparse: bool,
+    threshold: u64,
+}
+
+/// The environment the preload library reads, from the options and the `USERMM_*` variables.
+fn environment(cmd: &RunCmd) -> Result<Plan, Fail> {
+    let (b, from) = pick(&cmd.budget, "--budget", "USERMM_BUDGET", "256M");
+    let budget = size(&from, &b)?;
     if budget < usermm::mm::MIN_BUDGET {
+        return Err(usage(format!("{from}: {b} is below the minimum of 1 MiB")));
+    }
+    let (swap, swap_from) = pick(&cmd.swap, "--swap", "USERMM_SWAP", "file");
+    let parsed =
+        usermm::SwapConfig::parse(&swap, 0).map_err(|e| usage(format!("{swap_from}: {e}")))?;
+    if let usermm::SwapConfig::File { path, .. } = &parsed {
+        check_swap_dir(path.as_deref(), &swap_from, &swap)?;
+    }
+    let (swap_size, swap_sparse) = match pick(&cmd.swap_size, "--swap-size", "USERMM_SWAP_SIZE", "")
+    {
+        (v, from) if !v.is_empty() => (size(&from, &v)?, false),
+        _ => usermm::MmConfig::default_swap_size(&parsed, budget)
+            .map_err(|e| usage(format!("{swap_from}: {e}")))?,
+    };
+    if !matches!(parsed, usermm::SwapConfig::None) && swap_size < 4096 {
         return Err(usage(format!(
-            "--budget: {} is below the minimum of 1 MiB",
-            cmd.budget
+            "--swap-size: {} bytes is less than one page; give a size such as 1G, or --swap none",
+            swap_size
         )));
     }
-    let swap_size = match &cmd.swap_size {
-        Some(s) => size("--swap-size", s)?,
-        None => budget.saturating_mul(4),
+    let (t, t_from) = pick(
+        &cmd.threshold,
+        "--threshold",
+        "USERMM_PRELOAD_THRESHOLD",
+        "0",
+    );
+    let threshold = size(&t_from, &t)?;
+    let overcommit = if cmd.overcommit {
+        true
+    } else {
+        match var("USERMM_OVERCOMMIT").as_deref().map(str::trim) {
+            None | Some("0") | Some("off") | Some("false") => false,
+            Some("1") | Some("on") | Some("true") => true,
+            Some(v) => {
+                return Err(usage(format!(
+                    "USERMM_OVERCOMMIT={v:?}: use 1 or 0 (or pass --overcommit)"
+                )))
+            }
+        }
     };
-    usermm::SwapConfig::parse(&cmd.swap, swap_size).map_err(|e| usage(format!("--swap: {e}")))?;
-    let threshold = size("--threshold", &cmd.threshold)?;
-    if let Some(s) = &cmd.set {
-        usermm::Settings::parse(s).map_err(|e| usage(format!("--set: {e}")))?;
+    // USERMM_SET first, then every --set in order: the same result as bench's --set.
+    let mut list: Vec<String> = Vec::new();
+    if let Some(v) = var("USERMM_SET") {
+        usermm::Settings::parse(&v).map_err(|e| usage(format!("USERMM_SET={v:?}: {e}")))?;
+        list.push(v);
+    }
+    let mut settings =
+        usermm::Settings::parse(&list.join(",")).map_err(|e| usage(e.to_string()))?;
+    for s in &cmd.set {
+        settings
+            .apply(s)
+            .map_err(|e| usage(format!("--set {s}: {e}")))?;
+        list.push(s.clone());
     }
     let mut env = vec![
         ("USERMM_BUDGET", budget.to_string()),
-        ("USERMM_SWAP", cmd.swap.clone()),
-        ("USERMM_SWAP_SIZE", swap_size.to_string()),
+        ("USERMM_SWAP", swap.clone()),
         (
             "USERMM_OVERCOMMIT",
-            if cmd.overcommit { "1" } else { "0" }.to_string(),
+            if overcommit { "1" } else { "0" }.to_string(),
         ),
         ("USERMM_PRELOAD_THRESHOLD", threshold.to_string()),
-        ("USERMM_SET", cmd.set.clone().unwrap_or_default()),
+        ("USERMM_SET", list.join(",")),
     ];
+    // Without a size the library computes the same default (a sparse file); with one, the
+    // file is preallocated.
+    if !swap_sparse {
+        env.push(("USERMM_SWAP_SIZE", swap_size.to_string()));
+    }
     env.retain(|(_, v)| !v.is_empty());
-    Ok(env)
+    Ok(Plan {
+        env,
+        budget,
+        swap,
+        swap_size,
+        swap_sparse,
+        threshold,
+    })
+}
+
+/// A swap file's directory must exist and be writable: usermm run never swaps somewhere else
+/// than where it was told.
+fn check_swap_dir(path: Option<&Path>, from: &str, spec: &str) -> Result<(), Fail> {
+    let dir = usermm::swap::file_dir(path);
+    let md = std::fs::metadata(&dir).map_err(|e| {
+        usage(format!(
+            "{from} {spec}: the directory {} {}: create it or choose another path{}",
+            dir.display(),
+            if e.kind() == std::io::ErrorKind::NotFound {
+                "does not exist".to_string()
+            } else {
+                format!("cannot be examined ({e})")
+            },
+            if path.is_none() { " (set TMPDIR)" } else { "" }
+        ))
+    })?;
+    if !md.is_dir() {
+        return Err(usage(format!(
+            "{from} {spec}: {} is not a directory",
+            dir.display()
+        )));
+    }
+    if let Some(p) = path {
+        if p.is_dir() {
+            return Err(usage(format!(
+                "{from} {spec}: {} is a directory; give a file path (file:{}/swap) or plain file",
+                p.display(),
+                p.display()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Finds PROGRAM like execvp(3): a name with a slash is a path, anything else is looked up in
@@ -307,12 +424,112 @@ fn stats_file() -> Result<PathBuf, Fail> {
     ))
 }
 
+/// What userfaultfd this process may open (the preload library's managers open the same,
+/// with the same policy): a short name, or why none can be opened.
+fn uffd_mode() -> Result<&'static str, String> {
+    use usermm::sys::uffd::{OpenPolicy, Origin, Uffd};
+    match Uffd::open(0, OpenPolicy::Auto) {
+        Ok(u) => Ok(match u.origin() {
+            Origin::DevUserfaultfd => "full (/dev/userfaultfd)",
+            Origin::SyscallFull => "full (userfaultfd syscall)",
+            Origin::SyscallUserModeOnly => {
+                "user-mode-only (read(2) into non-resident managed memory fails with EFAULT)"
+            }
+        }),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Whether this process is in the foreground process group of a terminal: then the terminal's
+/// SIGINT / SIGHUP reached the program directly and is not forwarded a second time.
+fn terminal_foreground() -> bool {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return false;
+    };
+    // Fields after the command name (in parentheses): state ppid pgrp session tty_nr tpgid.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    match (f.get(2), f.get(5)) {
+        (Some(pgrp), Some(tpgid)) => pgrp == tpgid && *tpgid != "-1",
+        _ => false,
+    }
+}
+
+/// Forwards SIGINT, SIGTERM and SIGHUP to the program while it runs, so that usermm run waits
+/// for it and still writes its report (and no program is left running without it).
+struct Forwarder {
+    handle: signal_hook::iterator::Handle,
+    thread: Option<std::thread::JoinHandle<Vec<i32>>>,
+    alive: std::sync::Arc<std::sync::Mutex<bool>>,
+}
+
+impl Forwarder {
+    fn install() -> Result<signal_hook::iterator::Signals, Fail> {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
+            .map_err(|e| Fail(125, format!("cannot install the signal handlers: {e}")))
+    }
+
+    fn start(mut signals: signal_hook::iterator::Signals, pid: u32) -> Forwarder {
+        let handle = signals.handle();
+        let alive = std::sync::Arc::new(std::sync::Mutex::new(true));
+        let a = alive.clone();
+        let thread = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            for sig in signals.forever() {
+                let from_terminal = sig != signal_hook::consts::SIGTERM && terminal_foreground();
+                let alive = a.lock().unwrap_or_else(|e| e.into_inner());
+                if *alive && !from_terminal {
+                    let _ = usermm::sys::kill(pid, sig);
+                }
+                got.push(sig);
+            }
+            got
+        });
+        Forwarder {
+            handle,
+            thread: Some(thread),
+            alive,
+        }
+    }
+
+    /// The program was reaped: stop forwarding; the signals that arrived.
+    fn finish(mut self) -> Vec<i32> {
+        *self.alive.lock().unwrap_or_else(|e| e.into_inner()) = false;
+        self.handle.close();
+        self.thread
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+fn signal_name(s: i32) -> String {
+    match s {
+        1 => "SIGHUP".into(),
+        2 => "SIGINT".into(),
+        15 => "SIGTERM".into(),
+        n => format!("signal {n}"),
+    }
+}
+
 fn run(cmd: RunCmd) -> Result<u8, Fail> {
-    let env = environment(&cmd)?;
+    let plan = environment(&cmd)?;
+    let env = &plan.env;
     let program = cmd.program[0].clone();
     let path = resolve(&program)?;
     check_preloadable(&path, 0)?;
     let preload = find_preload(cmd.preload.as_deref())?;
+    let name = program.to_string_lossy().to_string();
+    let uffd = uffd_mode();
+    let mut notes = Vec::new();
+    if let Err(e) = &uffd {
+        let n = format!(
+            "usermm cannot manage {name}'s memory: {e}; it runs on the kernel's memory alone"
+        );
+        eprintln!("usermm run: warning: {n}");
+        notes.push(n);
+    }
     let stats = stats_file()?;
     struct Remove(PathBuf);
     impl Drop for Remove {
@@ -334,19 +551,30 @@ fn run(cmd: RunCmd) -> Result<u8, Fail> {
     c.arg0(&program)
         .args(&cmd.program[1..])
         .env("LD_PRELOAD", ld_preload)
-        .env("USERMM_RUN_STATS", &stats)
-        .env_remove("USERMM_SET");
-    for (k, v) in &env {
+        .env("USERMM_RUN_STATS", &stats);
+    for k in [
+        "USERMM_SET",
+        "USERMM_SWAP_SIZE",
+        "USERMM_BUDGET",
+        "USERMM_SWAP",
+        "USERMM_OVERCOMMIT",
+        "USERMM_PRELOAD_THRESHOLD",
+    ] {
+        c.env_remove(k);
+    }
+    for (k, v) in env {
         c.env(k, v);
     }
+    let signals = Forwarder::install()?;
     let start = Instant::now();
     let mut child = c
         .spawn()
         .map_err(|e| Fail(126, format!("{}: {e}", path.display())))?;
     let pid = child.id();
-    let status = child
-        .wait()
-        .map_err(|e| Fail(125, format!("waiting for {}: {e}", path.display())))?;
+    let forwarder = Forwarder::start(signals, pid);
+    let status = child.wait();
+    let received = forwarder.finish();
+    let status = status.map_err(|e| Fail(125, format!("waiting for {}: {e}", path.display())))?;
     let elapsed = start.elapsed().as_secs_f64();
     let text = std::fs::read_to_string(&stats).map_err(|e| {
         Fail(
@@ -372,8 +600,16 @@ fn run(cmd: RunCmd) -> Result<u8, Fail> {
         (None, Some(s)) => (128 + s).clamp(0, 255) as u8,
         _ => 125,
     };
-    let name = program.to_string_lossy().to_string();
-    let mut notes = Vec::new();
+    if !received.is_empty() {
+        notes.push(format!(
+            "usermm run received {} and passed it on to {name} (pid {pid})",
+            received
+                .iter()
+                .map(|s| signal_name(*s))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
     if top.is_none() && (cmd.stats || cmd.json) {
         notes.push(match signal {
             Some(s) => format!("{name} was killed by signal {s}: no memory statistics (the preload library reports at exit)"),
@@ -382,17 +618,45 @@ fn run(cmd: RunCmd) -> Result<u8, Fail> {
             ),
         });
     }
-    if let Some(e) = top.as_ref().and_then(|t| t["manager_error"].as_str()) {
-        notes.push(format!("{name}: {e}"));
+    // The preload library printed each manager error on stderr itself (one line): they go
+    // into the report and the summary only.
+    let mut seen_errors = Vec::new();
+    let mut quiet = Vec::new();
+    for r in reports.iter() {
+        if let Some(e) = r["manager_error"].as_str() {
+            if uffd.is_ok() && !seen_errors.iter().any(|s: &String| s == e) {
+                seen_errors.push(e.to_string());
+                quiet.push(format!("pid {}: {e}", r["pid"]));
+            }
+        }
+        if let Some(n) = r["swap_note"].as_str() {
+            notes.push(format!("pid {}: {n}", r["pid"]));
+        }
     }
-    for n in &notes {
-        eprintln!("usermm run: warning: {n}");
+    if let Some(line) = refused_line(&reports) {
+        eprintln!("{line}");
+        notes.push(line);
     }
+    for n in notes.iter().skip(usize::from(uffd.is_err())) {
+        if !n.starts_with("usermm run: ") {
+            eprintln!("usermm run: warning: {n}");
+        }
+    }
+    notes.extend(quiet);
 
     let cfg: serde_json::Map<String, Value> = env
         .iter()
         .map(|(k, v)| (k.to_string(), Value::String(v.clone())))
         .collect();
+    let setup = json!({
+        "budget_bytes": plan.budget,
+        "swap": plan.swap,
+        "swap_bytes": plan.swap_size,
+        "swap_sparse": plan.swap_sparse,
+        "threshold_bytes": plan.threshold,
+        "userfaultfd": uffd.as_ref().map(|m| m.to_string()).map_err(|e| e.clone()).ok(),
+        "userfaultfd_error": uffd.as_ref().err(),
+    });
     let report = if cmd.json {
         Some(
             json!({
@@ -402,6 +666,8 @@ fn run(cmd: RunCmd) -> Result<u8, Fail> {
                 "signal": signal,
                 "elapsed_s": elapsed,
                 "environment": cfg,
+                "setup": setup,
+                "signals_forwarded": received,
                 "preload": preload.display().to_string(),
                 "process": top,
                 "other_processes": others,
@@ -411,7 +677,23 @@ fn run(cmd: RunCmd) -> Result<u8, Fail> {
                 + "\n",
         )
     } else if cmd.stats {
-        Some(summary(&name, code, signal, elapsed, top.as_ref(), &others))
+        let mut s = summary(&name, code, signal, elapsed, top.as_ref(), &others);
+        s.push_str(&format!(
+            "  budget {}, swap {} {}{}, threshold {}, userfaultfd {}\n",
+            mib(plan.budget),
+            plan.swap,
+            mib(plan.swap_size),
+            if plan.swap_sparse { " (sparse)" } else { "" },
+            mib(plan.threshold),
+            match &uffd {
+                Ok(m) => m.to_string(),
+                Err(_) => "unavailable: nothing was managed".into(),
+            }
+        ));
+        for n in &notes {
+            s.push_str(&format!("  note: {n}\n"));
+        }
+        Some(s)
     } else {
         None
     };
@@ -423,6 +705,29 @@ fn run(cmd: RunCmd) -> Result<u8, Fail> {
         }
     }
     Ok(exit)
+}
+
+/// The one line printed when the commit limit refused allocations: which limit, its numbers,
+/// and the flags that change it.
+fn refused_line(reports: &[Value]) -> Option<String> {
+    let u = |v: &Value| v.as_u64().unwrap_or(0);
+    let refused: u64 = reports.iter().map(|r| u(&r["enomem"])).sum();
+    if refused == 0 {
+        return None;
+    }
+    let r = reports
+        .iter()
+        .filter(|r| u(&r["enomem"]) > 0)
+        .find(|r| !r["manager"].is_null())?;
+    let m = &r["manager"];
+    Some(format!(
+        "usermm run: {refused} allocation(s) refused with ENOMEM by the commit limit (budget {} + swap {} = {}; {} committed at exit, pid {}): raise it with --swap-size, or allow overcommit with --overcommit",
+        mib(u(&m["budget_bytes"])),
+        mib(u(&m["swap_bytes"])),
+        mib(u(&m["commit_limit_bytes"])),
+        mib(u(&m["committed_bytes"])),
+        r["pid"],
+    ))
 }
 
 /// One process's lines of the human-readable summary.
@@ -440,9 +745,13 @@ fn process_lines(r: &Value, out: &mut String) {
     ));
     let m = &r["manager"];
     if m.is_null() {
-        out.push_str(
-            "    no manager (nothing was allocated, or the manager could not be created)\n",
-        );
+        match r["manager_error"].as_str() {
+            Some(e) => out.push_str(&format!("    not managed: {e}\n")),
+            None => out.push_str(&format!(
+                "    no manager: nothing the preload library serves (threshold {}) was allocated\n",
+                mib(u(&r["threshold_bytes"]))
+            )),
+        }
         return;
     }
     out.push_str(&format!(

@@ -105,6 +105,9 @@ pub struct MmConfig {
     /// and removed, so process memory does not outlive the process on disk (`--swap-keep`,
     /// `USERMM_SWAP_KEEP=1`).
     pub swap_keep: bool,
+    /// A swap file is left sparse (blocks allocated as pages are first swapped out) instead of
+    /// preallocated; set by [`MmConfig::from_env`] for its default swap file.
+    pub swap_sparse: bool,
 }
 
 impl MmConfig {
@@ -134,14 +137,16 @@ impl MmConfig {
             thp: false,
             swap_encrypt: false,
             swap_keep: false,
+            swap_sparse: false,
         }
     }
 
     /// The configuration the environment describes, as used by the C ABI's default manager,
     /// Python's `usermm.default()` and `usermm run`: `USERMM_BUDGET` (default 256M),
     /// `USERMM_SWAP` (`file`, `file:PATH`, `ram` or `none`; default `file`), `USERMM_SWAP_SIZE`
-    /// (default 4x the budget), `USERMM_OVERCOMMIT`, `USERMM_SWAP_ENCRYPT` and
-    /// `USERMM_SWAP_KEEP` (`1`/`0`), `USERMM_SET` (seed switches).
+    /// (default: a sparse file of half the free space of its filesystem, at most 64 GiB; RAM: 4x
+    /// the budget), `USERMM_OVERCOMMIT`, `USERMM_SWAP_ENCRYPT` and `USERMM_SWAP_KEEP`
+    /// (`1`/`0`), `USERMM_SET` (seed switches).
     /// Errors name the variable and what it should hold.
     pub fn from_env() -> Result<MmConfig> {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
@@ -150,12 +155,14 @@ impl MmConfig {
             Some(v) => size_var("USERMM_BUDGET", &v)?,
             None => DEFAULT_BUDGET,
         };
-        let swap_size = match var("USERMM_SWAP_SIZE") {
-            Some(v) => size_var("USERMM_SWAP_SIZE", &v)?,
-            None => budget.saturating_mul(4),
+        let spec = var("USERMM_SWAP").unwrap_or_else(|| "file".into());
+        let swap =
+            SwapConfig::parse(&spec, 0).map_err(|e| e.prefixed("USERMM_SWAP"))?;
+        let (swap_size, sparse) = match var("USERMM_SWAP_SIZE") {
+            Some(v) => (size_var("USERMM_SWAP_SIZE", &v)?, false),
+            None => Self::default_swap_size(&swap, budget)?,
         };
-        let swap = SwapConfig::parse(var("USERMM_SWAP").as_deref().unwrap_or("file"), swap_size)
-            .map_err(|e| e.prefixed("USERMM_SWAP"))?;
+        let swap = SwapConfig::parse(&spec, swap_size).map_err(|e| e.prefixed("USERMM_SWAP"))?;
         let flag = |name: &str| match var(name).as_deref().map(str::trim) {
             None | Some("0") | Some("off") | Some("false") | Some("no") => Ok(false),
             Some("1") | Some("on") | Some("true") | Some("yes") => Ok(true),
@@ -165,6 +172,7 @@ impl MmConfig {
         let mut cfg = MmConfig::new(budget).swap(swap).overcommit(overcommit);
         cfg.swap_encrypt = flag("USERMM_SWAP_ENCRYPT")?;
         cfg.swap_keep = flag("USERMM_SWAP_KEEP")?;
+        cfg.swap_sparse = sparse;
         cfg.settings = Settings::from_env()?;
         Ok(cfg)
     }
@@ -235,6 +243,21 @@ impl MmConfig {
             }
         }
         Ok(())
+    }
+
+    /// The swap size [`MmConfig::from_env`] uses when `USERMM_SWAP_SIZE` is not set, and
+    /// whether the device stays sparse: a swap file is sparse and sized by the free space of
+    /// its filesystem ([`crate::swap::default_file_size`]: half of it, at most 64 GiB), so
+    /// that, as in a memory cgroup with swap, ordinary programs are not refused for want of
+    /// commit; RAM swap (reserved up front) is 4x the budget.
+    pub fn default_swap_size(swap: &SwapConfig, budget: u64) -> Result<(u64, bool)> {
+        match swap {
+            SwapConfig::File { path, .. } => {
+                let dir = crate::swap::file_dir(path.as_deref());
+                Ok((crate::swap::default_file_size(&dir)?, true))
+            }
+            _ => Ok((budget.saturating_mul(4), false)),
+        }
     }
 
     /// Replaces the seed switches and laptop mode.
@@ -474,6 +497,7 @@ impl Mm {
             .open_with(crate::swap::FileSwapOptions {
                 encrypt: cfg.swap_encrypt,
                 keep: cfg.swap_keep,
+                sparse: cfg.swap_sparse,
             })
             .map_err(|e| match e.kind() {
                 // A size or path the caller gave that cannot work: the message names it.
@@ -799,5 +823,42 @@ mod env_tests {
         }
         let c = MmConfig::from_env().unwrap();
         assert_eq!(c.budget, DEFAULT_BUDGET);
+        // The default swap file: sparse, sized by the free space of $TMPDIR's filesystem (which
+        // other processes change meanwhile: compare loosely, within 1 GiB).
+        let avail = crate::sys::fs_available_bytes(&std::env::temp_dir()).unwrap();
+        let want = (avail / 2).min(crate::swap::DEFAULT_FILE_CAP);
+        match c.swap {
+            SwapConfig::File { path: None, size } => {
+                assert!(
+                    size <= crate::swap::DEFAULT_FILE_CAP && size % 4096 == 0,
+                    "{size}"
+                );
+                assert!(size.abs_diff(want) <= 1 << 30, "{size} vs {want}");
+            }
+            ref other => panic!("{other:?}"),
+        }
+        assert!(c.swap_sparse);
+        // A swap file in a directory that does not exist is an error, not a temporary file.
+        std::env::set_var("USERMM_SWAP", "file:/nonexistent/dir/x");
+        let e = MmConfig::from_env().unwrap_err().to_string();
+        assert!(e.contains("/nonexistent/dir"), "{e}");
+        std::env::set_var("USERMM_SWAP_SIZE", "1G");
+        let c = MmConfig::from_env().unwrap();
+        assert!(!c.swap_sparse);
+        let e = Mm::new(c).unwrap_err().to_string();
+        assert!(e.contains("/nonexistent/dir/x"), "{e}");
+        std::env::set_var("USERMM_SET", "garbage");
+        let e = MmConfig::from_env().unwrap_err().to_string();
+        assert!(e.contains("USERMM_SET") && e.contains("garbage"), "{e}");
+        std::env::set_var("USERMM_OVERCOMMIT", "maybe");
+        std::env::remove_var("USERMM_SET");
+        let e = MmConfig::from_env().unwrap_err().to_string();
+        assert!(
+            e.contains("USERMM_OVERCOMMIT") && e.contains("maybe"),
+            "{e}"
+        );
+        for v in ["USERMM_SWAP", "USERMM_SWAP_SIZE", "USERMM_OVERCOMMIT"] {
+            std::env::remove_var(v);
+        }
     }
 }

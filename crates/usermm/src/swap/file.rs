@@ -59,6 +59,10 @@ pub struct FileSwapOptions {
     /// Keep a named swap file when the device is dropped (default: truncate and remove it).
     /// Its pages are useless to anyone without the process (and, encrypted, unreadable).
     pub keep: bool,
+    /// Leave the file sparse (blocks allocated as pages are first written) instead of
+    /// preallocating it: the default swap file of `MmConfig::from_env`, sized by the free
+    /// space of its filesystem.
+    pub sparse: bool,
 }
 
 /// A swap device backed by a file (see the module documentation).
@@ -136,11 +140,12 @@ impl FileSwap {
         Self::open_with(path, size, FileSwapOptions::default())
     }
 
-    /// [`FileSwap::open`] with options (encryption, keeping a named file).
+    /// [`FileSwap::open`] with options (encryption, keeping a named file, sparse).
     pub fn open_with(path: Option<&Path>, size: u64, opts: FileSwapOptions) -> io::Result<Self> {
+        let prealloc = !opts.sparse;
         let mut dev = match path {
-            None => Self::open_unlinked_in(&std::env::temp_dir(), size)?,
-            Some(p) => Self::open_path(p, size, opts.keep)?,
+            None => Self::create_unlinked(&std::env::temp_dir(), size, true, prealloc)?,
+            Some(p) => Self::open_path(p, size, opts.keep, prealloc)?,
         };
         if opts.encrypt {
             dev.crypt = Some(SlotCipher::new(dev.nr_pages)?);
@@ -156,16 +161,21 @@ impl FileSwap {
     /// Creates the swap file as an unlinked temporary file in `dir` (mode 0600, unique name,
     /// removed from the directory before this returns).
     pub fn open_unlinked_in(dir: &Path, size: u64) -> io::Result<Self> {
-        Self::create_unlinked(dir, size, true)
+        Self::create_unlinked(dir, size, true, true)
     }
 
     /// [`FileSwap::open_unlinked_in`] that never tries O_DIRECT, to test the buffered path.
     #[cfg(test)]
     pub(super) fn open_unlinked_buffered_in(dir: &Path, size: u64) -> io::Result<Self> {
-        Self::create_unlinked(dir, size, false)
+        Self::create_unlinked(dir, size, false, true)
     }
 
-    fn create_unlinked(dir: &Path, size: u64, try_direct: bool) -> io::Result<Self> {
+    fn create_unlinked(
+        dir: &Path,
+        size: u64,
+        try_direct: bool,
+        prealloc: bool,
+    ) -> io::Result<Self> {
         let nr_pages = pages_for_size(size)?;
         let hint = "set TMPDIR or pass a writable swap path";
         let (file, path) = create_unique(dir).map_err(|e| {
@@ -176,7 +186,7 @@ impl FileSwap {
             )
         })?;
         // The file exists on disk from here on: remove its name whatever happens next.
-        let set_up = set_up(file, &path, nr_pages * PAGE, hint, try_direct);
+        let set_up = set_up(file, &path, nr_pages * PAGE, hint, try_direct, prealloc);
         if let Err(e) = std::fs::remove_file(&path) {
             log::warn!(
                 "cannot unlink temporary swap file {}: {e}; remove it by hand",
@@ -195,7 +205,7 @@ impl FileSwap {
         })
     }
 
-    fn open_path(path: &Path, size: u64, keep: bool) -> io::Result<Self> {
+    fn open_path(path: &Path, size: u64, keep: bool, prealloc: bool) -> io::Result<Self> {
         let nr_pages = pages_for_size(size)?;
         let hint = "pass a writable swap path";
         let p = path.display();
@@ -254,7 +264,7 @@ impl FileSwap {
         }
         let (dev, ino) = (meta.dev(), meta.ino());
         let set =
-            set_up(file, path, (nr_pages + 1) * PAGE, hint, true).and_then(|(file, direct)| {
+            set_up(file, path, (nr_pages + 1) * PAGE, hint, true, prealloc).and_then(|(file, direct)| {
                 write_header(&file, nr_pages).map_err(|e| {
                     annotate(
                         &e,
@@ -542,6 +552,7 @@ fn set_up(
     len: u64,
     hint: &str,
     try_direct: bool,
+    prealloc: bool,
 ) -> io::Result<(File, bool)> {
     let p = path.display();
     file.set_len(len).map_err(|e| {
@@ -551,7 +562,11 @@ fn set_up(
             hint,
         )
     })?;
-    match sys::fallocate(&file, len) {
+    match if prealloc {
+        sys::fallocate(&file, len)
+    } else {
+        Ok(())
+    } {
         Ok(()) => {}
         // The filesystem cannot preallocate; the file is sized, blocks come on first write.
         Err(e)

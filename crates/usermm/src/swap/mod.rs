@@ -111,3 +111,32 @@ impl SwapConfig {
         })
     }
 }
+
+/// The most a default swap file holds: [`default_file_size`] never exceeds it.
+pub const DEFAULT_FILE_CAP: u64 = 64 << 30;
+
+/// The directory a swap file of `path` (None: an unlinked file in `$TMPDIR`) is created in.
+pub fn file_dir(path: Option<&std::path::Path>) -> std::path::PathBuf {
+    match path {
+        None => std::env::temp_dir(),
+        Some(p) => match p.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => std::path::PathBuf::from("."),
+        },
+    }
+}
+
+/// The size of a default (sparse) swap file in `dir`, like a memory cgroup whose swap is
+/// bounded by the device rather than by a multiple of its limit: half the space available on
+/// the filesystem, at most [`DEFAULT_FILE_CAP`], whole pages. An error if `dir` cannot be
+/// examined (it does not exist), naming it.
+pub fn default_file_size(dir: &std::path::Path) -> crate::Result<u64> {
+    let avail = crate::sys::fs_available_bytes(dir).map_err(|e| {
+        crate::Error::inval(format!(
+            "swap file directory {}: {e}: give an existing, writable directory",
+            dir.display()
+        ))
+    })?;
+    let page = crate::sys::PAGE_SIZE as u64;
+    Ok((avail / 2).min(DEFAULT_FILE_CAP) / page * page)
+}

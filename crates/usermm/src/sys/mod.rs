@@ -308,3 +308,35 @@ pub fn random_bytes(buf: &mut [u8]) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+/// Sends signal `sig` to process `pid` (kill(2)); for front ends that forward signals to a
+/// program they started.
+pub fn kill(pid: u32, sig: i32) -> std::io::Result<()> {
+    let pid =
+        libc::pid_t::try_from(pid).map_err(|_| std::io::Error::from_raw_os_error(libc::ESRCH))?;
+    if pid <= 0 {
+        return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+    }
+    // SAFETY: kill takes a pid and a signal number by value; pid > 0 names one process.
+    let r = unsafe { libc::kill(pid, sig) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Bytes available to an unprivileged user on the filesystem holding `path` (statvfs(3)'s
+/// f_bavail x f_frsize).
+pub fn fs_available_bytes(path: &std::path::Path) -> std::io::Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: statvfs is plain data; zeroed is a valid value to be overwritten.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path and `st` a valid statvfs the call fills in.
+    let r = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+}

@@ -195,7 +195,11 @@ pub enum Origin {
 /// Which opening paths to try.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OpenPolicy {
-    /// User-mode-only syscall, then /dev/userfaultfd, then full syscall.
+    /// The most capable descriptor this process may open: /dev/userfaultfd, then the full
+    /// syscall (root, or `vm.unprivileged_userfaultfd=1`), then the user-mode-only syscall
+    /// (unprivileged with the default `vm.unprivileged_userfaultfd=0`; a system call writing
+    /// into non-resident managed memory then fails with EFAULT). Every front end (Rust, C,
+    /// Python, `usermm run`) uses it, so `read(2)` into managed memory behaves the same in all.
     #[default]
     Auto,
     /// Only full-mode paths (/dev/userfaultfd, then the full syscall): kernel-mode accesses are
@@ -283,14 +287,14 @@ impl Uffd {
         let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
         type Opener = (Origin, Box<dyn Fn() -> io::Result<OwnedFd>>);
         let mut tries: Vec<Opener> = Vec::new();
+        tries.push((Origin::DevUserfaultfd, Box::new(move || dev_open(flags))));
+        tries.push((Origin::SyscallFull, Box::new(move || raw_open(flags))));
         if policy == OpenPolicy::Auto {
             tries.push((
                 Origin::SyscallUserModeOnly,
                 Box::new(move || raw_open(flags | UFFD_USER_MODE_ONLY)),
             ));
         }
-        tries.push((Origin::DevUserfaultfd, Box::new(move || dev_open(flags))));
-        tries.push((Origin::SyscallFull, Box::new(move || raw_open(flags))));
         let mut errs = Vec::new();
         for (origin, open) in tries {
             let probe = match open() {

@@ -1,0 +1,88 @@
+//! `usermm bench apps --quick`: every case (GNU sort, numpy, a Python dict, awk, perl) runs
+//! natively, under `usermm run` and (as root) in a memory cgroup with a kernel swap file; every
+//! output must be byte-identical to the native one and every program must succeed. Times are
+//! reported, never asserted. Also the command's usage errors.
+//!
+//! Needs the preload library built (`cargo test --workspace` builds it), python3 with numpy,
+//! perl and awk (.ci/run installs numpy).
+
+use std::process::Command;
+
+use serde_json::Value;
+
+fn usermm() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_usermm"))
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
+        .unwrap_or(false)
+}
+
+#[test]
+fn quick_cases_give_native_output_on_both_engines() {
+    let engines = if is_root() { "usermm,kernel" } else { "usermm" };
+    let o = usermm()
+        .args(["bench", "apps", "--quick", "--json", "--engine", engines])
+        .args(["--swap-size", "1G"])
+        .output()
+        .expect("running usermm bench apps");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let v: Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    assert_eq!(v["failures"].as_array().map(Vec::len), Some(0), "{v}");
+    let cases = v["cases"].as_array().expect("cases");
+    let names: Vec<&str> = cases.iter().map(|c| c["case"].as_str().unwrap()).collect();
+    assert_eq!(names, ["sort", "numpy", "pydict", "awk", "perl"]);
+    let n_engines = engines.split(',').count();
+    for c in cases {
+        assert_eq!(c["output_identical"], Value::Bool(true), "{c}");
+        let runs = c["runs"].as_array().expect("runs");
+        assert_eq!(runs.len(), n_engines, "{c}");
+        for r in runs {
+            assert_eq!(r["output_identical"], Value::Bool(true), "{r}");
+            assert!(r["problem"].is_null(), "{r}");
+            assert!(r["wall_s"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(r["peak_tree_rss_bytes"].as_u64().unwrap() > 1 << 20, "{r}");
+        }
+        // The usermm run really went through usermm run's managers (a report was read).
+        let u = runs
+            .iter()
+            .find(|r| r["engine"] == "usermm")
+            .expect("usermm run");
+        assert!(u["detail"]["processes"].as_u64().unwrap() >= 1, "{u}");
+    }
+    // The large allocation cases put pages through usermm's fault handler.
+    let numpy = &cases[1]["runs"].as_array().unwrap()[0];
+    assert!(numpy["pgfault"].as_u64().unwrap() > 1000, "{numpy}");
+}
+
+#[test]
+fn usage_errors_name_the_value() {
+    let o = usermm()
+        .args(["bench", "apps", "--case", "gcc"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("gcc") && e.contains("sort, numpy, pydict, awk, perl"),
+        "{e}"
+    );
+    let o = usermm()
+        .args(["bench", "apps", "--swap", "tape"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let o = usermm()
+        .args(["bench", "apps", "--runs", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--runs"));
+}
