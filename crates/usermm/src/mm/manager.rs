@@ -156,8 +156,7 @@ impl MmConfig {
             None => DEFAULT_BUDGET,
         };
         let spec = var("USERMM_SWAP").unwrap_or_else(|| "file".into());
-        let swap =
-            SwapConfig::parse(&spec, 0).map_err(|e| e.prefixed("USERMM_SWAP"))?;
+        let swap = SwapConfig::parse(&spec, 0).map_err(|e| e.prefixed("USERMM_SWAP"))?;
         let (swap_size, sparse) = match var("USERMM_SWAP_SIZE") {
             Some(v) => (size_var("USERMM_SWAP_SIZE", &v)?, false),
             None => Self::default_swap_size(&swap, budget)?,

@@ -334,6 +334,7 @@ fn leave_swap_file(path: &Path, encrypt: bool) {
     let opts = FileSwapOptions {
         encrypt,
         keep: true,
+        sparse: false,
     };
     let dev = FileSwap::open_with(Some(path), SIZE, opts).unwrap();
     let src = pool(1);
@@ -438,6 +439,7 @@ fn encrypted() -> FileSwapOptions {
     FileSwapOptions {
         encrypt: true,
         keep: false,
+        sparse: true,
     }
 }
 

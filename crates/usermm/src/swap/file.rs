@@ -263,8 +263,8 @@ impl FileSwap {
                 })?;
         }
         let (dev, ino) = (meta.dev(), meta.ino());
-        let set =
-            set_up(file, path, (nr_pages + 1) * PAGE, hint, true, prealloc).and_then(|(file, direct)| {
+        let set = set_up(file, path, (nr_pages + 1) * PAGE, hint, true, prealloc).and_then(
+            |(file, direct)| {
                 write_header(&file, nr_pages).map_err(|e| {
                     annotate(
                         &e,
@@ -273,7 +273,8 @@ impl FileSwap {
                     )
                 })?;
                 Ok((file, direct))
-            });
+            },
+        );
         let (file, direct) = match set {
             Ok(x) => x,
             Err(e) => {
