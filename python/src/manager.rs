@@ -28,7 +28,7 @@ const DEFAULT_BUDGET: &str = "256M";
 ///
 /// budget: the most memory the manager keeps resident, as "256M", "1.5G" or an int of bytes.
 /// swap: "file" (an unlinked temporary file in $TMPDIR, written with O_DIRECT), "file:PATH",
-///     "ram" (a preallocated RAM buffer) or "none".
+///     "ram" (RAM allocated on demand) or "none".
 /// swap_size: capacity of the swap device (default 4x the budget), as for budget.
 /// overcommit: False (default) = strict accounting, mapping more than budget + swap raises
 ///     CommitLimitError; True = allowed, and a page that then finds swap full is poisoned (the

@@ -45,7 +45,7 @@
 // Swap kind: a file (`swap_path`, or an unlinked temporary file in $TMPDIR when NULL).
 #define USERMM_SWAP_FILE 0
 
-// Swap kind: a preallocated RAM buffer.
+// Swap kind: RAM allocated on demand (freed when slots are freed).
 #define USERMM_SWAP_RAM 1
 
 // Swap kind: no swap (anonymous memory beyond the budget cannot be mapped).

@@ -49,7 +49,7 @@ pub const USERMM_ERR_INTERNAL: c_int = 7;
 
 /// Swap kind: a file (`swap_path`, or an unlinked temporary file in $TMPDIR when NULL).
 pub const USERMM_SWAP_FILE: c_int = 0;
-/// Swap kind: a preallocated RAM buffer.
+/// Swap kind: RAM allocated on demand (freed when slots are freed).
 pub const USERMM_SWAP_RAM: c_int = 1;
 /// Swap kind: no swap (anonymous memory beyond the budget cannot be mapped).
 pub const USERMM_SWAP_NONE: c_int = 2;

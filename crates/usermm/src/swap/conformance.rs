@@ -330,6 +330,40 @@ fn ram_swap() {
 }
 
 #[test]
+fn ram_swap_allocates_on_demand() {
+    // 1 GiB of slots costs nothing until written, and discarded slots give their memory back.
+    let dev = RamSwap::new(1 << 30).unwrap();
+    assert_eq!(dev.nr_pages(), 1 << 18);
+    assert_eq!(dev.resident_bytes().unwrap(), 0);
+    let src = pool(16);
+    for i in 0..16 {
+        fill(&src, i * P, 1000 + i as u64, 9);
+    }
+    let pages: Vec<usize> = (0..16).map(|i| i * P).collect();
+    dev.write_pages(1000, &src, &pages).unwrap();
+    assert_eq!(dev.resident_bytes().unwrap(), 16 * P as u64);
+    dev.discard(1000, 8).unwrap();
+    assert_eq!(dev.resident_bytes().unwrap(), 8 * P as u64);
+    let dst = pool(16);
+    dev.read_pages(1008, &dst, &pages[..8]).unwrap();
+    for i in 0..8 {
+        check(
+            &dst,
+            i * P,
+            1008 + i as u64,
+            9,
+            "kept after neighbour discard",
+        );
+    }
+    // A discarded slot reads as zeros (the read maps the shared zero page, which mincore
+    // counts but which costs no memory).
+    dev.read_pages(1000, &dst, &[0]).unwrap();
+    assert!((0..P).step_by(8).all(|o| dst.read_u64(o) == 0));
+    dev.discard(1000, 1).unwrap();
+    assert_eq!(dev.resident_bytes().unwrap(), 8 * P as u64);
+}
+
+#[test]
 fn faulty_swap_without_failures() {
     let dev = FaultySwap::new(Arc::new(FileSwap::open(None, SIZE).unwrap()));
     assert!(dev.name().starts_with("faulty(file:"), "{}", dev.name());

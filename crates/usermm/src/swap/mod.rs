@@ -48,7 +48,7 @@ pub trait SwapDevice: Send + Sync + 'static {
 pub enum SwapConfig {
     /// A file: `path: None` creates an unlinked temporary file (mode 0600) in $TMPDIR.
     File { path: Option<PathBuf>, size: u64 },
-    /// A preallocated RAM buffer (like a RAM-simulated PMEM device).
+    /// RAM allocated on demand, freed when slots are freed (like a RAM disk).
     Ram { size: u64 },
     /// No swap: reclaim can only drop clean pages; anonymous memory beyond the budget fails.
     None,
