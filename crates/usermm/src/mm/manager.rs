@@ -383,7 +383,7 @@ impl Mm {
         };
         let dev = cfg
             .swap
-            .open()
+            .open_for_budget(cfg.budget)
             .map_err(|e| Error::io(format!("opening swap device {:?}", cfg.swap), e))?;
         let writeback_tags = !cfg.settings.is_new(crate::Switch::SwapcacheWritebackTags);
         let swap = dev.map(|d| SwapState::new(d, writeback_tags));
@@ -506,8 +506,30 @@ impl Mm {
         m.vm.set(Item::NrFree, m.frames.nr_free());
         if let Some(s) = &m.swap {
             m.vm.set(Item::NrSwapUsed, s.slots.nr_pages() - s.slots.nr_free());
+            // The tiers' own counters (zswap's), summed where two tiers share a name.
+            let mut sums: Vec<(&'static str, u64)> = Vec::new();
+            for (_, counters) in crate::swap::tiers(&s.dev) {
+                for (n, v) in counters {
+                    match sums.iter_mut().find(|(k, _)| *k == n) {
+                        Some((_, t)) => *t += v,
+                        None => sums.push((n, v)),
+                    }
+                }
+            }
+            for (n, v) in sums {
+                m.vm.set_named(n, v);
+            }
         }
         m.vm.snapshot()
+    }
+
+    /// The swap tiers, top first: each tier's description and its own counters (empty without
+    /// swap). `zswap+file` gives the zswap pool, then the file.
+    pub fn swap_tiers(&self) -> Vec<(String, Vec<(&'static str, u64)>)> {
+        self.inner()
+            .swap
+            .as_ref()
+            .map_or_else(Vec::new, |s| crate::swap::tiers(&s.dev))
     }
 
     /// The memory budget in bytes.
