@@ -29,7 +29,8 @@ pub struct RunCmd {
     /// Memory budget of each process's manager (k, M, G, T suffixes).
     #[arg(long, default_value = "256M")]
     budget: String,
-    /// Swap device: file (unlinked temporary file in $TMPDIR), file:PATH, ram or none.
+    /// Swap device: file (unlinked temporary file in $TMPDIR), file:PATH, ram, none, zswap+file,
+    /// zswap+ram or zswap:OPTIONS+DEVICE.
     #[arg(long, default_value = "file")]
     swap: String,
     /// Swap size [default: 4x the budget].

@@ -148,9 +148,7 @@ fn manager() -> Option<Mm> {
         match usermm_vma::claim_swap_path(&cfg.swap) {
             Ok(c) => *SWAP_CLAIM.lock() = c,
             Err(e) => {
-                if let usermm::SwapConfig::File { size, .. } = cfg.swap {
-                    cfg.swap = usermm::SwapConfig::File { path: None, size };
-                }
+                cfg.swap = cfg.swap.without_file_path();
                 *SWAP_NOTE.lock() = Some(format!(
                     "{e}: this process swaps to an unlinked temporary file in $TMPDIR"
                 ));

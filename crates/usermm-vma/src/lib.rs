@@ -799,7 +799,7 @@ pub struct SwapClaim {
 pub fn claim_swap_path(swap: &usermm::SwapConfig) -> Result<Option<SwapClaim>, String> {
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::OpenOptionsExt;
-    let usermm::SwapConfig::File { path: Some(p), .. } = swap else {
+    let Some(p) = swap.file_path() else {
         return Ok(None);
     };
     let f = std::fs::OpenOptions::new()

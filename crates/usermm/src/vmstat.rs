@@ -127,6 +127,12 @@ items! {
     ZswapRejectCompressPoor = "zswap_reject_compress_poor",
     ZswapPoolLimitHit = "zswap_pool_limit_hit",
     ZswapWritebackError = "zswap_writeback_error",
+    RedisPagesWritten = "redis_pages_written",
+    RedisPagesRead = "redis_pages_read",
+    RedisRoundTrips = "redis_round_trips",
+    RedisErrors = "redis_errors",
+    RedisMissingKeys = "redis_missing_keys",
+    RedisReadRetries = "redis_read_retries",
 }
 
 /// The live counters of one memory manager.

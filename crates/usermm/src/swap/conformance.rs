@@ -770,6 +770,10 @@ fn zswap_keeps_pages_when_writeback_fails() {
 fn swap_specs_parse_and_name_bad_values() {
     let c = SwapConfig::parse("zswap+file", SIZE).unwrap();
     assert_eq!(c.spec().unwrap(), "zswap:lz4,pool=20%+file");
+    let c = SwapConfig::parse("zswap", SIZE).unwrap();
+    assert_eq!(c.spec().unwrap(), "zswap:lz4,pool=20%+file");
+    let c = SwapConfig::parse("zswap:zstd", SIZE).unwrap();
+    assert_eq!(c.spec().unwrap(), "zswap:zstd=3,pool=20%+file");
     assert_eq!(c.size(), SIZE);
     let c = SwapConfig::parse("zswap:zstd=5,pool=8M+file:/tmp/x", SIZE).unwrap();
     assert_eq!(c.spec().unwrap(), "zswap:zstd=5,pool=8388608+file:/tmp/x");
@@ -793,7 +797,6 @@ fn swap_specs_parse_and_name_bad_values() {
     assert!(tiers[0].1.iter().any(|(n, _)| *n == "zswpout"));
     conformance(dev.as_ref());
     for (bad, named) in [
-        ("zswap", "\"zswap\""),
         ("zswap+", "\"\""),
         ("zswap+none", "not none"),
         ("zswap+zswap+ram", "another zswap"),
@@ -810,4 +813,109 @@ fn swap_specs_parse_and_name_bad_values() {
         assert!(e.contains(named), "{bad}: {e}");
         assert!(e.contains(&format!("{bad:?}")), "{bad}: {e}");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Redis Cluster: a live 3-primary/3-replica cluster on loopback (tests/redis_fixture).
+
+#[path = "../../tests/redis_fixture/mod.rs"]
+mod redis_fixture;
+
+use super::{RedisConfig, RedisSwap};
+
+fn redis_cfg(c: &redis_fixture::Cluster, user: bool) -> RedisConfig {
+    let mut r = RedisConfig::parse(&c.spec(user), SIZE).unwrap();
+    r.password = Some(redis_fixture::PASSWORD.into());
+    r
+}
+
+#[test]
+fn redis_cluster_conformance_auth_and_dead_nodes() {
+    if !redis_fixture::available() {
+        eprintln!("SKIPPED: redis-server/redis-cli not installed (.ci/run installs them)");
+        return;
+    }
+    let mut c = redis_fixture::Cluster::start();
+    // The ACL user, and the default user with WAIT 1.
+    let dev = RedisSwap::open(&redis_cfg(&c, true)).unwrap();
+    assert!(
+        dev.name().starts_with("redis://swapper@127.0.0.1:"),
+        "{}",
+        dev.name()
+    );
+    conformance(&dev);
+    let mut r = redis_cfg(&c, false);
+    r.sync_replicas = 1;
+    let dev = RedisSwap::open(&r).unwrap();
+    assert!(dev.name().contains("WAIT 1"), "{}", dev.name());
+    conformance(&dev);
+    // A run inside one hash tag is one round trip each way.
+    let before = counter(&dev, "redis_round_trips");
+    let src = pool(32);
+    let offs: Vec<usize> = (0..32).map(|i| i * P).collect();
+    dev.write_pages(0, &src, &offs).unwrap();
+    dev.read_pages(0, &src, &offs).unwrap();
+    assert_eq!(counter(&dev, "redis_round_trips") - before, 2);
+    // zswap in front of Redis.
+    let z = Zswap::new(
+        Arc::new(RedisSwap::open(&redis_cfg(&c, true)).unwrap()),
+        Compressor::Lz4,
+        1 << 20,
+    );
+    conformance(&z);
+    assert!(counter(&z, "zswap_reject_compress_poor") > 0);
+    let cfg = SwapConfig::parse(&format!("zswap+{}", c.spec(true)), SIZE).unwrap();
+    assert!(
+        matches!(&cfg, SwapConfig::Zswap { lower, .. } if matches!(**lower, SwapConfig::Redis(_)))
+    );
+
+    // Wrong password, at open and at Mm::new.
+    let mut bad = redis_cfg(&c, true);
+    bad.password = Some("wrong".into());
+    let e = RedisSwap::open(&bad).unwrap_err().to_string();
+    assert!(
+        e.contains("authentication as user \"swapper\" failed")
+            && e.contains("USERMM_REDIS_PASSWORD"),
+        "{e}"
+    );
+    let e = crate::Mm::new(crate::MmConfig::new(8 << 20).swap(SwapConfig::Redis(bad)))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("authentication as user \"swapper\" failed"),
+        "{e}"
+    );
+    // A password in the spec is refused.
+    let e = SwapConfig::parse("redis://u:pw@127.0.0.1:1", SIZE)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("password in the swap spec is refused"), "{e}");
+
+    // Every node down: writes and reads fail with clear errors, within bounded time.
+    let mut r = redis_cfg(&c, true);
+    r.read_retry = std::time::Duration::from_secs(2);
+    let dev = RedisSwap::open(&r).unwrap();
+    let p1 = pool(1);
+    fill(&p1, 0, 3, 1);
+    dev.write_pages(3, &p1, &[0]).unwrap();
+    c.kill_all();
+    let t0 = std::time::Instant::now();
+    let e = dev.write_pages(4, &p1, &[0]).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("redis MSET of 1 pages from usermm:{"),
+        "{e}"
+    );
+    let e = dev.read_pages(3, &p1, &[0]).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("redis MGET of 1 pages from usermm:{"),
+        "{e}"
+    );
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(30),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert!(counter(&dev, "redis_errors") >= 2);
 }

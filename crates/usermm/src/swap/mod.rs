@@ -19,12 +19,14 @@ mod conformance;
 pub mod faulty;
 pub mod file;
 pub mod ram;
+pub mod redis;
 mod slots;
 pub mod zswap;
 
 pub use faulty::FaultySwap;
 pub use file::FileSwap;
 pub use ram::RamSwap;
+pub use redis::{RedisConfig, RedisSwap};
 pub use slots::{SwapSlots, SWAPFILE_CLUSTER};
 pub use zswap::{Compressor, PoolLimit, Zswap, ZswapConfig};
 
@@ -92,6 +94,8 @@ pub enum SwapConfig {
         zswap: ZswapConfig,
         lower: Box<SwapConfig>,
     },
+    /// A Redis Cluster (`redis://[user@]host:port[,host:port...]`).
+    Redis(RedisConfig),
     /// No swap: reclaim can only drop clean pages; anonymous memory beyond the budget fails.
     None,
     /// A device the caller built (for tests: a [`FaultySwap`]).
@@ -106,6 +110,7 @@ impl std::fmt::Debug for SwapConfig {
             SwapConfig::Zswap { zswap, lower } => {
                 write!(f, "Zswap {{ {}, lower: {lower:?} }}", zswap.options())
             }
+            SwapConfig::Redis(r) => write!(f, "Redis {{ {}, size: {} }}", r.spec(), r.size),
             SwapConfig::None => write!(f, "None"),
             SwapConfig::Device(d) => write!(f, "Device({})", d.name()),
         }
@@ -113,14 +118,15 @@ impl std::fmt::Debug for SwapConfig {
 }
 
 /// What `SwapConfig::parse` accepts, for error messages.
-const SPEC_HELP: &str = "use file, file:PATH, ram, none, or zswap[:OPTIONS]+DEVICE \
-     (zswap+file, zswap+ram, zswap:zstd,pool=25%+file:PATH; options lz4, zstd, zstd=LEVEL, \
-     pool=SIZE, pool=N%)";
+const SPEC_HELP: &str = "use file, file:PATH, ram, none, redis://[USER@]HOST:PORT[,HOST:PORT...], \
+     or zswap[:OPTIONS]+DEVICE (zswap+file, zswap+ram, zswap+redis://..., \
+     zswap:zstd,pool=25%+file:PATH; options lz4, zstd, zstd=LEVEL, pool=SIZE, pool=N%)";
 
 impl SwapConfig {
     /// Parses a device name as the CLI and the environment give it, with the capacity `size` in
     /// bytes: `file` (an unlinked temporary file), `file:PATH`, `ram`, `none`, or a compressed
-    /// tier in front of one of those: `zswap+file`, `zswap+ram`, `zswap:OPTIONS+DEVICE` with
+    /// tier in front of one of those: `zswap+file` (also plain `zswap`), `zswap+ram`,
+    /// `zswap:OPTIONS+DEVICE`, `redis://[USER@]HOST:PORT[,HOST:PORT...]` (a Redis Cluster), with
     /// options `lz4` (default), `zstd`, `zstd=LEVEL`, `pool=SIZE`, `pool=N%` (default 20% of the
     /// budget).
     pub fn parse(spec: &str, size: u64) -> crate::Result<SwapConfig> {
@@ -141,6 +147,9 @@ impl SwapConfig {
             "none" => return Ok(SwapConfig::None),
             _ => {}
         }
+        if s.starts_with("redis://") {
+            return RedisConfig::parse(s, size).map(SwapConfig::Redis);
+        }
         if let Some(p) = s.strip_prefix("file:") {
             if p.is_empty() {
                 return Err("file: needs a path (or use plain file for a temporary file)".into());
@@ -152,8 +161,13 @@ impl SwapConfig {
         }
         if s == "zswap" || s.starts_with("zswap:") || s.starts_with("zswap+") {
             let rest = &s[5..];
+            // `zswap` alone is zswap over a swap file, as the kernel's zswap is.
             let Some(plus) = rest.find('+') else {
-                return Err("zswap needs a device below it: zswap+file, zswap+ram, ...".into());
+                let opts = rest.strip_prefix(':').unwrap_or(rest);
+                return Ok(SwapConfig::Zswap {
+                    zswap: ZswapConfig::parse_options(opts)?,
+                    lower: Box::new(SwapConfig::File { path: None, size }),
+                });
             };
             let opts = rest[..plus].strip_prefix(':').unwrap_or(&rest[..plus]);
             if plus > 0 && !rest.starts_with(':') {
@@ -194,9 +208,35 @@ impl SwapConfig {
             SwapConfig::Zswap { zswap, lower } => {
                 format!("zswap:{}+{}", zswap.options(), lower.spec()?)
             }
+            SwapConfig::Redis(r) => r.spec(),
             SwapConfig::None => "none".into(),
             SwapConfig::Device(_) => return None,
         })
+    }
+
+    /// The swap file path this configuration names, in any tier (None for a temporary file).
+    pub fn file_path(&self) -> Option<&std::path::Path> {
+        match self {
+            SwapConfig::File { path, .. } => path.as_deref(),
+            SwapConfig::Zswap { lower, .. } => lower.file_path(),
+            _ => None,
+        }
+    }
+
+    /// This configuration with a named swap file replaced by an unlinked temporary file of the
+    /// same size (for a process that finds the named file claimed by another manager).
+    pub fn without_file_path(&self) -> SwapConfig {
+        match self {
+            SwapConfig::File { size, .. } => SwapConfig::File {
+                path: None,
+                size: *size,
+            },
+            SwapConfig::Zswap { zswap, lower } => SwapConfig::Zswap {
+                zswap: *zswap,
+                lower: Box::new(lower.without_file_path()),
+            },
+            other => other.clone(),
+        }
     }
 
     /// The swap capacity in bytes this configuration asks for (0 for none or a caller-built
@@ -205,6 +245,7 @@ impl SwapConfig {
         match self {
             SwapConfig::File { size, .. } | SwapConfig::Ram { size } => *size,
             SwapConfig::Zswap { lower, .. } => lower.size(),
+            SwapConfig::Redis(r) => r.size,
             SwapConfig::None | SwapConfig::Device(_) => 0,
         }
     }
@@ -236,8 +277,22 @@ impl SwapConfig {
                     zswap.max_pool.bytes(budget),
                 )))
             }
+            SwapConfig::Redis(r) => Some(Arc::new(RedisSwap::open(r)?)),
             SwapConfig::None => None,
             SwapConfig::Device(d) => Some(d.clone()),
         })
+    }
+
+    /// Sets the replicas a Redis tier waits for on every write (`WAIT N`); false if the
+    /// configuration has no Redis tier.
+    pub fn set_sync_replicas(&mut self, n: u32) -> bool {
+        match self {
+            SwapConfig::Redis(r) => {
+                r.sync_replicas = n;
+                true
+            }
+            SwapConfig::Zswap { lower, .. } => lower.set_sync_replicas(n),
+            _ => false,
+        }
     }
 }

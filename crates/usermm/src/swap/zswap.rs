@@ -135,9 +135,11 @@ impl ZswapConfig {
                         PoolLimit::Bytes(b)
                     };
                 }
-                _ => return Err(format!(
+                _ => {
+                    return Err(format!(
                     "unknown zswap option {o:?}: use lz4, zstd, zstd=LEVEL, pool=SIZE or pool=N%"
-                )),
+                ))
+                }
             }
         }
         Ok(c)
