@@ -198,6 +198,7 @@ impl RedisSwap {
             let hint = if e.kind() == redis::ErrorKind::AuthenticationFailed
                 || e.to_string().contains("WRONGPASS")
                 || e.to_string().contains("NOAUTH")
+                || e.to_string().contains("AuthenticationFailed")
             {
                 format!(
                     ": authentication as user {user:?} failed; set the password in \
