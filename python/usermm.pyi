@@ -1,6 +1,6 @@
 """Type stubs for the usermm extension module (maturin installs this as usermm/__init__.pyi)."""
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence, SupportsIndex, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, SupportsIndex, Tuple, Union
 
 import numpy.typing as npt
 
@@ -39,7 +39,8 @@ class Manager:
         overcommit: bool = False,
         settings: Union[None, str, Mapping[str, Union[str, bool, int]]] = None,
     ) -> None:
-        """budget: resident memory limit; swap: "file", "file:PATH", "ram" or "none";
+        """budget: resident memory limit; swap: "file", "file:PATH", "ram", "none",
+        "zswap+file", "zswap+ram" or "zswap:OPTIONS+DEVICE";
         swap_size: swap capacity (default 4x budget); overcommit: allow mapping beyond
         budget + swap (pages that then find swap full raise SIGBUS when touched); settings:
         seed switches and laptop_mode as "name=value,..." or a dict."""
@@ -74,6 +75,8 @@ class Manager:
     @property
     def swap(self) -> str:
         """A description of the swap device."""
+    def swap_tiers(self) -> List[Tuple[str, Dict[str, int]]]:
+        """The swap tiers, top first: (description, counters), e.g. the zswap pool then its device."""
     @property
     def committed_bytes(self) -> int:
         """Bytes committed by live regions."""

@@ -29,7 +29,9 @@ const DEFAULT_BUDGET: &str = "256M";
 ///
 /// budget: the most memory the manager keeps resident, as "256M", "1.5G" or an int of bytes.
 /// swap: "file" (an unlinked temporary file in $TMPDIR, written with O_DIRECT), "file:PATH",
-///     "ram" (a preallocated RAM buffer) or "none".
+///     "ram" (RAM allocated on demand), "none", or a compressed tier in front of one:
+///     "zswap+file", "zswap+ram", "zswap:zstd,pool=25%+file:PATH" (options lz4 (default), zstd,
+///     zstd=LEVEL, pool=SIZE, pool=N% of the budget (default 20%)).
 /// swap_size: capacity of the swap device (default 4x the budget), as for budget.
 /// overcommit: False (default) = strict accounting, mapping more than budget + swap raises
 ///     CommitLimitError; True = allowed, and a page that then finds swap full is poisoned (the
@@ -243,6 +245,20 @@ impl Manager {
         self.mm().swap_name()
     }
 
+    /// The swap tiers, top first: a list of (description, counters dict), e.g. the zswap pool
+    /// with zswpout, zswpin, zswpwb, zswap_pool_bytes, ..., then the device below it.
+    fn swap_tiers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let out = PyList::empty(py);
+        for (tier, counters) in self.mm().swap_tiers() {
+            let d = PyDict::new(py);
+            for (n, v) in counters {
+                d.set_item(n, v)?;
+            }
+            out.append((tier, d))?;
+        }
+        Ok(out)
+    }
+
     /// Bytes committed by live regions (strict accounting counts every mapped byte).
     #[getter]
     fn committed_bytes(&self) -> u64 {
@@ -319,7 +335,8 @@ fn current_default(py: Python<'_>) -> Option<Py<Manager>> {
 }
 
 /// The process-wide default Manager, created on first use from the environment:
-/// USERMM_BUDGET (default 256M), USERMM_SWAP (file, file:PATH, ram or none; default file),
+/// USERMM_BUDGET (default 256M), USERMM_SWAP (file, file:PATH, ram, none,
+/// zswap+file, zswap+ram, ...; default file),
 /// USERMM_SWAP_SIZE (default 4x the budget), USERMM_OVERCOMMIT (1/0), USERMM_SET (seed
 /// switches, "name=value,..."). The same variables configure the C ABI's default manager and
 /// `usermm run`. A bad variable raises InvalidArgumentError naming it (and the next call tries

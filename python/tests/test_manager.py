@@ -83,7 +83,9 @@ def test_exception_hierarchy():
         ({"budget": 1.5}, ["budget must be a size", "float"]),
         ({"budget": "512k"}, ["below the minimum", "1 MiB"]),
         ({"budget": "8M", "swap_size": "lots"}, ["swap_size", "lots"]),
-        ({"budget": "8M", "swap": "tape"}, ["swap", "tape", "file, file:PATH, ram or none"]),
+        ({"budget": "8M", "swap": "tape"}, ["swap", "tape", "file, file:PATH, ram, none", "zswap"]),
+        ({"budget": "8M", "swap": "zswap:lz5+ram"}, ["swap", "lz5", "zstd"]),
+        ({"budget": "8M", "swap": "zswap+tape"}, ["swap", '"tape"', "below zswap"]),
         ({"budget": "8M", "settings": "nosuch=old"}, ["settings", "nosuch", "accessed_init"]),
         ({"budget": "8M", "settings": "accessed_init=maybe"}, ["accessed_init", "atomic"]),
         ({"budget": "8M", "settings": "accessed_init"}, ["name=value"]),
@@ -99,6 +101,23 @@ def test_bad_arguments_raise_invalid_argument(kwargs, words):
     assert isinstance(ei.value, ValueError) and isinstance(ei.value, usermm.Error)
     for w in words:
         assert w in msg, (w, msg)
+
+
+def test_zswap_tier_round_trips_mixed_pages():
+    np = pytest.importorskip("numpy")
+    mm = usermm.Manager(budget="8M", swap="zswap:pool=25%+ram", swap_size="64M")
+    assert mm.swap.startswith("zswap(lz4, pool max 2097152 bytes)+ram"), mm.swap
+    tiers = mm.swap_tiers()
+    assert [t[0].split("(")[0].split(" ")[0] for t in tiers] == ["zswap", "ram"], tiers
+    a = mm.array(4 << 20, dtype=np.uint64)  # 32 MiB through an 8 MiB budget
+    pages = np.arange(a.size, dtype=np.uint64) // 512
+    # Even pages same-filled, odd pages a compressible ramp.
+    want = np.where(pages % 2 == 0, pages, np.arange(a.size, dtype=np.uint64) & 0xFF)
+    a[:] = want
+    assert np.array_equal(a, want)
+    vm = mm.vmstat()
+    assert vm["zswpout"] > 0 and vm["zswpin"] > 0 and vm["zswap_same_filled"] >= 0, vm
+    assert tiers[0][1]["zswpout"] == 0 and mm.swap_tiers()[0][1]["zswpout"] == vm["zswpout"]
 
 
 def test_commit_limit_raises_memory_error():

@@ -45,11 +45,15 @@
 // Swap kind: a file (`swap_path`, or an unlinked temporary file in $TMPDIR when NULL).
 #define USERMM_SWAP_FILE 0
 
-// Swap kind: a preallocated RAM buffer.
+// Swap kind: RAM allocated on demand (freed when slots are freed).
 #define USERMM_SWAP_RAM 1
 
 // Swap kind: no swap (anonymous memory beyond the budget cannot be mapped).
 #define USERMM_SWAP_NONE 2
+
+// Swap kind: `swap_path` holds a swap spec as USERMM_SWAP and `--swap` take it, e.g.
+// "zswap+file", "zswap+ram", "zswap:zstd,pool=25%+file:/var/tmp/swap".
+#define USERMM_SWAP_SPEC 3
 
 // userfaultfd policy of every usermm front end: the most capable mode this process may open,
 // /dev/userfaultfd, then the full syscall, then user-mode-only (unprivileged). Only in
@@ -68,10 +72,11 @@ typedef struct usermm_mm usermm_mm;
 typedef struct usermm_config {
   // Memory budget in bytes (at least 1 MiB). Default 256 MiB.
   uint64_t budget;
-  // USERMM_SWAP_FILE (default), USERMM_SWAP_RAM or USERMM_SWAP_NONE.
+  // USERMM_SWAP_FILE (default), USERMM_SWAP_RAM, USERMM_SWAP_NONE or USERMM_SWAP_SPEC.
   int swap_kind;
   // For USERMM_SWAP_FILE: the swap file's path, or NULL (default) for an unlinked
-  // temporary file in $TMPDIR. Copied by usermm_create.
+  // temporary file in $TMPDIR. For USERMM_SWAP_SPEC: the spec (required). Copied by
+  // usermm_create.
   const char *swap_path;
   // Swap capacity in bytes; 0 (default) = 4x the budget.
   uint64_t swap_size;
@@ -177,7 +182,7 @@ struct usermm_mm *usermm_create(const struct usermm_config *cfg);
 int usermm_destroy(struct usermm_mm *mm);
 
 // The process-wide default manager that usermm_mmap uses, created on first use from the
-// environment: USERMM_BUDGET (default 256M), USERMM_SWAP (file, file:PATH, ram, none; default
+// environment: USERMM_BUDGET (default 256M), USERMM_SWAP (file, file:PATH, ram, none, zswap+file, zswap+ram, ...; default
 // file), USERMM_SWAP_SIZE (default 4x the budget), USERMM_OVERCOMMIT (1/0), USERMM_SET (seed
 // switches). Returns NULL if the environment is invalid or the manager cannot be created;
 // usermm_last_error() names the variable. It lives until the process exits.

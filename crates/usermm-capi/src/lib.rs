@@ -49,10 +49,13 @@ pub const USERMM_ERR_INTERNAL: c_int = 7;
 
 /// Swap kind: a file (`swap_path`, or an unlinked temporary file in $TMPDIR when NULL).
 pub const USERMM_SWAP_FILE: c_int = 0;
-/// Swap kind: a preallocated RAM buffer.
+/// Swap kind: RAM allocated on demand (freed when slots are freed).
 pub const USERMM_SWAP_RAM: c_int = 1;
 /// Swap kind: no swap (anonymous memory beyond the budget cannot be mapped).
 pub const USERMM_SWAP_NONE: c_int = 2;
+/// Swap kind: `swap_path` holds a swap spec as USERMM_SWAP and `--swap` take it, e.g.
+/// "zswap+file", "zswap+ram", "zswap:zstd,pool=25%+file:/var/tmp/swap".
+pub const USERMM_SWAP_SPEC: c_int = 3;
 
 /// userfaultfd policy of every usermm front end: the most capable mode this process may open,
 /// /dev/userfaultfd, then the full syscall, then user-mode-only (unprivileged). Only in
@@ -69,10 +72,11 @@ pub const USERMM_UFFD_FULL: c_int = 1;
 pub struct usermm_config {
     /// Memory budget in bytes (at least 1 MiB). Default 256 MiB.
     pub budget: u64,
-    /// USERMM_SWAP_FILE (default), USERMM_SWAP_RAM or USERMM_SWAP_NONE.
+    /// USERMM_SWAP_FILE (default), USERMM_SWAP_RAM, USERMM_SWAP_NONE or USERMM_SWAP_SPEC.
     pub swap_kind: c_int,
     /// For USERMM_SWAP_FILE: the swap file's path, or NULL (default) for an unlinked
-    /// temporary file in $TMPDIR. Copied by usermm_create.
+    /// temporary file in $TMPDIR. For USERMM_SWAP_SPEC: the spec (required). Copied by
+    /// usermm_create.
     pub swap_path: *const c_char,
     /// Swap capacity in bytes; 0 (default) = 4x the budget.
     pub swap_size: u64,
@@ -414,9 +418,18 @@ fn config_from_c(c: &usermm_config) -> Result<MmConfig, Failure> {
         },
         USERMM_SWAP_RAM => SwapConfig::Ram { size: swap_size },
         USERMM_SWAP_NONE => SwapConfig::None,
+        USERMM_SWAP_SPEC => {
+            let spec = path.ok_or_else(|| {
+                Failure::invalid(
+                    "swap_kind USERMM_SWAP_SPEC needs the spec in swap_path (e.g. \"zswap+file\")",
+                )
+            })?;
+            SwapConfig::parse(spec, swap_size)
+                .map_err(|e| Failure::invalid(format!("swap_path: {e}")))?
+        }
         k => {
             return Err(Failure::invalid(format!(
-                "swap_kind {k} is unknown: use USERMM_SWAP_FILE (0), USERMM_SWAP_RAM (1) or USERMM_SWAP_NONE (2)"
+                "swap_kind {k} is unknown: use USERMM_SWAP_FILE (0), USERMM_SWAP_RAM (1), USERMM_SWAP_NONE (2) or USERMM_SWAP_SPEC (3)"
             )))
         }
     };
@@ -523,11 +536,7 @@ fn default_manager() -> Result<&'static usermm_mm, Failure> {
     let claim = match usermm_vma::claim_swap_path(&cfg.swap) {
         Ok(c) => c,
         Err(_) => {
-            let size = match &cfg.swap {
-                SwapConfig::File { size, .. } => *size,
-                _ => cfg.budget.saturating_mul(4),
-            };
-            cfg.swap = SwapConfig::File { path: None, size };
+            cfg.swap = cfg.swap.without_file_path();
             None
         }
     };
@@ -545,7 +554,7 @@ fn default_manager() -> Result<&'static usermm_mm, Failure> {
 }
 
 /// The process-wide default manager that usermm_mmap uses, created on first use from the
-/// environment: USERMM_BUDGET (default 256M), USERMM_SWAP (file, file:PATH, ram, none; default
+/// environment: USERMM_BUDGET (default 256M), USERMM_SWAP (file, file:PATH, ram, none, zswap+file, zswap+ram, ...; default
 /// file), USERMM_SWAP_SIZE (default 4x the budget), USERMM_OVERCOMMIT (1/0), USERMM_SET (seed
 /// switches). Returns NULL if the environment is invalid or the manager cannot be created;
 /// usermm_last_error() names the variable. It lives until the process exits.

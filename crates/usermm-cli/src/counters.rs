@@ -83,6 +83,10 @@ impl Counters {
 /// events.
 pub fn vmstat_is_state(name: &str) -> bool {
     name.starts_with("nr_")
+        || matches!(
+            name,
+            "zswap_stored_pages" | "zswap_pool_bytes" | "zswap_same_filled"
+        )
 }
 
 /// `memory.stat` (cgroup v1 and v2): event counters are the page-fault, paging, scan/steal,

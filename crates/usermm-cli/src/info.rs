@@ -1,6 +1,7 @@
 //! `usermm info`: starts a manager with the given settings and reports what it found and chose:
 //! how userfaultfd was opened and which features the kernel negotiated, the budget and the
-//! watermarks scaled from it, the commit limit, the swap device and the handler threads.
+//! watermarks scaled from it, the commit limit, the swap device (each tier of a chain with its counters) and the handler
+//! threads.
 
 use serde_json::json;
 use usermm::{Mm, MmConfig};
@@ -26,6 +27,10 @@ pub fn run(cfg: MmConfig, json_out: bool) -> Result<(), Failure> {
             "watermarks_pages": {"min": w.min, "low": w.low, "high": w.high},
             "swap_device": m.swap_name(),
             "swap_bytes": m.swap_bytes(),
+            "swap_tiers": m.swap_tiers().into_iter().map(|(tier, counters)| json!({
+                "tier": tier,
+                "counters": counters.into_iter().map(|(n, v)| (n.to_string(), json!(v))).collect::<serde_json::Map<String, serde_json::Value>>(),
+            })).collect::<Vec<_>>(),
             "commit_limit_bytes": commit_limit,
             "overcommit": m.config().overcommit,
             "handler_threads": handlers,
@@ -56,6 +61,16 @@ pub fn run(cfg: MmConfig, json_out: bool) -> Result<(), Failure> {
             m.swap_name(),
             crate::output::mib(m.swap_bytes())
         );
+        let tiers = m.swap_tiers();
+        if tiers.len() > 1 {
+            for (i, (tier, counters)) in tiers.iter().enumerate() {
+                println!("  tier {i}: {tier}");
+                if !counters.is_empty() {
+                    let c: Vec<String> = counters.iter().map(|(n, v)| format!("{n} {v}")).collect();
+                    println!("    {}", c.join(", "));
+                }
+            }
+        }
         println!(
             "commit limit: {}{}",
             crate::output::mib(commit_limit),

@@ -273,12 +273,19 @@ struct MmArgs {
     /// Memory budget (k, M, G, T suffixes).
     #[arg(long, default_value = "256M")]
     budget: String,
-    /// Swap device: file (unlinked temporary file in $TMPDIR), file:PATH, ram or none.
+    /// Swap device: file (unlinked temporary file in $TMPDIR), file:PATH, ram, none, or a
+    /// compressed tier in front of one: zswap+file, zswap+ram, zswap:zstd,pool=25%+file:PATH
+    /// (options lz4 (default), zstd, zstd=LEVEL, pool=SIZE or pool=N% of the budget, default 20%),
+    /// a Redis Cluster: redis://[USER@]HOST:PORT[,HOST:PORT...] (password from
+    /// USERMM_REDIS_PASSWORD or USERMM_REDIS_PASSWORD_FILE), or zswap+redis://...
     #[arg(long, default_value = "file")]
     swap: String,
     /// Swap size [default: 4x the budget; swap-w-seq: 1G].
     #[arg(long = "swap-size")]
     swap_size: Option<String>,
+    /// Redis Cluster swap: a write counts as done only when N replicas acknowledged it (WAIT).
+    #[arg(long = "swap-sync-replicas", default_value_t = 0)]
+    swap_sync_replicas: u32,
     /// Allow mapping more than budget + swap (accesses that find swap full get SIGBUS).
     #[arg(long)]
     overcommit: bool,
@@ -356,7 +363,7 @@ fn at_least_one(opt: &str, v: u64) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Parses `--swap file|file:PATH|ram|none` with a size.
+/// Parses `--swap` (see `SwapConfig::parse`) with a size.
 fn swap_config(spec: &str, size: u64) -> Result<SwapConfig, Failure> {
     SwapConfig::parse(spec, size).map_err(|e| Failure::Usage(format!("--swap: {e}")))
 }
@@ -393,10 +400,16 @@ impl MmArgs {
                 SwapDefault::Fixed(n) => n,
             },
         };
-        let swap = swap_config(&self.swap, swap_size)?;
+        let mut swap = swap_config(&self.swap, swap_size)?;
         if swap_size < 4096 && !matches!(swap, SwapConfig::None) {
             return Err(Failure::Usage(format!(
                 "--swap-size: {swap_size} bytes is below one 4 KiB page; give at least 4k (or --swap none)"
+            )));
+        }
+        if self.swap_sync_replicas > 0 && !swap.set_sync_replicas(self.swap_sync_replicas) {
+            return Err(Failure::Usage(format!(
+                "--swap-sync-replicas {} needs a redis:// swap device (--swap {:?} has none)",
+                self.swap_sync_replicas, self.swap
             )));
         }
         let mut settings =
@@ -619,6 +632,7 @@ fn bench(b: BenchCmd) -> Result<(), Failure> {
                 budget,
                 swap,
                 swap_size,
+                swap_sync_replicas: 0,
                 overcommit: false,
                 swap_encrypt: false,
                 swap_keep: false,

@@ -31,8 +31,8 @@ pub struct RunCmd {
     /// else 256M].
     #[arg(long)]
     budget: Option<String>,
-    /// Swap device: file (unlinked temporary file in $TMPDIR), file:PATH, ram or none
-    /// [default: $USERMM_SWAP, else file].
+    /// Swap device: file (unlinked temporary file in $TMPDIR), file:PATH, ram, none,
+    /// zswap+file, zswap+ram or zswap:OPTIONS+DEVICE [default: $USERMM_SWAP, else file].
     #[arg(long)]
     swap: Option<String>,
     /// Swap size [default: $USERMM_SWAP_SIZE, else for a file: a sparse file of half the free

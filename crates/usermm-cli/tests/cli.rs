@@ -384,3 +384,61 @@ fn signals_end_a_benchmark_with_a_stuck_task() {
         );
     }
 }
+
+#[test]
+fn zswap_tiers_in_info_and_usemem() {
+    let v = json(&usermm(&[
+        "info",
+        "--budget",
+        "8M",
+        "--swap",
+        "zswap:pool=2M+ram",
+        "--swap-size",
+        "32M",
+        "--json",
+    ]));
+    let tiers = v["swap_tiers"].as_array().unwrap();
+    assert_eq!(tiers.len(), 2, "{v}");
+    assert_eq!(tiers[0]["tier"], "zswap(lz4, pool max 2097152 bytes)");
+    assert!(tiers[0]["counters"]["zswpout"].is_u64(), "{v}");
+    assert!(tiers[1]["tier"].as_str().unwrap().starts_with("ram"), "{v}");
+    let out = usermm(&["info", "--budget", "8M", "--swap", "zswap+ram"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("  tier 0: zswap(lz4"), "{text}");
+    assert!(text.contains("zswpout 0, zswpin 0, zswpwb 0"), "{text}");
+
+    // usemem fills pages with a pattern of its own; it goes through the pool and verifies.
+    let v = json(&usermm(&[
+        "bench",
+        "usemem",
+        "--budget",
+        "8M",
+        "--swap",
+        "zswap+ram",
+        "--swap-size",
+        "64M",
+        "--json",
+        "24M",
+    ]));
+    assert_eq!(v["verified"], true);
+    let vm = &v["vmstat"];
+    assert!(vm["pswpout"].as_u64().unwrap() > 0, "{vm}");
+    assert!(
+        vm["zswpout"].as_u64().unwrap() + vm["zswap_reject_compress_poor"].as_u64().unwrap() > 0,
+        "{vm}"
+    );
+}
+
+#[test]
+fn bad_zswap_specs_are_usage_errors_naming_the_value() {
+    for (spec, want) in [
+        ("zswap:lz5+ram", "\"lz5\""),
+        ("zswap+floppy", "\"floppy\""),
+        ("zswap:pool=200%+file", "\"pool=200%\""),
+    ] {
+        let out = usermm(&["info", "--budget", "8M", "--swap", spec]);
+        assert_eq!(out.status.code(), Some(2), "{spec}");
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(e.contains("--swap") && e.contains(want), "{spec}: {e}");
+    }
+}

@@ -158,15 +158,15 @@ fn manager() -> Option<Mm> {
     }
     let _guard = Guard::enter();
     let made = MmConfig::from_env().and_then(|mut cfg| {
-        cfg.uffd_policy = OpenPolicy::Full;
+        // One uffd-open policy for every front end (Auto: /dev/userfaultfd, then the full
+        // syscall, then user-mode-only), so usermm run also manages memory unprivileged.
+        cfg.uffd_policy = OpenPolicy::Auto;
         // USERMM_SWAP=file:PATH reaches every process of the program (children, exec'd
         // programs): the first manager claims PATH, the others swap to a temporary file.
         match usermm_vma::claim_swap_path(&cfg.swap) {
             Ok(c) => *SWAP_CLAIM.lock() = c,
             Err(e) => {
-                if let usermm::SwapConfig::File { size, .. } = cfg.swap {
-                    cfg.swap = usermm::SwapConfig::File { path: None, size };
-                }
+                cfg.swap = cfg.swap.without_file_path();
                 *SWAP_NOTE.lock() = Some(format!(
                     "{e}: this process swaps to an unlinked temporary file in $TMPDIR"
                 ));

@@ -815,7 +815,7 @@ pub struct SwapClaim {
 /// (and by forked children), so each manager checks the path before using it.
 pub fn claim_swap_path(swap: &usermm::SwapConfig) -> Result<Option<SwapClaim>, String> {
     use std::os::unix::fs::OpenOptionsExt;
-    let usermm::SwapConfig::File { path: Some(p), .. } = swap else {
+    let Some(p) = swap.file_path() else {
         return Ok(None);
     };
     let f = match std::fs::OpenOptions::new()

@@ -123,6 +123,21 @@ items! {
     PgunmapZapped = "pgunmap_zapped",
     HandlerPanic = "handler_panic",
     FaultStuck = "fault_stuck",
+    Zswpout = "zswpout",
+    Zswpin = "zswpin",
+    Zswpwb = "zswpwb",
+    ZswapStoredPages = "zswap_stored_pages",
+    ZswapPoolBytes = "zswap_pool_bytes",
+    ZswapSameFilled = "zswap_same_filled",
+    ZswapRejectCompressPoor = "zswap_reject_compress_poor",
+    ZswapPoolLimitHit = "zswap_pool_limit_hit",
+    ZswapWritebackError = "zswap_writeback_error",
+    RedisPagesWritten = "redis_pages_written",
+    RedisPagesRead = "redis_pages_read",
+    RedisRoundTrips = "redis_round_trips",
+    RedisErrors = "redis_errors",
+    RedisMissingKeys = "redis_missing_keys",
+    RedisReadRetries = "redis_read_retries",
 }
 
 /// The live counters of one memory manager.
@@ -158,6 +173,16 @@ impl Counters {
     #[inline]
     pub fn set(&self, i: Item, n: u64) {
         self.v[i as usize].store(n, Ordering::Relaxed);
+    }
+    /// Sets the counter named `name` (a swap tier's counter); false if no counter has that name.
+    pub fn set_named(&self, name: &str, n: u64) -> bool {
+        match NAMES.iter().position(|x| *x == name) {
+            Some(i) => {
+                self.v[i].store(n, Ordering::Relaxed);
+                true
+            }
+            None => false,
+        }
     }
     pub fn snapshot(&self) -> Vmstat {
         Vmstat {
@@ -218,9 +243,16 @@ const NR_EVENTS: &[&str] = &[
     "nr_vmscan_immediate_reclaim",
 ];
 
+/// Levels whose names do not start with `nr_` (zswap's debugfs gauges).
+const OTHER_STATES: &[&str] = &[
+    "zswap_stored_pages",
+    "zswap_pool_bytes",
+    "zswap_same_filled",
+];
+
 /// Whether `name` is a state counter (a level, not an event count).
 pub fn is_state(name: &str) -> bool {
-    name.starts_with("nr_") && !NR_EVENTS.contains(&name)
+    (name.starts_with("nr_") && !NR_EVENTS.contains(&name)) || OTHER_STATES.contains(&name)
 }
 
 impl std::fmt::Display for Vmstat {

@@ -214,6 +214,13 @@ static void test_bad(void) {
     cfg.swap_kind = 9;
     CHECK(usermm_create(&cfg) == NULL && strstr(usermm_last_error(), "swap_kind 9") != NULL, "bad swap kind");
     usermm_config_init(&cfg);
+    cfg.swap_kind = USERMM_SWAP_SPEC;
+    CHECK(usermm_create(&cfg) == NULL && strstr(usermm_last_error(), "needs the spec") != NULL,
+          "spec kind without a spec");
+    cfg.swap_path = "zswap+floppy";
+    CHECK(usermm_create(&cfg) == NULL && strstr(usermm_last_error(), "\"floppy\"") != NULL,
+          "bad spec named: %s", usermm_last_error());
+    usermm_config_init(&cfg);
     cfg.uffd_policy = 5;
     CHECK(usermm_create(&cfg) == NULL && strstr(usermm_last_error(), "uffd_policy 5") != NULL, "bad policy");
     usermm_config_init(&cfg);
@@ -371,6 +378,27 @@ static void test_handle(void) {
     CHECK(b != NULL, "the path is free again");
     usermm_destroy(b);
     unlink(path);
+
+    /* A compressed tier by spec: mixed pages through zswap over RAM. */
+    usermm_config_init(&cfg);
+    cfg.budget = 8 << 20;
+    cfg.swap_kind = USERMM_SWAP_SPEC;
+    cfg.swap_path = "zswap:pool=25%+ram";
+    cfg.swap_size = 64 << 20;
+    usermm_mm *z = usermm_create(&cfg);
+    CHECK(z != NULL, "zswap manager: %s", usermm_last_error());
+    if (!z) return;
+    size_t zlen = 32 << 20, zn = zlen / 8, zbad = 0;
+    uint64_t *q = usermm_map_anon(z, zlen);
+    CHECK(q != NULL, "map_anon on zswap");
+    if (!q) return;
+    for (size_t i = 0; i < zn; i++) q[i] = (i / 512) % 2 ? pattern(i) : (i / 512) & 0xff;
+    for (size_t i = 0; i < zn; i++) zbad += q[i] != ((i / 512) % 2 ? pattern(i) : (i / 512) & 0xff);
+    CHECK(zbad == 0, "%zu words wrong through zswap", zbad);
+    uint64_t zout = 0, zsame = 0;
+    CHECK(usermm_vmstat_get(z, "zswpout", &zout) == USERMM_OK && zout > 0, "zswpout %" PRIu64, zout);
+    CHECK(usermm_vmstat_get(z, "zswap_same_filled", &zsame) == USERMM_OK, "zswap_same_filled");
+    CHECK(usermm_unmap(z, q) == USERMM_OK && usermm_destroy(z) == USERMM_OK, "zswap teardown");
 }
 
 static void test_badenv(void) {

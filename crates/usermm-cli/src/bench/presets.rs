@@ -13,7 +13,7 @@
 //!   kernel engine with MAP_NORESERVE (usemem maps /dev/zero read-only, which is not
 //!   accounted either).
 
-use usermm::{MmConfig, SwapConfig};
+use usermm::MmConfig;
 
 use super::usemem::Params;
 use crate::Failure;
@@ -25,11 +25,8 @@ pub const PTE_LIMIT_SHIFT: u32 = 8;
 
 /// Swap capacity a configuration asks for (0 without swap).
 pub fn configured_swap_bytes(cfg: &MmConfig) -> u64 {
-    match &cfg.swap {
-        SwapConfig::File { size, .. } | SwapConfig::Ram { size } => *size,
-        // The command line never builds a custom device.
-        SwapConfig::None | SwapConfig::Device(_) => 0,
-    }
+    // The command line never builds a custom device (size 0).
+    cfg.swap.size()
 }
 
 fn at_least_one(opt: &str, v: u64) -> Result<(), Failure> {
@@ -149,7 +146,7 @@ mod tests {
 
     #[test]
     fn swap_w_seq_is_three_quarters() {
-        let cfg = MmConfig::new(8 << 20).swap(SwapConfig::Ram { size: 24 << 20 });
+        let cfg = MmConfig::new(8 << 20).swap(usermm::SwapConfig::Ram { size: 24 << 20 });
         let p = swap_w_seq(&cfg, 2, true).unwrap();
         assert_eq!(p.bytes_per_task, 12 << 20);
         assert!(!p.readonly);

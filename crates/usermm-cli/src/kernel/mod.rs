@@ -41,9 +41,39 @@ pub struct Setup {
 
 impl Setup {
     /// The kernel setup matching a usermm configuration: the same budget, zram for `ram`, a
-    /// swap file for `file` / `file:PATH` (in `$TMPDIR`, like usermm's), none for `none`.
+    /// swap file for `file` / `file:PATH` (in `$TMPDIR`, like usermm's), zswap (same
+    /// compressor, default `max_pool_percent`) over a swap file for `zswap+DEVICE`, none for
+    /// `none`.
     pub fn from_config(cfg: &MmConfig) -> Setup {
-        let swap = match &cfg.swap {
+        Setup {
+            budget: cfg.budget,
+            swap: Self::spec(&cfg.swap),
+        }
+    }
+
+    fn spec(swap: &SwapConfig) -> Spec {
+        match swap {
+            SwapConfig::Zswap { zswap, lower } => {
+                let file = match Self::spec(lower) {
+                    f @ Spec::File { .. } => f,
+                    // The kernel's zswap sits in front of a swap device; use a file of the size
+                    // the lower tier has.
+                    _ => Spec::File {
+                        path: None,
+                        dir: std::env::temp_dir(),
+                        size: lower.size(),
+                    },
+                };
+                Spec::Zswap {
+                    compressor: match zswap.compressor {
+                        usermm::swap::Compressor::Lz4 => "lz4".into(),
+                        usermm::swap::Compressor::Zstd(_) => "zstd".into(),
+                    },
+                    // The kernel bounds the pool by a share of all RAM only; keep its default.
+                    max_pool_percent: 20,
+                    file: Box::new(file),
+                }
+            }
             SwapConfig::Ram { size } => Spec::Zram { size: *size },
             SwapConfig::File { path, size } => match path {
                 Some(p) if p.is_dir() => Spec::File {
@@ -62,11 +92,13 @@ impl Setup {
                     size: *size,
                 },
             },
+            // The kernel has no remote tier: it swaps to a local file of the same size.
+            SwapConfig::Redis(r) => Spec::File {
+                path: None,
+                dir: std::env::temp_dir(),
+                size: r.size,
+            },
             SwapConfig::None | SwapConfig::Device(_) => Spec::None,
-        };
-        Setup {
-            budget: cfg.budget,
-            swap,
         }
     }
 }
@@ -543,5 +575,27 @@ mod tests {
         );
         let cfg = MmConfig::new(64 << 20).swap(SwapConfig::None);
         assert_eq!(Setup::from_config(&cfg).swap, Spec::None);
+        // zswap tiers: the kernel's zswap over a swap file (also for zswap+ram).
+        for spec in ["zswap", "zswap+file", "zswap+ram"] {
+            let cfg = MmConfig::new(64 << 20).swap(SwapConfig::parse(spec, 1 << 30).unwrap());
+            assert_eq!(
+                Setup::from_config(&cfg).swap,
+                Spec::Zswap {
+                    compressor: "lz4".into(),
+                    max_pool_percent: 20,
+                    file: Box::new(Spec::File {
+                        path: None,
+                        dir: std::env::temp_dir(),
+                        size: 1 << 30
+                    })
+                },
+                "{spec}"
+            );
+        }
+        let cfg =
+            MmConfig::new(64 << 20).swap(SwapConfig::parse("zswap:zstd+file", 1 << 30).unwrap());
+        assert!(
+            matches!(Setup::from_config(&cfg).swap, Spec::Zswap { compressor, .. } if compressor == "zstd")
+        );
     }
 }

@@ -1,10 +1,12 @@
 //! Kernel swap for the kernel engine: a zram device of its own (hot-added through
-//! /sys/class/zram-control, so an existing /dev/zram0 is left alone) or a swap file it creates,
-//! formatted with mkswap and enabled with swapon at the highest priority; torn down with
-//! swapoff, zram reset and hot_remove, or removal of the file.
+//! /sys/class/zram-control, so an existing /dev/zram0 is left alone), a swap file it creates,
+//! formatted with mkswap and enabled with swapon at the highest priority, or zswap in front of
+//! such a swap file (compressor and `max_pool_percent` set and zswap enabled through
+//! /sys/module/zswap/parameters, the previous values saved); torn down with swapoff, zram reset
+//! and hot_remove, removal of the file, and the zswap parameters restored.
 //!
 //! Mirrors the setup in `shared/measure/kernel-usemem.sh` and the kernel's
-//! Documentation/admin-guide/blockdev/zram.rst.
+//! Documentation/admin-guide/blockdev/zram.rst and Documentation/admin-guide/mm/zswap.rst.
 
 use std::fs;
 use std::io;
@@ -29,6 +31,35 @@ pub enum Spec {
         dir: PathBuf,
         size: u64,
     },
+    /// zswap with `compressor` and `max_pool_percent` (of RAM: the kernel knows no other
+    /// bound) in front of a swap file (`file` is a [`Spec::File`]).
+    Zswap {
+        compressor: String,
+        max_pool_percent: u32,
+        file: Box<Spec>,
+    },
+}
+
+const ZSWAP_PARAMS: &str = "/sys/module/zswap/parameters";
+
+/// zswap's parameters before the kernel engine changed them, restored on teardown.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ZswapSaved {
+    pub enabled: String,
+    pub compressor: String,
+    pub max_pool_percent: String,
+}
+
+fn zswap_param(name: &str) -> Result<String, String> {
+    let p = format!("{ZSWAP_PARAMS}/{name}");
+    fs::read_to_string(&p)
+        .map(|s| s.trim().to_string())
+        .map_err(|e| format!("cannot read {p} ({e}): this kernel has no zswap (CONFIG_ZSWAP)"))
+}
+
+fn set_zswap_param(name: &str, value: &str) -> Result<(), String> {
+    let p = format!("{ZSWAP_PARAMS}/{name}");
+    fs::write(&p, value).map_err(|e| format!("cannot write {value:?} to {p}: {e}"))
 }
 
 /// One active kernel swap area this process set up. Its fields say what exists, so a partial
@@ -46,6 +77,9 @@ pub struct KernelSwap {
     pub size: u64,
     /// Description for the report ("zram1 (lzo-rle)", "file /tmp/...").
     pub name: String,
+    /// zswap's parameters before this setup enabled it (Some once they were changed).
+    #[serde(default)]
+    pub zswap_saved: Option<ZswapSaved>,
 }
 
 /// Runs a system tool, turning failure into a message with its stderr.
@@ -122,6 +156,34 @@ impl KernelSwap {
     ) -> Result<(), String> {
         match spec {
             Spec::None => Ok(()),
+            Spec::Zswap {
+                compressor,
+                max_pool_percent,
+                file,
+            } => {
+                let saved = ZswapSaved {
+                    enabled: zswap_param("enabled")?,
+                    compressor: zswap_param("compressor")?,
+                    max_pool_percent: zswap_param("max_pool_percent")?,
+                };
+                Self::setup(file, out, progress)?;
+                let s = out.as_mut().expect("the swap file was set up");
+                s.zswap_saved = Some(saved);
+                progress(s);
+                if set_zswap_param("compressor", compressor).is_err() {
+                    // The algorithm may be a module not loaded yet.
+                    let _ = run("modprobe", &[compressor]);
+                    set_zswap_param("compressor", compressor)?;
+                }
+                set_zswap_param("max_pool_percent", &max_pool_percent.to_string())?;
+                set_zswap_param("enabled", "Y")?;
+                s.name = format!(
+                    "zswap ({compressor}, max_pool_percent {max_pool_percent}) over {}",
+                    s.name
+                );
+                progress(s);
+                Ok(())
+            }
             Spec::Zram { size } => {
                 let ctl = zram_control()?;
                 let id: u32 = fs::read_to_string(ctl.join("hot_add"))
@@ -217,6 +279,18 @@ impl KernelSwap {
                 }
             }
             self.active = false;
+        }
+        // After swapoff (which brings zswap's pages back): the parameters as they were.
+        if let Some(z) = self.zswap_saved.take() {
+            for (n, v) in [
+                ("enabled", &z.enabled),
+                ("compressor", &z.compressor),
+                ("max_pool_percent", &z.max_pool_percent),
+            ] {
+                if let Err(e) = set_zswap_param(n, v) {
+                    errs.push(e);
+                }
+            }
         }
         if let Some(id) = self.zram.take() {
             let reset = format!("/sys/block/zram{id}/reset");

@@ -493,11 +493,14 @@ impl Mm {
             .unwrap_or_else(|| Watermarks::scaled(nr_frames));
         let dev = cfg
             .swap
-            .open_with(crate::swap::FileSwapOptions {
-                encrypt: cfg.swap_encrypt,
-                keep: cfg.swap_keep,
-                sparse: cfg.swap_sparse,
-            })
+            .open_for_budget(
+                cfg.budget,
+                crate::swap::FileSwapOptions {
+                    encrypt: cfg.swap_encrypt,
+                    keep: cfg.swap_keep,
+                    sparse: cfg.swap_sparse,
+                },
+            )
             .map_err(|e| match e.kind() {
                 // A size or path the caller gave that cannot work: the message names it.
                 std::io::ErrorKind::InvalidInput => Error::inval(e.to_string()),
@@ -670,8 +673,30 @@ impl Mm {
         m.vm.set(Item::NrFree, m.frames.nr_free());
         if let Some(s) = &m.swap {
             m.vm.set(Item::NrSwapUsed, s.slots.nr_pages() - s.slots.nr_free());
+            // The tiers' own counters (zswap's), summed where two tiers share a name.
+            let mut sums: Vec<(&'static str, u64)> = Vec::new();
+            for (_, counters) in crate::swap::tiers(&s.dev) {
+                for (n, v) in counters {
+                    match sums.iter_mut().find(|(k, _)| *k == n) {
+                        Some((_, t)) => *t += v,
+                        None => sums.push((n, v)),
+                    }
+                }
+            }
+            for (n, v) in sums {
+                m.vm.set_named(n, v);
+            }
         }
         m.vm.snapshot()
+    }
+
+    /// The swap tiers, top first: each tier's description and its own counters (empty without
+    /// swap). `zswap+file` gives the zswap pool, then the file.
+    pub fn swap_tiers(&self) -> Vec<(String, Vec<(&'static str, u64)>)> {
+        self.inner()
+            .swap
+            .as_ref()
+            .map_or_else(Vec::new, |s| crate::swap::tiers(&s.dev))
     }
 
     /// The memory budget in bytes.

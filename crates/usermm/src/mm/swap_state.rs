@@ -82,7 +82,20 @@ impl SwapState {
     /// device drop its contents.
     pub fn free_slot(&self, slot: u64, vm: &Counters) {
         self.delete_from_cache(slot, vm);
-        self.slots.free(slot);
+        self.dev.invalidate(slot);
+        if let Some(cluster) = self.slots.free_for_discard(slot) {
+            // A wholly free cluster, held off the free list until the device has released it
+            // (`discard_swap_cluster`), so no new page can land in it meanwhile.
+            let (start, n) = self.slots.cluster_range(cluster);
+            if let Err(e) = self.dev.discard(start, n) {
+                log::warn!(
+                    "discarding swap slots {start}..{} on {}: {e}",
+                    start + n,
+                    self.dev.name()
+                );
+            }
+            self.slots.discard_done(cluster);
+        }
         vm.inc(Item::SwapSlotFree);
     }
 }

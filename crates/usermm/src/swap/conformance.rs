@@ -22,7 +22,23 @@ const NR: u64 = 64;
 // Page patterns: every u64 word of a page names its slot, a seed and its own index, so a page
 // that lands in the wrong slot, a stale page, or a torn page is detected.
 
+/// Seeds with this bit give mixed pages: by slot and seed, a page is same-filled (every word
+/// the same, still naming slot and seed), compressible (one random byte per word) or random.
+pub(super) const MIXED: u64 = 1 << 40;
+
 fn word(slot: u64, seed: u64, i: u64) -> u64 {
+    if seed & MIXED != 0 {
+        let w = mix(slot, seed, i);
+        return match (slot ^ seed) % 3 {
+            0 => mix(slot, seed, 0),
+            1 => w & 0xff,
+            _ => w,
+        };
+    }
+    mix(slot, seed, i)
+}
+
+fn mix(slot: u64, seed: u64, i: u64) -> u64 {
     let mut x = slot.wrapping_mul(0x9e37_79b9_7f4a_7c15)
         ^ seed.rotate_left(32)
         ^ i.wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -55,8 +71,15 @@ fn pool(pages: usize) -> Mapping {
 // ---------------------------------------------------------------------------------------------
 // The suite.
 
-/// Checks that `dev` (of `SIZE` requested bytes) behaves as a swap device must.
+/// Checks that `dev` (of `SIZE` requested bytes) behaves as a swap device must, with random
+/// (incompressible) pages and again with mixed pages (same-filled, compressible, random).
 fn conformance(dev: &dyn SwapDevice) {
+    conformance_with(dev, 0);
+    conformance_with(dev, MIXED);
+}
+
+/// The suite with seeds offset by `pat` (0: random pages; [`MIXED`]: mixed pages).
+fn conformance_with(dev: &dyn SwapDevice, pat: u64) {
     let name = dev.name();
     assert!(!name.is_empty());
     assert_eq!(
@@ -64,59 +87,59 @@ fn conformance(dev: &dyn SwapDevice) {
         NR,
         "{name}: capacity must be the requested size in whole pages"
     );
-    single_page_round_trip(dev);
-    scattered_batch(dev);
-    bounds(dev);
-    overwrite(dev);
-    discard_then_write(dev);
-    concurrent(dev);
+    single_page_round_trip(dev, pat);
+    scattered_batch(dev, pat);
+    bounds(dev, pat);
+    overwrite(dev, pat);
+    discard_then_write(dev, pat);
+    concurrent(dev, pat);
 }
 
-fn single_page_round_trip(dev: &dyn SwapDevice) {
+fn single_page_round_trip(dev: &dyn SwapDevice, pat: u64) {
     let src = pool(4);
-    fill(&src, P, 7, 1);
+    fill(&src, P, 7, pat + 1);
     dev.write_pages(7, &src, &[P]).unwrap();
     let dst = pool(4);
     dev.read_pages(7, &dst, &[2 * P]).unwrap();
-    check(&dst, 2 * P, 7, 1, "single page");
+    check(&dst, 2 * P, 7, pat + 1, "single page");
     // Empty batches are fine.
     dev.write_pages(7, &src, &[]).unwrap();
     dev.read_pages(7, &dst, &[]).unwrap();
 }
 
-fn scattered_batch(dev: &dyn SwapDevice) {
+fn scattered_batch(dev: &dyn SwapDevice, pat: u64) {
     let src = pool(16);
     // Scattered pool pages, some physically adjacent (3,4,5) so merged I/O vectors are covered.
     let src_pages: Vec<usize> = [9, 2, 3, 4, 14, 0, 11].iter().map(|p| p * P).collect();
     for (i, &p) in src_pages.iter().enumerate() {
-        fill(&src, p, 10 + i as u64, 2);
+        fill(&src, p, 10 + i as u64, pat + 2);
     }
     dev.write_pages(10, &src, &src_pages).unwrap();
     let dst = pool(16);
     let dst_pages: Vec<usize> = [15, 1, 7, 8, 12, 3, 5].iter().map(|p| p * P).collect();
     dev.read_pages(10, &dst, &dst_pages).unwrap();
     for (i, &p) in dst_pages.iter().enumerate() {
-        check(&dst, p, 10 + i as u64, 2, "scattered batch");
+        check(&dst, p, 10 + i as u64, pat + 2, "scattered batch");
     }
     // A sub-range of the batch, read on its own.
     let one = pool(2);
     dev.read_pages(13, &one, &[P, 0]).unwrap();
-    check(&one, P, 13, 2, "sub-range");
-    check(&one, 0, 14, 2, "sub-range");
+    check(&one, P, 13, pat + 2, "sub-range");
+    check(&one, 0, 14, pat + 2, "sub-range");
 }
 
-fn bounds(dev: &dyn SwapDevice) {
+fn bounds(dev: &dyn SwapDevice, pat: u64) {
     let last = NR - 1;
     let src = pool(2);
-    fill(&src, 0, last, 3);
-    fill(&src, P, NR, 3);
+    fill(&src, 0, last, pat + 3);
+    fill(&src, P, NR, pat + 3);
     dev.write_pages(last, &src, &[0]).unwrap();
     let dst = pool(2);
     dev.read_pages(last, &dst, &[0]).unwrap();
-    check(&dst, 0, last, 3, "last slot");
+    check(&dst, 0, last, pat + 3, "last slot");
 
     // Past the end: errors, and nothing is written (the last slot keeps its content).
-    fill(&src, 0, last, 99);
+    fill(&src, 0, last, pat + 99);
     assert!(
         dev.write_pages(NR, &src, &[0]).is_err(),
         "write at slot == nr_pages must fail"
@@ -141,24 +164,24 @@ fn bounds(dev: &dyn SwapDevice) {
 
     dst.fill(0, 2 * P, 0).unwrap();
     dev.read_pages(last, &dst, &[0]).unwrap();
-    check(&dst, 0, last, 3, "last slot after refused writes");
+    check(&dst, 0, last, pat + 3, "last slot after refused writes");
 }
 
-fn overwrite(dev: &dyn SwapDevice) {
+fn overwrite(dev: &dyn SwapDevice, pat: u64) {
     let src = pool(1);
-    fill(&src, 0, 20, 3);
+    fill(&src, 0, 20, pat + 3);
     dev.write_pages(20, &src, &[0]).unwrap();
-    fill(&src, 0, 20, 4);
+    fill(&src, 0, 20, pat + 4);
     dev.write_pages(20, &src, &[0]).unwrap();
     let dst = pool(1);
     dev.read_pages(20, &dst, &[0]).unwrap();
-    check(&dst, 0, 20, 4, "overwrite");
+    check(&dst, 0, 20, pat + 4, "overwrite");
 }
 
-fn discard_then_write(dev: &dyn SwapDevice) {
+fn discard_then_write(dev: &dyn SwapDevice, pat: u64) {
     let src = pool(4);
     for i in 0..4 {
-        fill(&src, i * P, 30 + i as u64, 5);
+        fill(&src, i * P, 30 + i as u64, pat + 5);
     }
     dev.write_pages(30, &src, &[0, P, 2 * P, 3 * P]).unwrap();
     dev.discard(30, 2).unwrap();
@@ -166,18 +189,18 @@ fn discard_then_write(dev: &dyn SwapDevice) {
     // The neighbours of a discarded range keep their data.
     let dst = pool(2);
     dev.read_pages(32, &dst, &[0, P]).unwrap();
-    check(&dst, 0, 32, 5, "after neighbour discard");
-    check(&dst, P, 33, 5, "after neighbour discard");
+    check(&dst, 0, 32, pat + 5, "after neighbour discard");
+    check(&dst, P, 33, pat + 5, "after neighbour discard");
     // A discarded slot takes new data.
-    fill(&src, 0, 30, 6);
-    fill(&src, P, 31, 6);
+    fill(&src, 0, 30, pat + 6);
+    fill(&src, P, 31, pat + 6);
     dev.write_pages(30, &src, &[P, 0]).unwrap();
     dev.read_pages(30, &dst, &[0, P]).unwrap();
-    check(&dst, 0, 31, 6, "rewrite after discard");
-    check(&dst, P, 30, 6, "rewrite after discard");
+    check(&dst, 0, 31, pat + 6, "rewrite after discard");
+    check(&dst, P, 30, pat + 6, "rewrite after discard");
 }
 
-fn concurrent(dev: &dyn SwapDevice) {
+fn concurrent(dev: &dyn SwapDevice, pat: u64) {
     const THREADS: u64 = 4;
     const PER: u64 = 8;
     std::thread::scope(|s| {
@@ -189,7 +212,7 @@ fn concurrent(dev: &dyn SwapDevice) {
                 let fwd: Vec<usize> = (0..PER as usize).map(|i| i * P).collect();
                 let rev: Vec<usize> = fwd.iter().rev().copied().collect();
                 for round in 0..25u64 {
-                    let seed = 1000 * (t + 1) + round;
+                    let seed = pat + 1000 * (t + 1) + round;
                     for i in 0..PER {
                         fill(&src, i as usize * P, base + i, seed);
                     }
@@ -519,6 +542,40 @@ fn ram_swap() {
 }
 
 #[test]
+fn ram_swap_allocates_on_demand() {
+    // 1 GiB of slots costs nothing until written, and discarded slots give their memory back.
+    let dev = RamSwap::new(1 << 30).unwrap();
+    assert_eq!(dev.nr_pages(), 1 << 18);
+    assert_eq!(dev.resident_bytes().unwrap(), 0);
+    let src = pool(16);
+    for i in 0..16 {
+        fill(&src, i * P, 1000 + i as u64, 9);
+    }
+    let pages: Vec<usize> = (0..16).map(|i| i * P).collect();
+    dev.write_pages(1000, &src, &pages).unwrap();
+    assert_eq!(dev.resident_bytes().unwrap(), 16 * P as u64);
+    dev.discard(1000, 8).unwrap();
+    assert_eq!(dev.resident_bytes().unwrap(), 8 * P as u64);
+    let dst = pool(16);
+    dev.read_pages(1008, &dst, &pages[..8]).unwrap();
+    for i in 0..8 {
+        check(
+            &dst,
+            i * P,
+            1008 + i as u64,
+            9,
+            "kept after neighbour discard",
+        );
+    }
+    // A discarded slot reads as zeros (the read maps the shared zero page, which mincore
+    // counts but which costs no memory).
+    dev.read_pages(1000, &dst, &[0]).unwrap();
+    assert!((0..P).step_by(8).all(|o| dst.read_u64(o) == 0));
+    dev.discard(1000, 1).unwrap();
+    assert_eq!(dev.resident_bytes().unwrap(), 8 * P as u64);
+}
+
+#[test]
 fn faulty_swap_without_failures() {
     let dev = FaultySwap::new(Arc::new(FileSwap::open(None, SIZE).unwrap()));
     assert!(dev.name().starts_with("faulty(file:"), "{}", dev.name());
@@ -686,4 +743,371 @@ fn faulty_swap_fails_ops_touching_a_slot() {
     assert_eq!(e.to_string(), "injected read failure at slot 6");
     assert_eq!(dev.injected_write_failures(), 2);
     assert_eq!(dev.injected_read_failures(), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The compressed tier.
+
+use super::{Compressor, SwapConfig, Zswap};
+
+fn counter(dev: &dyn SwapDevice, name: &str) -> u64 {
+    dev.counters()
+        .iter()
+        .find(|(n, _)| *n == name)
+        .unwrap_or_else(|| panic!("{} has no counter {name}", dev.name()))
+        .1
+}
+
+#[test]
+fn zswap_lz4_over_ram() {
+    let dev = Zswap::new(
+        Arc::new(RamSwap::new(SIZE).unwrap()),
+        Compressor::Lz4,
+        1 << 20,
+    );
+    assert!(dev.name().starts_with("zswap(lz4, "), "{}", dev.name());
+    assert!(dev.name().contains("+ram"), "{}", dev.name());
+    conformance(&dev);
+    assert!(counter(&dev, "zswpout") > 0);
+    assert!(counter(&dev, "zswpin") > 0);
+    assert!(counter(&dev, "zswap_reject_compress_poor") > 0);
+}
+
+#[test]
+fn zswap_zstd_over_file() {
+    let lower = Arc::new(FileSwap::open(None, SIZE).unwrap());
+    let dev = Zswap::new(lower, Compressor::Zstd(3), 1 << 20);
+    assert!(dev.name().starts_with("zswap(zstd:3, "), "{}", dev.name());
+    conformance(&dev);
+    assert!(counter(&dev, "zswpin") > 0);
+}
+
+#[test]
+fn zswap_with_a_tiny_pool_writes_back_during_the_suite() {
+    // Room for a handful of compressed pages: every store pushes older ones to the file,
+    // concurrently with reads and overwrites of the same slots.
+    let lower = Arc::new(FileSwap::open(None, SIZE).unwrap());
+    let dev = Zswap::new(lower, Compressor::Lz4, 3 * 4096);
+    conformance(&dev);
+    assert!(counter(&dev, "zswpwb") > 0);
+    assert!(dev.pool_bytes() <= dev.max_pool_bytes() + dev.max_pool_bytes() / 8);
+}
+
+/// A page of real, compressible data: this crate's source text.
+fn text_page(k: usize) -> [u8; P] {
+    let src = include_bytes!("zswap.rs");
+    let mut page = [0u8; P];
+    for (i, b) in page.iter_mut().enumerate() {
+        *b = src[(k * 1777 + i) % src.len()];
+    }
+    page
+}
+
+/// An incompressible page (xorshift).
+fn random_page(k: usize) -> [u8; P] {
+    let mut x = 0x2545_f491_4f6c_dd1du64 ^ (k as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let mut page = [0u8; P];
+    for c in page.chunks_exact_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        c.copy_from_slice(&x.to_ne_bytes());
+    }
+    page
+}
+
+#[test]
+fn zswap_stores_real_data_by_kind() {
+    for comp in [Compressor::Lz4, Compressor::Zstd(3)] {
+        let lower = Arc::new(RamSwap::new(1 << 20).unwrap());
+        let dev = Zswap::new(lower.clone(), comp, 1 << 20);
+        // 64 pages: 16 zero, 16 same-filled with another word, 16 text, 16 random.
+        let src = pool(64);
+        let mut want = Vec::new();
+        for k in 0..64 {
+            let page: [u8; P] = match k / 16 {
+                0 => [0; P],
+                1 => {
+                    let mut p = [0u8; P];
+                    for c in p.chunks_exact_mut(8) {
+                        c.copy_from_slice(&(0xdead_beef_0000_0000u64 + k as u64).to_ne_bytes());
+                    }
+                    p
+                }
+                2 => text_page(k),
+                _ => random_page(k),
+            };
+            src.write_bytes(k * P, &page).unwrap();
+            want.push(page);
+        }
+        // Interleave kinds within one batch: slot order k*5 % 64 mixes them.
+        let order: Vec<usize> = (0..64).map(|k| (k * 5) % 64).collect();
+        let offs: Vec<usize> = order.iter().map(|k| k * P).collect();
+        dev.write_pages(100, &src, &offs).unwrap();
+        assert_eq!(counter(&dev, "zswap_same_filled"), 32, "{comp}");
+        assert_eq!(counter(&dev, "zswap_reject_compress_poor"), 16, "{comp}");
+        assert_eq!(counter(&dev, "zswap_stored_pages"), 48, "{comp}");
+        assert_eq!(counter(&dev, "zswpout"), 48, "{comp}");
+        let pool_bytes = counter(&dev, "zswap_pool_bytes");
+        assert!(
+            pool_bytes > 0 && pool_bytes < 16 * P as u64 * 3 / 4,
+            "{comp}: {pool_bytes}"
+        );
+        // Only the random pages reached the lower device.
+        assert_eq!(lower.resident_bytes().unwrap(), 16 * P as u64, "{comp}");
+        let dst = pool(64);
+        let back: Vec<usize> = (0..64).rev().map(|k| k * P).collect();
+        dev.read_pages(100, &dst, &back).unwrap();
+        for (i, &k) in order.iter().enumerate() {
+            let mut got = [0u8; P];
+            dst.read_bytes(back[i], &mut got).unwrap();
+            assert!(
+                got == want[k],
+                "{comp}: page {k} (slot {}) differs",
+                100 + i
+            );
+        }
+        assert_eq!(counter(&dev, "zswpin"), 48, "{comp}");
+        // Freed slots leave the pool.
+        for s in 100..132 {
+            dev.invalidate(s);
+        }
+        dev.discard(132, 32).unwrap();
+        assert_eq!(counter(&dev, "zswap_stored_pages"), 0, "{comp}");
+        assert_eq!(counter(&dev, "zswap_pool_bytes"), 0, "{comp}");
+        assert_eq!(counter(&dev, "zswap_same_filled"), 0, "{comp}");
+    }
+}
+
+#[test]
+fn zswap_writes_the_oldest_back_under_pressure() {
+    let lower = Arc::new(RamSwap::new(4 << 20).unwrap());
+    let max = 64 << 10;
+    let dev = Zswap::new(lower.clone(), Compressor::Lz4, max);
+    let src = pool(1);
+    let mut pages = Vec::new();
+    for k in 0..512 {
+        let page = text_page(k);
+        src.write_bytes(0, &page).unwrap();
+        dev.write_pages(k as u64, &src, &[0]).unwrap();
+        pages.push(page);
+        assert!(
+            dev.pool_bytes() <= max,
+            "pool of {} bytes past its bound of {max} after slot {k}",
+            dev.pool_bytes()
+        );
+    }
+    let wb = counter(&dev, "zswpwb");
+    assert!(wb > 0);
+    assert_eq!(counter(&dev, "zswap_stored_pages") + wb, 512);
+    assert_eq!(lower.resident_bytes().unwrap(), wb * P as u64);
+    // LRU order: the oldest slots went down, the newest are still compressed.
+    let dst = pool(1);
+    let mut got = [0u8; P];
+    lower.read_pages(0, &dst, &[0]).unwrap();
+    dst.read_bytes(0, &mut got).unwrap();
+    assert!(
+        got == pages[0],
+        "slot 0 (the oldest) must have been written back"
+    );
+    lower.read_pages(511, &dst, &[0]).unwrap();
+    dst.read_bytes(0, &mut got).unwrap();
+    assert!(
+        got == [0u8; P],
+        "slot 511 (the newest) must still be in the pool"
+    );
+    // Every page reads back through the tier, from wherever it is.
+    for (k, page) in pages.iter().enumerate() {
+        dev.read_pages(k as u64, &dst, &[0]).unwrap();
+        dst.read_bytes(0, &mut got).unwrap();
+        assert!(got == *page, "slot {k}");
+    }
+}
+
+#[test]
+fn zswap_keeps_pages_when_writeback_fails() {
+    let lower = Arc::new(FaultySwap::new(Arc::new(RamSwap::new(4 << 20).unwrap())));
+    lower.set_write_mode(FailMode::All);
+    let max = 32 << 10;
+    let dev = Zswap::new(lower.clone(), Compressor::Lz4, max);
+    let src = pool(1);
+    let mut stored = 0;
+    for k in 0..256 {
+        src.write_bytes(0, &text_page(k)).unwrap();
+        match dev.write_pages(k as u64, &src, &[0]) {
+            Ok(()) => stored += 1,
+            // Over the hard bound the store goes to the (failing) lower device: an error the
+            // manager answers by keeping the page resident.
+            Err(e) => assert!(e.to_string().contains("injected write failure"), "{e}"),
+        }
+    }
+    assert!(counter(&dev, "zswap_writeback_error") > 0);
+    assert!(counter(&dev, "zswap_pool_limit_hit") > 0);
+    assert_eq!(counter(&dev, "zswpwb"), 0);
+    assert!(dev.pool_bytes() <= max + max / 8 + 4096);
+    // Nothing stored was lost.
+    let dst = pool(1);
+    let mut got = [0u8; P];
+    for k in 0..stored {
+        dev.read_pages(k as u64, &dst, &[0]).unwrap();
+        dst.read_bytes(0, &mut got).unwrap();
+        assert!(got == text_page(k), "slot {k}");
+    }
+}
+
+#[test]
+fn swap_specs_parse_and_name_bad_values() {
+    let c = SwapConfig::parse("zswap+file", SIZE).unwrap();
+    assert_eq!(c.spec().unwrap(), "zswap:lz4,pool=20%+file");
+    let c = SwapConfig::parse("zswap", SIZE).unwrap();
+    assert_eq!(c.spec().unwrap(), "zswap:lz4,pool=20%+file");
+    let c = SwapConfig::parse("zswap:zstd", SIZE).unwrap();
+    assert_eq!(c.spec().unwrap(), "zswap:zstd=3,pool=20%+file");
+    assert_eq!(c.size(), SIZE);
+    let c = SwapConfig::parse("zswap:zstd=5,pool=8M+file:/tmp/x", SIZE).unwrap();
+    assert_eq!(c.spec().unwrap(), "zswap:zstd=5,pool=8388608+file:/tmp/x");
+    let dev = SwapConfig::parse("zswap:pool=50%+ram", SIZE)
+        .unwrap()
+        .open_for_budget(8 << 20, FileSwapOptions::default())
+        .unwrap()
+        .unwrap();
+    assert!(
+        dev.name().contains("pool max 4194304 bytes"),
+        "{}",
+        dev.name()
+    );
+    assert!(
+        dev.name().ends_with("+ram (64 pages, on demand)"),
+        "{}",
+        dev.name()
+    );
+    let tiers = super::tiers(&dev);
+    assert_eq!(tiers.len(), 2);
+    assert!(tiers[0].1.iter().any(|(n, _)| *n == "zswpout"));
+    conformance(dev.as_ref());
+    for (bad, named) in [
+        ("zswap+", "\"\""),
+        ("zswap+none", "not none"),
+        ("zswap+zswap+ram", "another zswap"),
+        ("zswap+disk", "\"disk\""),
+        ("zswap:lz5+ram", "\"lz5\""),
+        ("zswap:zstd=99+ram", "\"zstd=99\""),
+        ("zswap:pool=0%+ram", "\"pool=0%\""),
+        ("zswap:pool=12Q+ram", "\"pool=12Q\""),
+        ("zswapfile", "\"zswapfile\""),
+        ("file:", "needs a path"),
+        ("floppy", "\"floppy\""),
+    ] {
+        let e = SwapConfig::parse(bad, SIZE).unwrap_err().to_string();
+        assert!(e.contains(named), "{bad}: {e}");
+        assert!(e.contains(&format!("{bad:?}")), "{bad}: {e}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Redis Cluster: a live 3-primary/3-replica cluster on loopback (tests/redis_fixture).
+
+#[path = "../../tests/redis_fixture/mod.rs"]
+mod redis_fixture;
+
+use super::{RedisConfig, RedisSwap};
+
+fn redis_cfg(c: &redis_fixture::Cluster, user: bool) -> RedisConfig {
+    let mut r = RedisConfig::parse(&c.spec(user), SIZE).unwrap();
+    r.password = Some(redis_fixture::PASSWORD.into());
+    r
+}
+
+#[test]
+fn redis_cluster_conformance_auth_and_dead_nodes() {
+    if !redis_fixture::available() {
+        eprintln!("SKIPPED: redis-server/redis-cli not installed (.ci/run installs them)");
+        return;
+    }
+    let mut c = redis_fixture::Cluster::start();
+    // The ACL user, and the default user with WAIT 1.
+    let dev = RedisSwap::open(&redis_cfg(&c, true)).unwrap();
+    assert!(
+        dev.name().starts_with("redis://swapper@127.0.0.1:"),
+        "{}",
+        dev.name()
+    );
+    conformance(&dev);
+    let mut r = redis_cfg(&c, false);
+    r.sync_replicas = 1;
+    let dev = RedisSwap::open(&r).unwrap();
+    assert!(dev.name().contains("WAIT 1"), "{}", dev.name());
+    conformance(&dev);
+    // A run inside one hash tag is one round trip each way.
+    let before = counter(&dev, "redis_round_trips");
+    let src = pool(32);
+    let offs: Vec<usize> = (0..32).map(|i| i * P).collect();
+    dev.write_pages(0, &src, &offs).unwrap();
+    dev.read_pages(0, &src, &offs).unwrap();
+    assert_eq!(counter(&dev, "redis_round_trips") - before, 2);
+    // zswap in front of Redis.
+    let z = Zswap::new(
+        Arc::new(RedisSwap::open(&redis_cfg(&c, true)).unwrap()),
+        Compressor::Lz4,
+        1 << 20,
+    );
+    conformance(&z);
+    assert!(counter(&z, "zswap_reject_compress_poor") > 0);
+    let cfg = SwapConfig::parse(&format!("zswap+{}", c.spec(true)), SIZE).unwrap();
+    assert!(
+        matches!(&cfg, SwapConfig::Zswap { lower, .. } if matches!(**lower, SwapConfig::Redis(_)))
+    );
+
+    // Wrong password, at open and at Mm::new.
+    let mut bad = redis_cfg(&c, true);
+    bad.password = Some("wrong".into());
+    let e = RedisSwap::open(&bad).unwrap_err().to_string();
+    assert!(
+        e.contains("authentication as user \"swapper\" failed")
+            && e.contains("USERMM_REDIS_PASSWORD"),
+        "{e}"
+    );
+    let e = crate::Mm::new(crate::MmConfig::new(8 << 20).swap(SwapConfig::Redis(bad)))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("authentication as user \"swapper\" failed"),
+        "{e}"
+    );
+    // A password in the spec is refused.
+    let e = SwapConfig::parse("redis://u:pw@127.0.0.1:1", SIZE)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("password in the swap spec is refused"), "{e}");
+
+    // Every node down: writes and reads fail with clear errors, within bounded time.
+    let mut r = redis_cfg(&c, true);
+    r.read_retry = std::time::Duration::from_secs(2);
+    let dev = RedisSwap::open(&r).unwrap();
+    let p1 = pool(1);
+    fill(&p1, 0, 3, 1);
+    dev.write_pages(3, &p1, &[0]).unwrap();
+    c.kill_all();
+    let t0 = std::time::Instant::now();
+    let e = dev.write_pages(4, &p1, &[0]).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("redis MSET of 1 pages from usermm:{"),
+        "{e}"
+    );
+    // The failed write dropped its connection: the read fails connecting (or in MGET).
+    let e = dev.read_pages(3, &p1, &[0]).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("redis MGET of 1 pages from usermm:{")
+            || e.to_string()
+                .contains("connecting to redis://swapper@127.0.0.1:"),
+        "{e}"
+    );
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(30),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert!(counter(&dev, "redis_errors") >= 2);
 }

@@ -193,4 +193,16 @@ impl SwapDevice for FaultySwap {
     fn discard(&self, slot: u64, n: u64) -> io::Result<()> {
         self.inner.discard(slot, n)
     }
+
+    fn invalidate(&self, slot: u64) {
+        self.inner.invalidate(slot)
+    }
+
+    fn tier(&self) -> String {
+        "faulty".into()
+    }
+
+    fn lower(&self) -> Option<&Arc<dyn SwapDevice>> {
+        Some(&self.inner)
+    }
 }

@@ -4,6 +4,10 @@
 //! A [`SwapDevice`] stores page-sized slots; [`SwapSlots`] hands slots out in clusters so that a
 //! batch of pages reclaimed together lands in consecutive slots (sequential device writes). Every
 //! backend passes the shared conformance test in `conformance.rs`.
+//!
+//! Devices stack into tiers: a [`Zswap`] pool wraps any device (`zswap+file`, `zswap+ram`), the
+//! way Linux's zswap sits in front of a swap device. [`SwapDevice::lower`] walks the chain and
+//! [`SwapDevice::counters`] gives each tier's counters, which the manager's vmstat reports.
 
 use std::io;
 use std::path::PathBuf;
@@ -16,12 +20,16 @@ pub mod crypt;
 pub mod faulty;
 pub mod file;
 pub mod ram;
+pub mod redis;
 mod slots;
+pub mod zswap;
 
 pub use faulty::FaultySwap;
 pub use file::{FileSwap, FileSwapOptions};
 pub use ram::RamSwap;
+pub use redis::{RedisConfig, RedisSwap};
 pub use slots::{SwapSlots, SWAPFILE_CLUSTER};
+pub use zswap::{Compressor, PoolLimit, Zswap, ZswapConfig};
 
 /// A page-granular swap device. Slot `s` covers bytes `[s*4096, (s+1)*4096)` of the device.
 ///
@@ -38,10 +46,41 @@ pub trait SwapDevice: Send + Sync + 'static {
     /// Reads slots `slot + i` into the pages at `pool` offsets `pages[i]`.
     fn read_pages(&self, slot: u64, pool: &Mapping, pages: &[usize]) -> io::Result<()>;
     /// The slots `[slot, slot+n)` no longer hold data; a device may release their space.
+    /// Called when a whole swap cluster (`[slot, slot+n)`) is free, before it can be allocated
+    /// again (`discard_swap_cluster`).
     fn discard(&self, slot: u64, n: u64) -> io::Result<()> {
         let _ = (slot, n);
         Ok(())
     }
+    /// Slot `slot` was freed (`swap_free` -> `zswap_invalidate`): a tier that keeps per-slot
+    /// data drops it now. Cheap; called for every freed slot, with locks of the caller held.
+    fn invalidate(&self, slot: u64) {
+        let _ = slot;
+    }
+    /// This tier alone, without the tiers below it (for `usermm info`); [`SwapDevice::name`]
+    /// describes the whole chain.
+    fn tier(&self) -> String {
+        self.name()
+    }
+    /// The device below this one, for stacked tiers.
+    fn lower(&self) -> Option<&Arc<dyn SwapDevice>> {
+        None
+    }
+    /// This tier's own counters, with Linux's names where Linux has them (`zswpout`, ...).
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+}
+
+/// The tiers of `dev`, top first: each tier's own description and counters.
+pub fn tiers(dev: &Arc<dyn SwapDevice>) -> Vec<(String, Vec<(&'static str, u64)>)> {
+    let mut out = Vec::new();
+    let mut d = Some(dev);
+    while let Some(t) = d {
+        out.push((t.tier(), t.counters()));
+        d = t.lower();
+    }
+    out
 }
 
 /// Which swap device a memory manager uses.
@@ -49,8 +88,15 @@ pub trait SwapDevice: Send + Sync + 'static {
 pub enum SwapConfig {
     /// A file: `path: None` creates an unlinked temporary file (mode 0600) in $TMPDIR.
     File { path: Option<PathBuf>, size: u64 },
-    /// A preallocated RAM buffer (like a RAM-simulated PMEM device).
+    /// RAM allocated on demand, freed when slots are freed (like a RAM disk).
     Ram { size: u64 },
+    /// A compressed pool (zswap) in front of the `lower` device.
+    Zswap {
+        zswap: ZswapConfig,
+        lower: Box<SwapConfig>,
+    },
+    /// A Redis Cluster (`redis://[user@]host:port[,host:port...]`).
+    Redis(RedisConfig),
     /// No swap: reclaim can only drop clean pages; anonymous memory beyond the budget fails.
     None,
     /// A device the caller built (for tests: a [`FaultySwap`]).
@@ -62,53 +108,198 @@ impl std::fmt::Debug for SwapConfig {
         match self {
             SwapConfig::File { path, size } => write!(f, "File {{ path: {path:?}, size: {size} }}"),
             SwapConfig::Ram { size } => write!(f, "Ram {{ size: {size} }}"),
+            SwapConfig::Zswap { zswap, lower } => {
+                write!(f, "Zswap {{ {}, lower: {lower:?} }}", zswap.options())
+            }
+            SwapConfig::Redis(r) => write!(f, "Redis {{ {}, size: {} }}", r.spec(), r.size),
             SwapConfig::None => write!(f, "None"),
             SwapConfig::Device(d) => write!(f, "Device({})", d.name()),
         }
     }
 }
 
+/// What `SwapConfig::parse` accepts, for error messages.
+const SPEC_HELP: &str = "use file, file:PATH, ram, none, redis://[USER@]HOST:PORT[,HOST:PORT...], \
+     or zswap[:OPTIONS]+DEVICE (zswap+file, zswap+ram, zswap+redis://..., \
+     zswap:zstd,pool=25%+file:PATH; options lz4, zstd, zstd=LEVEL, pool=SIZE, pool=N%)";
+
 impl SwapConfig {
-    /// Parses a device name as the CLI and the environment give it: `file` (an unlinked
-    /// temporary file), `file:PATH`, `ram` or `none`, with the capacity `size` in bytes.
+    /// Parses a device name as the CLI and the environment give it, with the capacity `size` in
+    /// bytes: `file` (an unlinked temporary file), `file:PATH`, `ram`, `none`, or a compressed
+    /// tier in front of one of those: `zswap+file` (also plain `zswap`), `zswap+ram`,
+    /// `zswap:OPTIONS+DEVICE`, `redis://[USER@]HOST:PORT[,HOST:PORT...]` (a Redis Cluster), with
+    /// options `lz4` (default), `zstd`, `zstd=LEVEL`, `pool=SIZE`, `pool=N%` (default 20% of the
+    /// budget).
     pub fn parse(spec: &str, size: u64) -> crate::Result<SwapConfig> {
-        match spec.trim() {
-            "file" => Ok(SwapConfig::File { path: None, size }),
-            "ram" => Ok(SwapConfig::Ram { size }),
-            "none" => Ok(SwapConfig::None),
-            s if s.starts_with("file:") && s.len() > 5 => Ok(SwapConfig::File {
-                path: Some(s[5..].into()),
+        Self::parse_inner(spec.trim(), size).map_err(|e| {
+            crate::Error::inval(if e.is_empty() {
+                format!("unknown swap device {:?}: {SPEC_HELP}", spec.trim())
+            } else {
+                format!("swap device {:?}: {e}", spec.trim())
+            })
+        })
+    }
+
+    /// Err("") means "not a device name at all".
+    fn parse_inner(s: &str, size: u64) -> Result<SwapConfig, String> {
+        match s {
+            "file" => return Ok(SwapConfig::File { path: None, size }),
+            "ram" => return Ok(SwapConfig::Ram { size }),
+            "none" => return Ok(SwapConfig::None),
+            _ => {}
+        }
+        if s.starts_with("redis://") {
+            return RedisConfig::parse(s, size).map(SwapConfig::Redis);
+        }
+        if let Some(p) = s.strip_prefix("file:") {
+            if p.is_empty() {
+                return Err("file: needs a path (or use plain file for a temporary file)".into());
+            }
+            return Ok(SwapConfig::File {
+                path: Some(p.into()),
                 size,
-            }),
-            other => Err(crate::Error::inval(format!(
-                "unknown swap device {other:?}: use file, file:PATH, ram or none"
-            ))),
+            });
+        }
+        if s == "zswap" || s.starts_with("zswap:") || s.starts_with("zswap+") {
+            let rest = &s[5..];
+            // `zswap` alone is zswap over a swap file, as the kernel's zswap is.
+            let Some(plus) = rest.find('+') else {
+                let opts = rest.strip_prefix(':').unwrap_or(rest);
+                return Ok(SwapConfig::Zswap {
+                    zswap: ZswapConfig::parse_options(opts)?,
+                    lower: Box::new(SwapConfig::File { path: None, size }),
+                });
+            };
+            let opts = rest[..plus].strip_prefix(':').unwrap_or(&rest[..plus]);
+            if plus > 0 && !rest.starts_with(':') {
+                return Err(String::new());
+            }
+            let zswap = ZswapConfig::parse_options(opts)?;
+            let lower_spec = rest[plus + 1..].trim();
+            let lower = match Self::parse_inner(lower_spec, size) {
+                Ok(SwapConfig::None) => {
+                    return Err("zswap needs a device below it, not none".into())
+                }
+                Ok(SwapConfig::Zswap { .. }) => {
+                    return Err("zswap cannot sit on another zswap".into())
+                }
+                Ok(l) => l,
+                Err(e) if e.is_empty() => {
+                    return Err(format!(
+                        "unknown device {lower_spec:?} below zswap: {SPEC_HELP}"
+                    ))
+                }
+                Err(e) => return Err(e),
+            };
+            return Ok(SwapConfig::Zswap {
+                zswap,
+                lower: Box::new(lower),
+            });
+        }
+        Err(String::new())
+    }
+
+    /// The spec [`SwapConfig::parse`] reads back into this configuration (None for a
+    /// caller-built device).
+    pub fn spec(&self) -> Option<String> {
+        Some(match self {
+            SwapConfig::File { path: None, .. } => "file".into(),
+            SwapConfig::File { path: Some(p), .. } => format!("file:{}", p.display()),
+            SwapConfig::Ram { .. } => "ram".into(),
+            SwapConfig::Zswap { zswap, lower } => {
+                format!("zswap:{}+{}", zswap.options(), lower.spec()?)
+            }
+            SwapConfig::Redis(r) => r.spec(),
+            SwapConfig::None => "none".into(),
+            SwapConfig::Device(_) => return None,
+        })
+    }
+
+    /// The swap file path this configuration names, in any tier (None for a temporary file).
+    pub fn file_path(&self) -> Option<&std::path::Path> {
+        match self {
+            SwapConfig::File { path, .. } => path.as_deref(),
+            SwapConfig::Zswap { lower, .. } => lower.file_path(),
+            _ => None,
         }
     }
 
-    /// [`SwapConfig::open`] with the file device's options (encryption, keeping a named
-    /// file); other devices ignore them.
-    pub fn open_with(&self, opts: FileSwapOptions) -> io::Result<Option<Arc<dyn SwapDevice>>> {
-        if let SwapConfig::File { path, size } = self {
-            return Ok(Some(Arc::new(FileSwap::open_with(
-                path.as_deref(),
-                *size,
-                opts,
-            )?)));
+    /// This configuration with a named swap file replaced by an unlinked temporary file of the
+    /// same size (for a process that finds the named file claimed by another manager).
+    pub fn without_file_path(&self) -> SwapConfig {
+        match self {
+            SwapConfig::File { size, .. } => SwapConfig::File {
+                path: None,
+                size: *size,
+            },
+            SwapConfig::Zswap { zswap, lower } => SwapConfig::Zswap {
+                zswap: *zswap,
+                lower: Box::new(lower.without_file_path()),
+            },
+            other => other.clone(),
         }
-        self.open()
     }
 
-    /// Opens the device this configuration names (None for [`SwapConfig::None`]).
+    /// The swap capacity in bytes this configuration asks for (0 for none or a caller-built
+    /// device).
+    pub fn size(&self) -> u64 {
+        match self {
+            SwapConfig::File { size, .. } | SwapConfig::Ram { size } => *size,
+            SwapConfig::Zswap { lower, .. } => lower.size(),
+            SwapConfig::Redis(r) => r.size,
+            SwapConfig::None | SwapConfig::Device(_) => 0,
+        }
+    }
+
+    /// Opens the device this configuration names (None for [`SwapConfig::None`]), sizing a
+    /// zswap pool given as a percentage against the default budget of 256 MiB; the memory
+    /// manager uses [`SwapConfig::open_for_budget`].
     pub fn open(&self) -> io::Result<Option<Arc<dyn SwapDevice>>> {
+        self.open_for_budget(256 << 20, FileSwapOptions::default())
+    }
+
+    /// Opens the device for a manager with a budget of `budget` bytes; a swap file, alone or
+    /// below zswap, gets the file options (encryption, keeping a named file, sparse).
+    pub fn open_for_budget(
+        &self,
+        budget: u64,
+        file: FileSwapOptions,
+    ) -> io::Result<Option<Arc<dyn SwapDevice>>> {
         Ok(match self {
             SwapConfig::File { path, size } => {
-                Some(Arc::new(FileSwap::open(path.as_deref(), *size)?))
+                Some(Arc::new(FileSwap::open_with(path.as_deref(), *size, file)?))
             }
             SwapConfig::Ram { size } => Some(Arc::new(RamSwap::new(*size)?)),
+            SwapConfig::Zswap { zswap, lower } => {
+                let Some(lower) = lower.open_for_budget(budget, file)? else {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        "zswap needs a device below it, not none",
+                    ));
+                };
+                Some(Arc::new(Zswap::new(
+                    lower,
+                    zswap.compressor,
+                    zswap.max_pool.bytes(budget),
+                )))
+            }
+            SwapConfig::Redis(r) => Some(Arc::new(RedisSwap::open(r)?)),
             SwapConfig::None => None,
             SwapConfig::Device(d) => Some(d.clone()),
         })
+    }
+
+    /// Sets the replicas a Redis tier waits for on every write (`WAIT N`); false if the
+    /// configuration has no Redis tier.
+    pub fn set_sync_replicas(&mut self, n: u32) -> bool {
+        match self {
+            SwapConfig::Redis(r) => {
+                r.sync_replicas = n;
+                true
+            }
+            SwapConfig::Zswap { lower, .. } => lower.set_sync_replicas(n),
+            _ => false,
+        }
     }
 }
 

@@ -1,10 +1,11 @@
-//! The RAM swap device: swap slots stored in a preallocated anonymous buffer, like a RAM-backed
-//! PMEM or brd device. Mirrors `drivers/block/brd.c` (a RAM disk) as used through the swap path of
-//! `mm/page_io.c`.
+//! The RAM swap device: swap slots stored in an anonymous mapping that is populated on demand,
+//! like a RAM disk. Mirrors `drivers/block/brd.c` (a RAM disk whose pages are allocated on first
+//! write and freed on discard) as used through the swap path of `mm/page_io.c`.
 //!
-//! The whole buffer is populated when the device is created, so its memory is really reserved up
-//! front and swapping out never needs to allocate. Pages move by memcpy between the frame pool and
-//! the buffer. Discard is a no-op: releasing the memory would undo the reservation.
+//! The device reserves address space only (`MAP_NORESERVE`, no transparent huge pages): a slot
+//! costs memory from its first write until it is discarded (`MADV_DONTNEED` gives the page back),
+//! so a large `--swap-size` costs nothing until pages are really swapped out. Reading a slot that
+//! was never written returns zeros. Pages move by memcpy between the frame pool and the mapping.
 
 use std::io;
 
@@ -12,7 +13,7 @@ use super::file::{check_pool_pages, check_slots, pages_for_size};
 use super::SwapDevice;
 use crate::sys::{Advice, Mapping, PAGE_SIZE};
 
-/// A swap device in a preallocated RAM buffer (see the module documentation).
+/// A swap device in RAM allocated on demand (see the module documentation).
 #[derive(Debug)]
 pub struct RamSwap {
     mem: Mapping,
@@ -20,8 +21,8 @@ pub struct RamSwap {
 }
 
 impl RamSwap {
-    /// Reserves a buffer of `size` bytes (rounded down to whole pages; at least one page) and
-    /// populates it.
+    /// Reserves address space for `size` bytes (rounded down to whole pages; at least one page).
+    /// No memory is used until slots are written.
     pub fn new(size: u64) -> io::Result<Self> {
         let nr_pages = pages_for_size(size)?;
         let bytes = nr_pages as usize * PAGE_SIZE;
@@ -30,27 +31,28 @@ impl RamSwap {
             let text = text.split(" (os error").next().unwrap_or(&text).to_owned();
             io::Error::new(
                 e.kind(),
-                format!("cannot reserve {bytes} bytes of RAM for the swap device ({text}): choose a smaller swap size"),
+                format!("cannot reserve {bytes} bytes of address space for the RAM swap device ({text}): choose a smaller swap size"),
             )
         };
         let mem = Mapping::anon(bytes, 0).map_err(fail)?;
-        match mem.advise(0, bytes, Advice::PopulateWrite) {
-            Ok(()) => {}
-            // Kernels before 5.14 lack MADV_POPULATE_WRITE: touch every page instead.
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                for off in (0..bytes).step_by(PAGE_SIZE) {
-                    mem.write_u64(off, 0);
-                }
-            }
-            Err(e) => return Err(fail(e)),
+        // One 4 KiB slot must cost 4 KiB, not a 2 MiB huge page.
+        if let Err(e) = mem.advise(0, bytes, Advice::NoHugePage) {
+            log::debug!("madvise(NOHUGEPAGE) on the RAM swap device: {e}");
         }
         Ok(RamSwap { mem, nr_pages })
+    }
+
+    /// Bytes of memory the device holds now (pages written and not discarded), by mincore(2);
+    /// a read of a never-written slot maps the shared zero page, which this also counts.
+    pub fn resident_bytes(&self) -> io::Result<u64> {
+        let pages = self.mem.resident(0, self.mem.len())?;
+        Ok(pages.iter().filter(|&&r| r).count() as u64 * PAGE_SIZE as u64)
     }
 }
 
 impl SwapDevice for RamSwap {
     fn name(&self) -> String {
-        format!("ram ({} pages)", self.nr_pages)
+        format!("ram ({} pages, on demand)", self.nr_pages)
     }
 
     fn nr_pages(&self) -> u64 {
@@ -77,6 +79,15 @@ impl SwapDevice for RamSwap {
     }
 
     fn discard(&self, slot: u64, n: u64) -> io::Result<()> {
-        check_slots(slot, n, self.nr_pages)
+        check_slots(slot, n, self.nr_pages)?;
+        if n == 0 {
+            return Ok(());
+        }
+        // Give the pages back (brd_do_discard); the next read of these slots sees zeros.
+        self.mem.advise(
+            slot as usize * PAGE_SIZE,
+            n as usize * PAGE_SIZE,
+            Advice::DontNeed,
+        )
     }
 }

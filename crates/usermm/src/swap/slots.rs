@@ -46,6 +46,9 @@ struct Inner {
     current: Option<(u32, u64)>,
     /// Where the scan for partially used clusters resumes (Linux `cluster_next`).
     scan_cursor: u32,
+    /// Wholly free clusters the device is discarding (`CLUSTER_FLAG_DISCARD`): allocated from
+    /// by nobody until [`SwapSlots::discard_done`].
+    discarding: Vec<bool>,
 }
 
 /// What `free` found, reported after the lock is released.
@@ -68,6 +71,7 @@ impl SwapSlots {
             free_clusters: (0..nr_clusters_u32).collect(),
             current: None,
             scan_cursor: 0,
+            discarding: vec![false; nr_clusters as usize],
         };
         SwapSlots {
             nr_pages,
@@ -138,13 +142,43 @@ impl SwapSlots {
         }
         self.nr_free
             .store(free_before - got as u64, Ordering::Relaxed);
-        debug_assert!(got == want, "allocator found {got} of {want} free slots");
+        debug_assert!(
+            got == want || inner.discarding.iter().any(|&d| d),
+            "allocator found {got} of {want} free slots"
+        );
         got
+    }
+
+    /// Frees `slot` like [`SwapSlots::free`], except that a cluster this leaves wholly free is
+    /// returned instead of queued for allocation: the caller discards it on the device and then
+    /// calls [`SwapSlots::discard_done`].
+    pub fn free_for_discard(&self, slot: u64) -> Option<u32> {
+        self.free_inner(slot, true)
+    }
+
+    /// The slots of `cluster`: (first slot, count).
+    pub fn cluster_range(&self, cluster: u32) -> (u64, u64) {
+        let start = u64::from(cluster) * SWAPFILE_CLUSTER;
+        (start, cluster_end(cluster, self.nr_pages) - start)
+    }
+
+    /// The device has discarded `cluster` (from [`SwapSlots::free_for_discard`]): it may be
+    /// allocated again.
+    pub fn discard_done(&self, cluster: u32) {
+        let mut inner = self.inner.lock();
+        if std::mem::take(&mut inner.discarding[cluster as usize]) {
+            inner.push_free(cluster);
+        }
     }
 
     /// Frees `slot`. Freeing a slot that is not allocated (or past the end) is a bug in the caller:
     /// it panics in debug builds and is logged and ignored in release builds, so counts stay right.
     pub fn free(&self, slot: u64) {
+        self.free_inner(slot, false);
+    }
+
+    fn free_inner(&self, slot: u64, discard: bool) -> Option<u32> {
+        let mut held = None;
         let outcome = if slot >= self.nr_pages {
             FreeOutcome::OutOfRange
         } else {
@@ -160,14 +194,19 @@ impl SwapSlots {
                 if inner.used[cluster as usize] == 0
                     && inner.current.map(|(c, _)| c) != Some(cluster)
                 {
-                    inner.push_free(cluster);
+                    if discard && !inner.on_free_list[cluster as usize] {
+                        inner.discarding[cluster as usize] = true;
+                        held = Some(cluster);
+                    } else {
+                        inner.push_free(cluster);
+                    }
                 }
                 self.nr_free.fetch_add(1, Ordering::Relaxed);
                 FreeOutcome::Freed
             }
         };
         let msg = match outcome {
-            FreeOutcome::Freed => return,
+            FreeOutcome::Freed => return held,
             FreeOutcome::OutOfRange => format!(
                 "swap slot {slot} freed but the device has {} slots",
                 self.nr_pages
@@ -180,6 +219,7 @@ impl SwapSlots {
         if cfg!(debug_assertions) {
             panic!("{msg}");
         }
+        None
     }
 }
 
@@ -213,7 +253,7 @@ impl Inner {
         for i in 0..nr_clusters {
             let c = (self.scan_cursor + i) % nr_clusters;
             let size = cluster_end(c, nr_pages) - u64::from(c) * SWAPFILE_CLUSTER;
-            if u64::from(self.used[c as usize]) < size {
+            if u64::from(self.used[c as usize]) < size && !self.discarding[c as usize] {
                 self.scan_cursor = (c + 1) % nr_clusters;
                 return Some(c);
             }
@@ -248,6 +288,27 @@ mod tests {
         let got = s.alloc(n, &mut v);
         assert_eq!(got, v.len());
         v
+    }
+
+    #[test]
+    fn clusters_freed_for_discard_wait_for_it() {
+        let s = SwapSlots::new(2 * SWAPFILE_CLUSTER);
+        let a = alloc_vec(&s, SWAPFILE_CLUSTER as usize + 1); // cluster 0 full, current is 1
+        for &x in &a[..SWAPFILE_CLUSTER as usize - 1] {
+            assert_eq!(s.free_for_discard(x), None);
+        }
+        assert_eq!(
+            s.free_for_discard(a[SWAPFILE_CLUSTER as usize - 1]),
+            Some(0)
+        );
+        assert_eq!(s.cluster_range(0), (0, SWAPFILE_CLUSTER));
+        // Cluster 1 fills up; cluster 0 is free but being discarded: nothing to hand out.
+        let b = alloc_vec(&s, 2 * SWAPFILE_CLUSTER as usize);
+        assert_eq!(b.len(), SWAPFILE_CLUSTER as usize - 1);
+        assert!(b.iter().all(|&x| x >= SWAPFILE_CLUSTER));
+        s.discard_done(0);
+        let c = alloc_vec(&s, 3);
+        assert_eq!(c, vec![0, 1, 2]);
     }
 
     #[test]

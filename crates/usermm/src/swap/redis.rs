@@ -1,0 +1,458 @@
+//! The Redis Cluster swap device: far memory on an existing distributed store. Swap slots are
+//! keys of a Redis Cluster reached through the `redis` crate's cluster client. Mirrors the swap
+//! path of `mm/page_io.c` (`swap_writepage` / `swap_read_folio`) over a remote store, in the
+//! spirit of far-memory swap systems (Infiniswap, Fastswap) but on stock Redis.
+//!
+//! Keys: slot `s` is `usermm:{<device id>:<s / 64>}:<s>`. The part in braces is the hash tag,
+//! so the 64 slots of a group live on one cluster node: a run of slots (a reclaim batch or a
+//! readahead window) is one `MSET` / `MGET` / `DEL` of that node, one round trip. Freed clusters
+//! are released with `DEL` (discard).
+//!
+//! Durability: a write returns once the primary has the pages; with `sync_replicas` = N it
+//! then sends `WAIT N` and fails unless N replicas acknowledged, so a failover loses nothing that
+//! was acknowledged. A failed write leaves the pages resident and dirty (the core retries them
+//! later); a read retries through a failover (the client follows MOVED/redirections and
+//! reconnects) and, if the key is gone, fails naming the key: the core then poisons the page
+//! (SIGBUS on access), counts `swap_read_error` and logs the error. Every operation is bounded by
+//! the connection and response timeouts, so nothing hangs on a dead node.
+//!
+//! Credentials: `redis://user@host:port,...` names the ACL user; the password comes from
+//! `USERMM_REDIS_PASSWORD` or the file named by `USERMM_REDIS_PASSWORD_FILE`, never from the
+//! spec (a spec with a password is refused).
+
+use std::io;
+use std::time::Duration;
+
+use super::file::{check_pool_pages, check_slots, pages_for_size};
+use super::SwapDevice;
+use crate::sync::{AtomicU64, Mutex, Ordering};
+use crate::sys::{Mapping, PAGE_SIZE};
+
+/// Slots per hash tag (one node, one round trip).
+pub const SLOTS_PER_TAG: u64 = 64;
+
+/// Settings of a Redis Cluster device (`redis://[user@]host:port[,host:port...]`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct RedisConfig {
+    /// Seed nodes, `host:port`.
+    pub nodes: Vec<String>,
+    /// ACL user; None = the default user.
+    pub user: Option<String>,
+    /// Replicas that must acknowledge a write (`WAIT`); 0 = the primary only.
+    pub sync_replicas: u32,
+    /// Connect and response timeout.
+    pub timeout: Duration,
+    /// Capacity in bytes.
+    pub size: u64,
+    /// The password; None = from `USERMM_REDIS_PASSWORD` / `USERMM_REDIS_PASSWORD_FILE` when
+    /// the device opens. Never part of the spec, never printed.
+    pub password: Option<String>,
+    /// How long a read keeps retrying through a failover before it fails.
+    pub read_retry: Duration,
+}
+
+impl std::fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("spec", &self.spec())
+            .field("sync_replicas", &self.sync_replicas)
+            .field("timeout", &self.timeout)
+            .field("size", &self.size)
+            .field("password", &self.password.as_ref().map(|_| "<set>"))
+            .finish()
+    }
+}
+
+impl RedisConfig {
+    /// Parses `redis://[user@]host:port[,host:port...]` (what follows `redis://`).
+    pub fn parse(spec: &str, size: u64) -> Result<RedisConfig, String> {
+        let rest = spec
+            .strip_prefix("redis://")
+            .ok_or_else(|| format!("{spec:?} is not a redis:// address"))?;
+        let (user, hosts) = match rest.rsplit_once('@') {
+            Some((u, h)) => {
+                if u.contains(':') {
+                    return Err(
+                        "a password in the swap spec is refused (it would show in ps and logs): \
+                         set USERMM_REDIS_PASSWORD or USERMM_REDIS_PASSWORD_FILE"
+                            .into(),
+                    );
+                }
+                if u.is_empty() {
+                    return Err("empty user name before '@'".into());
+                }
+                (Some(u.to_string()), h)
+            }
+            None => (None, rest),
+        };
+        let mut nodes = Vec::new();
+        for h in hosts.split(',').map(str::trim) {
+            let ok = h.rsplit_once(':').is_some_and(|(host, port)| {
+                !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
+            });
+            if !ok {
+                return Err(format!("node {h:?} is not host:port"));
+            }
+            nodes.push(h.to_string());
+        }
+        Ok(RedisConfig {
+            nodes,
+            user,
+            sync_replicas: 0,
+            timeout: Duration::from_secs(2),
+            size,
+            password: None,
+            read_retry: Duration::from_secs(15),
+        })
+    }
+
+    /// The spec [`RedisConfig::parse`] reads back.
+    pub fn spec(&self) -> String {
+        match &self.user {
+            Some(u) => format!("redis://{u}@{}", self.nodes.join(",")),
+            None => format!("redis://{}", self.nodes.join(",")),
+        }
+    }
+}
+
+/// The password from `USERMM_REDIS_PASSWORD` or the file `USERMM_REDIS_PASSWORD_FILE`.
+fn password() -> io::Result<Option<String>> {
+    if let Ok(p) = std::env::var("USERMM_REDIS_PASSWORD") {
+        return Ok(Some(p));
+    }
+    if let Ok(f) = std::env::var("USERMM_REDIS_PASSWORD_FILE") {
+        let p = std::fs::read_to_string(&f).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot read USERMM_REDIS_PASSWORD_FILE {f}: {e}"),
+            )
+        })?;
+        return Ok(Some(p.trim_end_matches(['\n', '\r']).to_string()));
+    }
+    Ok(None)
+}
+
+/// A swap device on a Redis Cluster (see the module documentation).
+pub struct RedisSwap {
+    cfg: RedisConfig,
+    client: redis::cluster::ClusterClient,
+    /// Idle connections (the cluster connection is not shareable between threads).
+    conns: Mutex<Vec<redis::cluster::ClusterConnection>>,
+    id: String,
+    nr_pages: u64,
+    writes: AtomicU64,
+    reads: AtomicU64,
+    round_trips: AtomicU64,
+    errors: AtomicU64,
+    missing: AtomicU64,
+    retries: AtomicU64,
+}
+
+impl std::fmt::Debug for RedisSwap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisSwap")
+            .field("spec", &self.cfg.spec())
+            .field("id", &self.id)
+            .finish()
+    }
+}
+
+fn redis_err(what: &str, e: redis::RedisError) -> io::Error {
+    let kind = if e.is_timeout() {
+        io::ErrorKind::TimedOut
+    } else if e.is_connection_refusal() || e.is_connection_dropped() || e.is_io_error() {
+        io::ErrorKind::ConnectionRefused
+    } else {
+        io::ErrorKind::Other
+    };
+    io::Error::new(kind, format!("{what}: {e}"))
+}
+
+impl RedisSwap {
+    /// Connects to the cluster and checks the credentials (a wrong password fails here, with
+    /// the user named).
+    pub fn open(cfg: &RedisConfig) -> io::Result<RedisSwap> {
+        let nr_pages = pages_for_size(cfg.size)?;
+        let urls: Vec<String> = cfg.nodes.iter().map(|n| format!("redis://{n}")).collect();
+        let mut b = redis::cluster::ClusterClientBuilder::new(urls)
+            .connection_timeout(cfg.timeout)
+            .response_timeout(cfg.timeout)
+            .retries(3)
+            .min_retry_wait(100)
+            .max_retry_wait(1000);
+        if let Some(u) = &cfg.user {
+            b = b.username(u.clone());
+        }
+        let pw = match &cfg.password {
+            Some(p) => Some(p.clone()),
+            None => password()?,
+        };
+        if let Some(p) = pw {
+            b = b.password(p);
+        }
+        let client = b
+            .build()
+            .map_err(|e| redis_err(&format!("redis cluster {}", cfg.spec()), e))?;
+        let user = cfg.user.as_deref().unwrap_or("default");
+        let mut conn = client.get_connection().map_err(|e| {
+            let hint = if e.kind() == redis::ErrorKind::AuthenticationFailed
+                || e.to_string().contains("WRONGPASS")
+                || e.to_string().contains("NOAUTH")
+                || e.to_string().contains("AuthenticationFailed")
+            {
+                format!(
+                    ": authentication as user {user:?} failed; set the password in \
+                     USERMM_REDIS_PASSWORD or USERMM_REDIS_PASSWORD_FILE"
+                )
+            } else {
+                String::new()
+            };
+            io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("cannot connect to redis cluster {}: {e}{hint}", cfg.spec()),
+            )
+        })?;
+        let pong: String = redis::cmd("PING")
+            .query(&mut conn)
+            .map_err(|e| redis_err(&format!("PING redis cluster {}", cfg.spec()), e))?;
+        if pong != "PONG" {
+            return Err(io::Error::other(format!(
+                "redis cluster {} answered PING with {pong:?}",
+                cfg.spec()
+            )));
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        Ok(RedisSwap {
+            cfg: cfg.clone(),
+            client,
+            conns: Mutex::new(vec![conn]),
+            id: format!("{}-{:x}", std::process::id(), now & 0xffff_ffff_ffff),
+            nr_pages,
+            writes: AtomicU64::new(0),
+            reads: AtomicU64::new(0),
+            round_trips: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            missing: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
+        })
+    }
+
+    /// The key of `slot`.
+    pub fn key(&self, slot: u64) -> String {
+        format!("usermm:{{{}:{}}}:{slot}", self.id, slot / SLOTS_PER_TAG)
+    }
+
+    fn with_conn<R>(
+        &self,
+        f: impl FnOnce(&mut redis::cluster::ClusterConnection) -> io::Result<R>,
+    ) -> io::Result<R> {
+        let conn = self.conns.lock().pop();
+        let mut conn = match conn {
+            Some(c) => c,
+            None => self
+                .client
+                .get_connection()
+                .map_err(|e| redis_err(&format!("connecting to {}", self.cfg.spec()), e))?,
+        };
+        let r = f(&mut conn);
+        match &r {
+            // A connection that failed may be broken: drop it, the next call makes a new one.
+            Err(_) => {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(_) => self.conns.lock().push(conn),
+        }
+        r
+    }
+
+    /// Runs of `[slot, slot+n)` that share a hash tag: (first slot, count, index of the first).
+    fn groups(slot: u64, n: usize) -> Vec<(u64, usize, usize)> {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < n {
+            let s = slot + i as u64;
+            let left = (SLOTS_PER_TAG - s % SLOTS_PER_TAG) as usize;
+            let k = left.min(n - i);
+            out.push((s, k, i));
+            i += k;
+        }
+        out
+    }
+}
+
+impl SwapDevice for RedisSwap {
+    fn name(&self) -> String {
+        let sync = if self.cfg.sync_replicas > 0 {
+            format!(", WAIT {}", self.cfg.sync_replicas)
+        } else {
+            String::new()
+        };
+        format!("{} ({} pages{sync})", self.cfg.spec(), self.nr_pages)
+    }
+
+    fn nr_pages(&self) -> u64 {
+        self.nr_pages
+    }
+
+    fn write_pages(&self, slot: u64, pool: &Mapping, pages: &[usize]) -> io::Result<()> {
+        check_slots(slot, pages.len() as u64, self.nr_pages)?;
+        check_pool_pages(pool, pages)?;
+        if pages.is_empty() {
+            return Ok(());
+        }
+        let mut buf = vec![0u8; PAGE_SIZE];
+        self.with_conn(|conn| {
+            for (s, k, i) in Self::groups(slot, pages.len()) {
+                let mut cmd = redis::cmd("MSET");
+                for j in 0..k {
+                    pool.read_bytes(pages[i + j], &mut buf)?;
+                    cmd.arg(self.key(s + j as u64)).arg(&buf[..]);
+                }
+                let () = cmd.query(conn).map_err(|e| {
+                    redis_err(&format!("redis MSET of {k} pages from {}", self.key(s)), e)
+                })?;
+                self.round_trips.fetch_add(1, Ordering::Relaxed);
+            }
+            if self.cfg.sync_replicas > 0 {
+                let n = self.cfg.sync_replicas;
+                let acked: i64 = redis::cmd("WAIT")
+                    .arg(n)
+                    .arg(self.cfg.timeout.as_millis() as u64)
+                    .query(conn)
+                    .map_err(|e| redis_err("redis WAIT", e))?;
+                if acked < i64::from(n) {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!(
+                            "redis WAIT: only {acked} of {n} replicas acknowledged the write of {}",
+                            self.key(slot)
+                        ),
+                    ));
+                }
+            }
+            Ok(())
+        })?;
+        self.writes.fetch_add(pages.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn read_pages(&self, slot: u64, pool: &Mapping, pages: &[usize]) -> io::Result<()> {
+        check_slots(slot, pages.len() as u64, self.nr_pages)?;
+        check_pool_pages(pool, pages)?;
+        if pages.is_empty() {
+            return Ok(());
+        }
+        // A node that is down may come back as its replica is promoted: retry connection
+        // failures and timeouts until `read_retry` has passed; a missing key fails at once.
+        let t0 = std::time::Instant::now();
+        loop {
+            match self.read_once(slot, pool, pages) {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::ConnectionRefused
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Other
+                    ) && t0.elapsed() < self.cfg.read_retry =>
+                {
+                    log::warn!("{e}; retrying");
+                    self.retries.fetch_add(1, Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn discard(&self, slot: u64, n: u64) -> io::Result<()> {
+        self.discard_inner(slot, n)
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        self.counter_values()
+    }
+}
+
+impl RedisSwap {
+    fn read_once(&self, slot: u64, pool: &Mapping, pages: &[usize]) -> io::Result<()> {
+        self.with_conn(|conn| {
+            for (s, k, i) in Self::groups(slot, pages.len()) {
+                let mut cmd = redis::cmd("MGET");
+                for j in 0..k {
+                    cmd.arg(self.key(s + j as u64));
+                }
+                let vals: Vec<Option<Vec<u8>>> = cmd.query(conn).map_err(|e| {
+                    redis_err(&format!("redis MGET of {k} pages from {}", self.key(s)), e)
+                })?;
+                self.round_trips.fetch_add(1, Ordering::Relaxed);
+                for (j, v) in vals.into_iter().enumerate() {
+                    match v {
+                        Some(b) if b.len() == PAGE_SIZE => pool.write_bytes(pages[i + j], &b)?,
+                        // The core reads only slots it wrote: a missing key is lost data.
+                        None => {
+                            self.missing.fetch_add(1, Ordering::Relaxed);
+                            return Err(io::Error::new(
+                                io::ErrorKind::NotFound,
+                                format!(
+                                    "redis key {} is missing (lost in a failover, evicted, or \
+                                     deleted): the page is gone",
+                                    self.key(s + j as u64)
+                                ),
+                            ));
+                        }
+                        Some(b) => {
+                            self.missing.fetch_add(1, Ordering::Relaxed);
+                            return Err(io::Error::new(
+                                io::ErrorKind::InvalidData,
+                                format!(
+                                    "redis key {} holds {} bytes, not a page",
+                                    self.key(s + j as u64),
+                                    b.len()
+                                ),
+                            ));
+                        }
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        self.reads.fetch_add(pages.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn discard_inner(&self, slot: u64, n: u64) -> io::Result<()> {
+        check_slots(slot, n, self.nr_pages)?;
+        if n == 0 {
+            return Ok(());
+        }
+        self.with_conn(|conn| {
+            for (s, k, _) in Self::groups(slot, n as usize) {
+                let mut cmd = redis::cmd("DEL");
+                for j in 0..k {
+                    cmd.arg(self.key(s + j as u64));
+                }
+                let _: i64 = cmd
+                    .query(conn)
+                    .map_err(|e| redis_err(&format!("redis DEL from {}", self.key(s)), e))?;
+                self.round_trips.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(())
+        })
+    }
+
+    fn counter_values(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("redis_read_retries", self.retries.load(Ordering::Relaxed)),
+            ("redis_pages_written", self.writes.load(Ordering::Relaxed)),
+            ("redis_pages_read", self.reads.load(Ordering::Relaxed)),
+            (
+                "redis_round_trips",
+                self.round_trips.load(Ordering::Relaxed),
+            ),
+            ("redis_errors", self.errors.load(Ordering::Relaxed)),
+            ("redis_missing_keys", self.missing.load(Ordering::Relaxed)),
+        ]
+    }
+}
