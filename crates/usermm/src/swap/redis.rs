@@ -251,10 +251,11 @@ impl RedisSwap {
         let conn = self.conns.lock().pop();
         let mut conn = match conn {
             Some(c) => c,
-            None => self
-                .client
-                .get_connection()
-                .map_err(|e| redis_err(&format!("connecting to {}", self.cfg.spec()), e))?,
+            None => self.client.get_connection().map_err(|e| {
+                // A node that cannot be reached is an error of the device like a failed command.
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                redis_err(&format!("connecting to {}", self.cfg.spec()), e)
+            })?,
         };
         let r = f(&mut conn);
         match &r {

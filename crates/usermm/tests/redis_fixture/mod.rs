@@ -174,6 +174,19 @@ impl Cluster {
             live.iter()
                 .all(|&p| cli(p, &["cluster", "info"]).contains("cluster_state:ok"))
         });
+        // A replica is assigned before its first sync is done; WAIT on a primary whose
+        // replica is still syncing times out. Wait until every primary with a live replica
+        // sees it online.
+        self.wait_for("replicas online", || {
+            live.iter().all(|&p| {
+                let info = cli(p, &["info", "replication"]);
+                !info.contains("role:master")
+                    || info.contains("connected_slaves:0")
+                    || info
+                        .lines()
+                        .any(|l| l.starts_with("slave0:") && l.contains("state=online"))
+            })
+        });
     }
 
     /// `redis://USER@host:port,...` of every node.
