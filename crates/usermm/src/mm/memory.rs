@@ -543,6 +543,26 @@ fn drop_swap_copy(m: &MmInner, f: u32) {
     p.set(pg::DIRTY);
 }
 
+/// Places the page parked in frame `f`'s pool slot at view address `dst`: write-protected with
+/// one UFFDIO_COPY(MODE_WP) and the slot dropped (`wp`: a clean page, so its first store is seen;
+/// MOVE always installs a writable pte), else moved with UFFDIO_MOVE.
+fn place_from_slot(m: &MmInner, f: u32, dst: usize, wp: bool) -> Result<usize, OpError> {
+    let off = MmInner::frame_off(f);
+    let src = m.pool.addr() + off;
+    if wp {
+        retry_again(m, PAGE_SIZE, |_| {
+            m.uffd.copy(dst, src, PAGE_SIZE, true, true)
+        })
+        .inspect(|_| {
+            let _ = m.pool.advise(off, PAGE_SIZE, Advice::DontNeed);
+        })
+    } else {
+        retry_again(m, PAGE_SIZE, |_| {
+            m.uffd.move_pages(dst, src, PAGE_SIZE, false, true)
+        })
+    }
+}
+
 /// Maps frame `f` (parked in its pool slot) at page `idx`. A dirty page (or one without a swap
 /// copy) is moved with one UFFDIO_MOVE. A clean page whose swap copy stays valid is mapped
 /// write-protected with UFFDIO_COPY(MODE_WP) and its pool page dropped: MOVE always installs a
@@ -556,22 +576,7 @@ fn map_parked(m: &MmInner, r: &RegionInner, idx: u64, f: u32, write: bool, wake_
     }
     let keep_wp = p.test(pg::SWAPCACHE) && !p.test(pg::DIRTY);
     let dst = r.page_addr(idx);
-    let off = MmInner::frame_off(f);
-    let src = m.pool.addr() + off;
-    let place = || {
-        if keep_wp {
-            retry_again(m, PAGE_SIZE, |_| {
-                m.uffd.copy(dst, src, PAGE_SIZE, true, true)
-            })
-            .inspect(|_| {
-                let _ = m.pool.advise(off, PAGE_SIZE, Advice::DontNeed);
-            })
-        } else {
-            retry_again(m, PAGE_SIZE, |_| {
-                m.uffd.move_pages(dst, src, PAGE_SIZE, false, true)
-            })
-        }
-    };
+    let place = || place_from_slot(m, f, dst, keep_wp);
     let mut res = place();
     if matches!(res, Err(e) if e.is_exists()) {
         // The view holds a page although the entry says this one is parked: a stray left by a
@@ -1174,21 +1179,8 @@ fn map_file_page(
         filemap::set_page_dirty(m, a, f);
     }
     let dst = r.page_addr(idx);
-    let off = MmInner::frame_off(f);
-    let src = m.pool.addr() + off;
     let clean = !p.test(pg::DIRTY);
-    let res = if clean {
-        retry_again(m, PAGE_SIZE, |_| {
-            m.uffd.copy(dst, src, PAGE_SIZE, true, true)
-        })
-        .inspect(|_| {
-            let _ = m.pool.advise(off, PAGE_SIZE, Advice::DontNeed);
-        })
-    } else {
-        retry_again(m, PAGE_SIZE, |_| {
-            m.uffd.move_pages(dst, src, PAGE_SIZE, false, true)
-        })
-    };
+    let res = place_from_slot(m, f, dst, clean);
     if let Err(e) = res {
         log::error!("mapping file page {f} of {} at {dst:#x}: {e}", a.name());
         return false;
