@@ -27,12 +27,14 @@
 //! (this library's global allocator) calls glibc's `__libc_malloc` directly. So mimalloc never
 //! re-enters itself, and no usermm thread ever touches memory usermm manages.
 //!
-//! fork: every managed range and usermm's internal mappings are MADV_DONTFORK (the kernel
-//! cannot move pages shared copy-on-write, and the child has no fault handler). Instead the
-//! parent's forking thread streams the populated pages of every managed range to the child
-//! over a socket pair (pthread_atfork handlers); the child maps them at the same addresses as
-//! its own kernel memory, forgets the parent's manager, and creates its own on its next
-//! allocation. exec: the manager disappears with the old image; LD_PRELOAD is inherited, so
+//! fork: no page of a managed range is shared with a child (the kernel cannot move pages
+//! shared copy-on-write, and the child has no fault handler): managed ranges are
+//! MADV_WIPEONFORK (the child has them mapped, zero-filled, so glibc's own fork code may touch
+//! the `FILE`s and other heap objects in them before any atfork handler runs) and usermm's
+//! internal mappings MADV_DONTFORK. The parent's forking thread streams the populated pages of
+//! every managed range to the child over a socket pair (pthread_atfork handlers); the child
+//! maps them at the same addresses as its own kernel memory, forgets the parent's manager, and
+//! creates its own on its next allocation. exec: the manager disappears with the old image; LD_PRELOAD is inherited, so
 //! the new program gets its own manager.
 //!
 //! Statistics: at exit (a `.fini_array` destructor) the library appends one JSON line about
@@ -235,7 +237,7 @@ fn map_region(len: usize, noreserve: bool) -> Result<usize, Refusal> {
             return Err(Refusal::NoMemory);
         }
     };
-    sys::dontfork(r.as_ptr() as usize, r.len());
+    sys::wipeonfork(r.as_ptr() as usize, r.len());
     let start = r.as_ptr() as usize;
     note_mapped(r.len() as i64);
     N_MMAP.fetch_add(1, Ordering::Relaxed);
@@ -849,6 +851,9 @@ pub extern "C" fn mlockall(flags: c_int) -> c_int {
 struct ForkCopy {
     ranges: Vec<(usize, usize, std::sync::Arc<Region>)>,
     runs: Vec<(usize, usize)>,
+    /// Pages of managed ranges holding stdio streams, shared with the child copy-on-write
+    /// (sorted): glibc's fork writes their locks in the child before the child handler runs.
+    kept: Vec<usize>,
     /// (parent's end, child's end)
     fds: Option<(c_int, c_int)>,
 }
@@ -866,6 +871,7 @@ extern "C" fn fork_prepare() {
     }
     let _guard = Guard::enter();
     let ranges = SPACE.fork_prepare_ranges();
+    let kept = keep_stdio_for_fork(&ranges);
     let mut runs = Vec::new();
     for (start, len, r) in &ranges {
         for (off, l) in r.populated_ranges() {
@@ -874,6 +880,7 @@ extern "C" fn fork_prepare() {
             }
         }
     }
+    let runs = without_pages(&runs, &kept);
     let fds = if runs.is_empty() {
         None
     } else {
@@ -882,7 +889,59 @@ extern "C" fn fork_prepare() {
     if !runs.is_empty() && fds.is_none() {
         warn("fork: no socket pair to copy managed memory to the child; its copy will read zeros");
     }
-    *FORK.lock() = Some(ForkCopy { ranges, runs, fds });
+    *FORK.lock() = Some(ForkCopy {
+        ranges,
+        runs,
+        kept,
+        fds,
+    });
+}
+
+/// The pages of managed ranges that hold an open stdio stream or its lock, made resident and
+/// MADV_KEEPONFORK: glibc's fork walks every open FILE and resets its lock in the child before
+/// any atfork handler runs, so these pages must be there, with their contents, at fork. The
+/// child gets them copy-on-write as the kernel snapshots them (with glibc's lock reset kept);
+/// every other managed page is copied by [`fork_send`]. [`fork_parent`] makes them
+/// MADV_WIPEONFORK again.
+fn keep_stdio_for_fork(ranges: &[(usize, usize, std::sync::Arc<Region>)]) -> Vec<usize> {
+    let managed = |a: usize| ranges.iter().any(|&(s, l, _)| a >= s && a < s + l);
+    let mut kept = Vec::new();
+    for (a, l) in sys::stdio_objects() {
+        let mut p = a & !(PAGE - 1);
+        while p < a + l {
+            if managed(p) {
+                kept.push(p);
+            }
+            p += PAGE;
+        }
+    }
+    kept.sort_unstable();
+    kept.dedup();
+    kept.retain(|&p| {
+        sys::touch(p);
+        sys::keeponfork(p, PAGE)
+    });
+    kept
+}
+
+/// `runs` (sorted, disjoint byte ranges) without the pages in `kept` (sorted).
+fn without_pages(runs: &[(usize, usize)], kept: &[usize]) -> Vec<(usize, usize)> {
+    let mut out = Vec::with_capacity(runs.len());
+    for &(start, len) in runs {
+        let mut s = start;
+        let end = start + len;
+        let first = kept.partition_point(|&p| p + PAGE <= start);
+        for &p in kept[first..].iter().take_while(|&&p| p < end) {
+            if p > s {
+                out.push((s, p - s));
+            }
+            s = s.max(p + PAGE);
+        }
+        if s < end {
+            out.push((s, end - s));
+        }
+    }
+    out
 }
 
 /// Streams the populated managed memory to the child: a header (address, length) per run,
@@ -937,6 +996,9 @@ extern "C" fn fork_parent() {
             N_FORK_COPY.fetch_add(sent, Ordering::Relaxed);
             sys::close(p);
         }
+        for &pg in &fc.kept {
+            sys::wipeonfork(pg, PAGE);
+        }
         drop(fc);
         SPACE.fork_parent();
     } else {
@@ -950,7 +1012,8 @@ extern "C" fn fork_parent() {
 /// manager of them) and receives their contents; the parent's forking thread waits in
 /// [`fork_parent`] until everything is sent, so the copy is what that thread saw at fork.
 fn fork_receive(fc: &ForkCopy) -> u64 {
-    for &(start, len, _) in &fc.ranges {
+    let whole: Vec<(usize, usize)> = fc.ranges.iter().map(|&(s, l, _)| (s, l)).collect();
+    for (start, len) in without_pages(&whole, &fc.kept) {
         let p = sys::raw_mmap(
             start as *mut c_void,
             len,

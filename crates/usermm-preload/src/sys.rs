@@ -163,6 +163,21 @@ pub fn dontfork(addr: usize, len: usize) {
     let _ = raw_madvise(addr as *mut c_void, len, libc::MADV_DONTFORK);
 }
 
+/// MADV_WIPEONFORK on `[addr, addr+len)` (after MADV_DOFORK undoes the core's DONTFORK): a
+/// fork child has the range mapped, zero-filled, instead of having nothing there. glibc's fork
+/// touches heap memory in the child before any atfork handler runs (`fresetlockfiles` writes
+/// the lock of every open `FILE`, which `fopen` allocated with `malloc`); with DONTFORK that
+/// was a SIGSEGV in every child of a process with an open stream. Falls back to DONTFORK
+/// where the kernel refuses (a range that is not private anonymous memory).
+pub fn wipeonfork(addr: usize, len: usize) {
+    let a = addr as *mut c_void;
+    if raw_madvise(a, len, libc::MADV_DOFORK) != 0
+        || raw_madvise(a, len, libc::MADV_WIPEONFORK) != 0
+    {
+        dontfork(addr, len);
+    }
+}
+
 pub fn errno() -> c_int {
     // SAFETY: __errno_location returns this thread's errno slot.
     unsafe { *libc::__errno_location() }
@@ -439,4 +454,78 @@ pub fn copy_out(src: usize, dst: *mut u8, n: usize) {
 pub fn exit_now(code: c_int) -> ! {
     // SAFETY: _exit ends the process at once.
     unsafe { libc::_exit(code) }
+}
+
+// ---------------------------------------------------------------------------------------------
+// fork and stdio: glibc's fork writes the lock of every open FILE in the child before any
+// atfork handler runs (`fresetlockfiles` in sysdeps/nptl/fork.h walks `_IO_list_all`).
+
+/// Offsets in glibc's `struct _IO_FILE` (x86_64 / LP64; the layout is public ABI, spelt out in
+/// `<bits/types/struct_FILE.h>` and used by the `getc_unlocked` macros): `_chain` and `_lock`.
+const FILE_CHAIN: usize = 104;
+const FILE_LOCK: usize = 136;
+/// `sizeof(struct _IO_FILE_plus)` (the FILE and its jump-table pointer).
+const FILE_PLUS_SIZE: usize = 224;
+/// `sizeof(_IO_lock_t)` (int lock, int cnt, void *owner).
+const FILE_LOCK_SIZE: usize = 16;
+/// A bound on the list walk (a list this long or a cycle is not glibc's).
+const MAX_FILES: usize = 1 << 16;
+
+/// The byte ranges glibc's fork touches in the child for every open stdio stream: each FILE
+/// and the lock it points to, found by walking the list as glibc does (`_IO_list_all`,
+/// `_chain`) under glibc's own list lock (`_IO_list_lock`, exported like the head).
+pub fn stdio_objects() -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    // SAFETY: dlsym with NUL-terminated names; these are glibc's exported list head (a
+    // `struct _IO_FILE_plus *` variable) and its lock functions (void (*)(void)).
+    let (head, lock, unlock) = unsafe {
+        (
+            libc::dlsym(libc::RTLD_DEFAULT, c"_IO_list_all".as_ptr()) as usize,
+            libc::dlsym(libc::RTLD_DEFAULT, c"_IO_list_lock".as_ptr()) as usize,
+            libc::dlsym(libc::RTLD_DEFAULT, c"_IO_list_unlock".as_ptr()) as usize,
+        )
+    };
+    if head == 0 || lock == 0 || unlock == 0 {
+        return out;
+    }
+    // SAFETY: both are glibc's `void f(void)` list-lock functions found above.
+    let (lock, unlock) = unsafe {
+        (
+            std::mem::transmute::<usize, extern "C" fn()>(lock),
+            std::mem::transmute::<usize, extern "C" fn()>(unlock),
+        )
+    };
+    lock();
+    // SAFETY: head is the address of a pointer-sized libc variable.
+    let mut fp = unsafe { std::ptr::read_volatile(head as *const usize) };
+    while fp != 0 && fp % 8 == 0 && out.len() < 2 * MAX_FILES {
+        out.push((fp, FILE_PLUS_SIZE));
+        // SAFETY: fp is an open FILE on glibc's list, which cannot change while its lock is
+        // held; the fields read are pointer-sized and aligned.
+        let (l, next) = unsafe {
+            (
+                std::ptr::read_volatile((fp + FILE_LOCK) as *const usize),
+                std::ptr::read_volatile((fp + FILE_CHAIN) as *const usize),
+            )
+        };
+        if l != 0 {
+            out.push((l, FILE_LOCK_SIZE));
+        }
+        fp = next;
+    }
+    unlock();
+    out
+}
+
+/// MADV_KEEPONFORK on `[addr, addr+len)`: a fork child shares these pages copy-on-write.
+pub fn keeponfork(addr: usize, len: usize) -> bool {
+    raw_madvise(addr as *mut c_void, len, libc::MADV_KEEPONFORK) == 0
+}
+
+/// Reads one byte of `addr` (managed memory: a fault is served by the manager's threads), so
+/// that the page is mapped when fork copies the page tables.
+pub fn touch(addr: usize) {
+    // SAFETY: addr is live managed memory of this process (checked by the caller against the
+    // locked Space); a volatile one-byte read has no other effect.
+    unsafe { std::ptr::read_volatile(addr as *const u8) };
 }

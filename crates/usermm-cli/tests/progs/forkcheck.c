@@ -6,14 +6,18 @@
  *   child B verifies its copy of the parent's buffer (the parent streams the populated
  *           managed memory to a fork child: what the kernel's copy-on-write gives), overwrites
  *           it, and exits 0 if the copy was right;
+ * A stdio stream (tmpfile(): its FILE is malloc'd, so managed) is open across both forks, as
+ * in any program that forks with a log or data file open: glibc's fork resets the lock of
+ * every open FILE in the child before any atfork handler runs. Child B writes a line to it.
  * Then the parent verifies its whole buffer (reclaim and swap-in still work after the fork)
- * and prints "forkcheck ok".
+ * and the stream's contents, and prints "forkcheck ok".
  *
  *   forkcheck MiB
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,6 +36,10 @@ int main(int argc, char **argv) {
     uint64_t *p = malloc(len);
     if (!p) return 1;
     fill_check(p, n, 1, 1);
+    FILE *log = tmpfile();
+    if (!log) return 2;
+    fputs("parent\n", log);
+    fflush(log);
     fflush(stdout);
     pid_t a = fork();
     if (a == 0) {
@@ -50,6 +58,7 @@ int main(int argc, char **argv) {
             _exit(1);
         }
         fill_check(p, n, 4, 1);
+        fputs("child B\n", log);
         exit(0);
     }
     int sa, sb;
@@ -68,6 +77,14 @@ int main(int argc, char **argv) {
         printf("parent buffer corrupted after fork\n");
         ok = 0;
     }
+    char text[64] = {0};
+    rewind(log);
+    size_t got = fread(text, 1, sizeof text - 1, log);
+    if (got != 15 || strcmp(text, "parent\nchild B\n") != 0) {
+        printf("the stream open across fork holds %zu bytes: [%s]\n", got, text);
+        ok = 0;
+    }
+    fclose(log);
     uint64_t *r = malloc(len);
     fill_check(r, n, 3, 1);
     if (!fill_check(r, n, 3, 0) || !fill_check(p, n, 1, 0)) {
