@@ -711,13 +711,16 @@ fn run(cmd: RunCmd) -> Result<u8, Fail> {
 /// and the flags that change it.
 fn refused_line(reports: &[Value]) -> Option<String> {
     let u = |v: &Value| v.as_u64().unwrap_or(0);
-    let refused: u64 = reports.iter().map(|r| u(&r["enomem"])).sum();
+    // Refused mappings of the program's own and NULLs from the heap (mimalloc's refused
+    // mappings are counted once, as the NULL the program got).
+    let refused_of = |r: &Value| u(&r["enomem"]) + u(&r["heap"]["enomem"]);
+    let refused: u64 = reports.iter().map(refused_of).sum();
     if refused == 0 {
         return None;
     }
     let r = reports
         .iter()
-        .filter(|r| u(&r["enomem"]) > 0)
+        .filter(|r| refused_of(r) > 0)
         .find(|r| !r["manager"].is_null())?;
     let m = &r["manager"];
     Some(format!(

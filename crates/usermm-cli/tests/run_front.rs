@@ -303,12 +303,10 @@ fn fresh_dir_path(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("usermm-run-front-{name}-{}", std::process::id()))
 }
 
-// Broken by the merge of the whole-heap preload: the heap's mimalloc arenas are MAP_NORESERVE
-// (not charged to the commit limit), so the limit never refuses the allocation; the program
-// touches more than budget + swap and dies of SIGBUS with no message. Charging arenas as
-// mimalloc commits them would restore the refusal and its one-line message (issue 14 note).
+// A single allocation bigger than budget + swap: mimalloc maps it MAP_NORESERVE, and the
+// preload refuses such a mapping up front (the kernel's obvious-overcommit check) so Python
+// gets NULL and raises MemoryError; the refusal is counted once and reported in one line.
 #[test]
-#[ignore = "regressed by the whole-heap preload: NORESERVE arenas are never refused; SIGBUS instead (issue 14 open)"]
 fn a_refused_allocation_is_one_line_naming_the_limit_and_the_flag() {
     let o = usermm()
         .args(["run", "--budget", "16M", "--swap-size", "16M", "--"])

@@ -220,6 +220,20 @@ fn map_region(len: usize, noreserve: bool) -> Result<usize, Refusal> {
     let mm = manager().ok_or(Refusal::Fallback)?;
     let _guard = Guard::enter();
     let total = usermm_vma::page_round_up(len).ok_or(Refusal::NoMemory)?;
+    // A MAP_NORESERVE request bigger than an arena and than everything this manager can ever
+    // hold (budget + swap) is one huge allocation that can never be used whole: refused up
+    // front unless overcommit is allowed, as the kernel's heuristic mode refuses an obvious
+    // overcommit (`__vm_enough_memory`, OVERCOMMIT_GUESS). mimalloc maps huge objects
+    // MAP_NORESERVE, so without this `malloc(64 GiB)` would succeed and die of SIGBUS later.
+    // Arena reservations and segments (at most an arena) are never refused here: mimalloc
+    // needs them to run at all under a small limit.
+    if noreserve && total > HEAP_ARENA && !mm.config().overcommit {
+        let (_, limit) = mm.commit();
+        if total as u64 > limit {
+            count_refused_mapping();
+            return Err(Refusal::NoMemory);
+        }
+    }
     let made = if noreserve {
         mm.map_anon_noreserve(total)
     } else {
@@ -228,12 +242,12 @@ fn map_region(len: usize, noreserve: bool) -> Result<usize, Refusal> {
     let r = match made {
         Ok(r) => r,
         Err(usermm::Error::CommitLimit { .. }) => {
-            N_ENOMEM.fetch_add(1, Ordering::Relaxed);
+            count_refused_mapping();
             return Err(Refusal::NoMemory);
         }
         Err(e) => {
             warn(&format!("mapping {total} bytes failed: {e}"));
-            N_ENOMEM.fetch_add(1, Ordering::Relaxed);
+            count_refused_mapping();
             return Err(Refusal::NoMemory);
         }
     };
@@ -275,9 +289,25 @@ fn use_glibc() -> bool {
     !active() || is_internal()
 }
 
-/// mimalloc's answer, with errno ENOMEM on NULL (mimalloc sets it too; this keeps it when a
-/// nested call changed it) and counted.
-fn heap_result(p: *mut c_void) -> *mut c_void {
+thread_local! {
+    /// Set while this thread is inside mimalloc: the mappings it asks for are its own (arenas,
+    /// segments, huge objects), and a refusal of one is counted once, as the program's NULL.
+    static IN_HEAP: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Counts a refused mapping, unless mimalloc asked for it (its NULL is counted instead).
+fn count_refused_mapping() {
+    if !IN_HEAP.with(Cell::get) {
+        N_ENOMEM.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// mimalloc's answer to `f`, with errno ENOMEM on NULL (mimalloc sets it too; this keeps it
+/// when a nested call changed it) and counted.
+fn heap_result(f: impl FnOnce() -> *mut c_void) -> *mut c_void {
+    let was = IN_HEAP.with(|h| h.replace(true));
+    let p = f();
+    IN_HEAP.with(|h| h.set(was));
     if p.is_null() {
         N_HEAP_ENOMEM.fetch_add(1, Ordering::Relaxed);
         set_errno(libc::ENOMEM);
@@ -290,7 +320,7 @@ pub extern "C" fn malloc(size: usize) -> *mut c_void {
     if use_glibc() {
         return sys::libc_malloc(size);
     }
-    heap_result(sys::mi_malloc(size))
+    heap_result(|| sys::mi_malloc(size))
 }
 
 #[no_mangle]
@@ -302,7 +332,7 @@ pub extern "C" fn calloc(n: usize, m: usize) -> *mut c_void {
         set_errno(libc::ENOMEM);
         return std::ptr::null_mut();
     }
-    heap_result(sys::mi_calloc(n, m))
+    heap_result(|| sys::mi_calloc(n, m))
 }
 
 #[no_mangle]
@@ -352,12 +382,12 @@ pub extern "C" fn realloc(p: *mut c_void, n: usize) -> *mut c_void {
         return std::ptr::null_mut();
     }
     match (sys::mi_owns(p), use_glibc()) {
-        (true, false) => heap_result(sys::mi_realloc(p, n)),
+        (true, false) => heap_result(|| sys::mi_realloc(p, n)),
         // usermm itself reallocating a block of the program's heap (never expected): keep
         // mimalloc away from internal callers.
         (true, true) => move_block(p, n, sys::libc_malloc),
         // A block from before initialisation moves to the managed heap.
-        (false, false) => move_block(p, n, |n| heap_result(sys::mi_malloc(n))),
+        (false, false) => move_block(p, n, |n| heap_result(|| sys::mi_malloc(n))),
         (false, true) => sys::libc_realloc(p, n),
     }
 }
@@ -378,7 +408,7 @@ fn aligned(align: usize, size: usize) -> *mut c_void {
     if use_glibc() {
         return sys::libc_memalign(align, size);
     }
-    heap_result(sys::mi_malloc_aligned(align, size))
+    heap_result(|| sys::mi_malloc_aligned(align, size))
 }
 
 #[no_mangle]
