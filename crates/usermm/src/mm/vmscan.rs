@@ -103,8 +103,13 @@ pub fn alloc_frames(m: &MmInner, want: usize, out: &mut Vec<u32>) -> bool {
             let swap_exhausted = m.swap.as_ref().is_none_or(|s| s.slots.nr_free() == 0)
                 || m.vm.get(Item::SwapWriteError) > write_errors;
             let elapsed = start.elapsed();
-            if (swap_exhausted && fails > 64 && elapsed > Duration::from_millis(50))
-                || elapsed > Duration::from_secs(10)
+            // A device whose writes heal by waiting (a remote tier's failover) is waited for.
+            let window = m
+                .swap
+                .as_ref()
+                .map_or(Duration::ZERO, |s| s.dev.retry_window());
+            if (swap_exhausted && fails > 64 && elapsed > window.max(Duration::from_millis(50)))
+                || elapsed > window.max(Duration::from_secs(10))
             {
                 return false;
             }

@@ -170,6 +170,10 @@ impl SwapDevice for FaultySwap {
         self.inner.nr_pages()
     }
 
+    fn retry_window(&self) -> std::time::Duration {
+        self.inner.retry_window()
+    }
+
     fn write_pages(&self, slot: u64, pool: &Mapping, pages: &[usize]) -> io::Result<()> {
         if let Some(s) = self.write_rule.lock().check(slot, pages.len() as u64) {
             self.write_failures.fetch_add(1, Ordering::Relaxed);

@@ -70,6 +70,14 @@ pub trait SwapDevice: Send + Sync + 'static {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
+    /// How long this device may fail and still be expected back (a remote tier's failover):
+    /// while its writes fail, a fault that needs a frame waits this long for reclaim to
+    /// write pages out before it gives up (out of memory). Zero for local devices, whose
+    /// write errors do not heal by waiting; a stacked tier reports the device below it.
+    fn retry_window(&self) -> std::time::Duration {
+        self.lower()
+            .map_or(std::time::Duration::ZERO, |l| l.retry_window())
+    }
 }
 
 /// The tiers of `dev`, top first: each tier's own description and counters.

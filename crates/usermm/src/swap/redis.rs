@@ -9,8 +9,12 @@
 //! are released with `DEL` (discard).
 //!
 //! Durability: a write returns once the primary has the pages; with `sync_replicas` = N it
-//! then sends `WAIT N` and fails unless N replicas acknowledged, so a failover loses nothing that
-//! was acknowledged. A failed write leaves the pages resident and dirty (the core retries them
+//! then sends `WAIT N` to that primary (not to every primary, where the cluster client would
+//! send a keyless command) and fails unless N replicas acknowledged, so a failover loses
+//! nothing that was acknowledged. A primary that a failover left with fewer than N replicas
+//! (its replica promoted, none to spare; `CLUSTER SLOTS` lists the available ones) is asked
+//! for all it has, and such writes are counted (`redis_wait_degraded`) and logged: the pages
+//! go on being swapped rather than pinned in memory until an operator adds a replica. A failed write leaves the pages resident and dirty (the core retries them
 //! later); a read retries through a failover (the client follows MOVED/redirections and
 //! reconnects) and, if the key is gone, fails naming the key: the core then poisons the page
 //! (SIGBUS on access), counts `swap_read_error` and logs the error. Every operation is bounded by
@@ -22,6 +26,8 @@
 
 use std::io;
 use std::time::Duration;
+
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 
 use super::file::{check_pool_pages, check_slots, pages_for_size};
 use super::SwapDevice;
@@ -146,6 +152,13 @@ pub struct RedisSwap {
     errors: AtomicU64,
     missing: AtomicU64,
     retries: AtomicU64,
+    /// Writes acknowledged by fewer than `sync_replicas` replicas because their primary had
+    /// fewer (a failover promoted a replica and left it none).
+    degraded: AtomicU64,
+    /// The cluster's replicas per hash-slot range (`CLUSTER SLOTS`: first, last, replicas
+    /// available), read when a WAIT falls short, and when it was read. While fresh, WAIT asks
+    /// a primary left short by a failover for the replicas it has.
+    replica_map: Mutex<Option<ReplicaMap>>,
 }
 
 impl std::fmt::Debug for RedisSwap {
@@ -155,6 +168,34 @@ impl std::fmt::Debug for RedisSwap {
             .field("id", &self.id)
             .finish()
     }
+}
+
+/// Redis Cluster's `HASH_SLOT` of a key or hash tag with no braces: CRC16/XMODEM mod 16384.
+fn hash_slot_of(tag: &[u8]) -> u16 {
+    crc16::State::<crc16::XMODEM>::calculate(tag) % 16384
+}
+
+/// When `CLUSTER SLOTS` was read, and its ranges: (first hash slot, last, replicas).
+type ReplicaMap = (std::time::Instant, Vec<(u16, u16, u32)>);
+
+/// `CLUSTER SLOTS` as (first hash slot, last hash slot, replicas listed): each entry is
+/// `[first, last, primary, replica...]`, and Redis lists only the replicas available.
+fn parse_cluster_slots(v: &redis::Value) -> Vec<(u16, u16, u32)> {
+    let redis::Value::Array(ranges) = v else {
+        return Vec::new();
+    };
+    ranges
+        .iter()
+        .filter_map(|r| match r {
+            redis::Value::Array(e) if e.len() >= 3 => match (&e[0], &e[1]) {
+                (redis::Value::Int(a), redis::Value::Int(b)) => {
+                    Some((*a as u16, *b as u16, (e.len() - 3) as u32))
+                }
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
 }
 
 fn redis_err(what: &str, e: redis::RedisError) -> io::Error {
@@ -236,12 +277,94 @@ impl RedisSwap {
             errors: AtomicU64::new(0),
             missing: AtomicU64::new(0),
             retries: AtomicU64::new(0),
+            degraded: AtomicU64::new(0),
+            replica_map: Mutex::new(None),
         })
     }
 
     /// The key of `slot`.
     pub fn key(&self, slot: u64) -> String {
         format!("usermm:{{{}:{}}}:{slot}", self.id, slot / SLOTS_PER_TAG)
+    }
+
+    /// The cluster hash slot of slot `slot`'s key: CRC16/XMODEM of its hash tag, mod 16384
+    /// (the Redis Cluster specification's `HASH_SLOT`).
+    fn hash_slot(&self, slot: u64) -> u16 {
+        hash_slot_of(format!("{}:{}", self.id, slot / SLOTS_PER_TAG).as_bytes())
+    }
+
+    /// `WAIT` on the primary of hash slot `hs` (slot `s`'s group) for `n` replicas, or for all
+    /// it has when a failover left it fewer (`CLUSTER SLOTS` lists the available ones): such a
+    /// write is accepted with every replica there is, counted (`redis_wait_degraded`) and
+    /// logged; the cluster is asked again once its map is a few seconds old.
+    fn wait_replicas(
+        &self,
+        conn: &mut redis::cluster::ClusterConnection,
+        s: u64,
+        hs: u16,
+        n: u32,
+    ) -> io::Result<()> {
+        const FRESH: Duration = Duration::from_secs(5);
+        let known = |map: &Option<ReplicaMap>| {
+            map.as_ref()
+                .filter(|(t, _)| t.elapsed() < FRESH)
+                .and_then(|(_, v)| v.iter().find(|&&(a, b, _)| a <= hs && hs <= b))
+                .map(|&(_, _, r)| r)
+        };
+        let cached = known(&self.replica_map.lock());
+        let target = cached.map_or(n, |r| r.min(n));
+        let acked: i64 = if target == 0 {
+            0
+        } else {
+            // WAIT's own timeout is shorter than the response timeout, so a short count comes
+            // back as a count, not as a timed-out read.
+            let mut wait = redis::cmd("WAIT");
+            wait.arg(target)
+                .arg((self.cfg.timeout.as_millis() as u64 / 2).max(1));
+            let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
+                hs,
+                SlotAddr::Master,
+            )));
+            conn.route_command(&wait, route)
+                .and_then(|v| redis::from_redis_value(&v))
+                .map_err(|e| redis_err("redis WAIT", e))?
+        };
+        if acked >= i64::from(n) {
+            return Ok(());
+        }
+        if cached.is_some() && acked >= i64::from(target) {
+            self.degraded.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        let mut slots = redis::cmd("CLUSTER");
+        slots.arg("SLOTS");
+        let v = conn
+            .route_command(
+                &slots,
+                RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary),
+            )
+            .map_err(|e| redis_err("redis CLUSTER SLOTS", e))?;
+        let map = parse_cluster_slots(&v);
+        let fresh = Some((std::time::Instant::now(), map));
+        let r = known(&fresh);
+        *self.replica_map.lock() = fresh;
+        match r {
+            Some(r) if r < n && acked >= i64::from(r) => {
+                log::warn!(
+                    "redis: the primary of hash slot {hs} has {r} of the {n} replicas asked for \
+                     (a failover left it short); its writes are acknowledged by the {r} there are"
+                );
+                self.degraded.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            _ => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "redis WAIT: only {acked} of {n} replicas acknowledged the write of {}",
+                    self.key(s)
+                ),
+            )),
+        }
     }
 
     fn with_conn<R>(
@@ -297,6 +420,12 @@ impl SwapDevice for RedisSwap {
         self.nr_pages
     }
 
+    /// A failover (a replica promoted after the node timeout) heals failing writes: waited
+    /// for as long as reads retry.
+    fn retry_window(&self) -> Duration {
+        self.cfg.read_retry
+    }
+
     fn write_pages(&self, slot: u64, pool: &Mapping, pages: &[usize]) -> io::Result<()> {
         check_slots(slot, pages.len() as u64, self.nr_pages)?;
         check_pool_pages(pool, pages)?;
@@ -305,6 +434,7 @@ impl SwapDevice for RedisSwap {
         }
         let mut buf = vec![0u8; PAGE_SIZE];
         self.with_conn(|conn| {
+            let mut written = Vec::new();
             for (s, k, i) in Self::groups(slot, pages.len()) {
                 let mut cmd = redis::cmd("MSET");
                 for j in 0..k {
@@ -315,22 +445,21 @@ impl SwapDevice for RedisSwap {
                     redis_err(&format!("redis MSET of {k} pages from {}", self.key(s)), e)
                 })?;
                 self.round_trips.fetch_add(1, Ordering::Relaxed);
+                written.push(s);
             }
             if self.cfg.sync_replicas > 0 {
+                // WAIT goes to the primary that took each group's MSET. (Sent as a plain
+                // command, the cluster client asks every primary and takes the minimum: one
+                // shard left without a replica by a failover would fail every write.)
                 let n = self.cfg.sync_replicas;
-                let acked: i64 = redis::cmd("WAIT")
-                    .arg(n)
-                    .arg(self.cfg.timeout.as_millis() as u64)
-                    .query(conn)
-                    .map_err(|e| redis_err("redis WAIT", e))?;
-                if acked < i64::from(n) {
-                    return Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!(
-                            "redis WAIT: only {acked} of {n} replicas acknowledged the write of {}",
-                            self.key(slot)
-                        ),
-                    ));
+                let mut waited = Vec::new();
+                for s in written {
+                    let hs = self.hash_slot(s);
+                    if waited.contains(&hs) {
+                        continue;
+                    }
+                    waited.push(hs);
+                    self.wait_replicas(conn, s, hs, n)?;
                 }
             }
             Ok(())
@@ -454,6 +583,41 @@ impl RedisSwap {
             ),
             ("redis_errors", self.errors.load(Ordering::Relaxed)),
             ("redis_missing_keys", self.missing.load(Ordering::Relaxed)),
+            ("redis_wait_degraded", self.degraded.load(Ordering::Relaxed)),
         ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{hash_slot_of, parse_cluster_slots};
+    use redis::Value;
+
+    #[test]
+    fn hash_slots_match_the_cluster_specification() {
+        // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
+        // CRC16/XMODEM check value of "123456789" is 0x31c3 (< 16384).
+        assert_eq!(hash_slot_of(b"123456789"), 0x31c3);
+        assert_eq!(hash_slot_of(b"somekey"), 11058);
+        assert_eq!(hash_slot_of(b"hash_tag"), 2515);
+    }
+
+    #[test]
+    fn cluster_slots_give_the_replicas_of_each_range() {
+        let node = |p: i64| {
+            Value::Array(vec![
+                Value::BulkString(b"127.0.0.1".to_vec()),
+                Value::Int(p),
+            ])
+        };
+        let v = Value::Array(vec![
+            Value::Array(vec![Value::Int(0), Value::Int(5460), node(1)]),
+            Value::Array(vec![Value::Int(5461), Value::Int(16383), node(2), node(3)]),
+        ]);
+        assert_eq!(
+            parse_cluster_slots(&v),
+            vec![(0, 5460, 0), (5461, 16383, 1)]
+        );
+        assert!(parse_cluster_slots(&Value::Nil).is_empty());
     }
 }
