@@ -7,7 +7,7 @@
 #![allow(dead_code)]
 
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -121,36 +121,44 @@ impl Cluster {
         let p = self.ports[i];
         let d = self.dir.join(p.to_string());
         std::fs::create_dir_all(&d).unwrap();
-        Command::new("redis-server")
-            .args([
-                "--port",
-                &p.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--dir",
-                d.to_str().unwrap(),
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                "nodes.conf",
-                "--cluster-node-timeout",
-                "1500",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--requirepass",
-                PASSWORD,
-                "--masterauth",
-                PASSWORD,
-                "--logfile",
-                "redis.log",
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting redis-server")
+        // Through util-linux's setpriv: the server gets SIGKILL when the thread that started
+        // it ends, so a test killed by a signal (SIGBUS, a timeout) leaves no server behind.
+        let mut cmd = if Path::new("/usr/bin/setpriv").exists() {
+            let mut c = Command::new("/usr/bin/setpriv");
+            c.args(["--pdeathsig", "KILL", "redis-server"]);
+            c
+        } else {
+            Command::new("redis-server")
+        };
+        cmd.args([
+            "--port",
+            &p.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            d.to_str().unwrap(),
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "1500",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--requirepass",
+            PASSWORD,
+            "--masterauth",
+            PASSWORD,
+            "--logfile",
+            "redis.log",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting redis-server")
     }
 
     fn wait_for(&self, what: &str, mut ok: impl FnMut() -> bool) {
