@@ -62,3 +62,59 @@ fn primary_killed_mid_workload_loses_nothing() {
     assert_eq!(vm.val("swap_read_error"), 0, "{vm}");
     assert_eq!(vm.val("redis_missing_keys"), 0, "{vm}");
 }
+
+/// Every node of the cluster killed under a running manager: the pages that were swapped out
+/// are gone. Each access to one fails (here from kernel mode, so EFAULT instead of SIGBUS)
+/// after the device's bounded read retry, is counted (`swap_read_error`) and stays poisoned;
+/// resident pages keep working; nothing waits forever.
+#[test]
+fn all_nodes_killed_poison_swapped_pages_and_nothing_hangs() {
+    if !redis_fixture::available() {
+        eprintln!("SKIPPED: redis-server/redis-cli not installed (.ci/run installs them)");
+        return;
+    }
+    let _ = env_logger::builder().is_test(true).try_init();
+    let mut c = redis_fixture::Cluster::start();
+    let mut r = RedisConfig::parse(&c.spec(true), 64 << 20).unwrap();
+    r.password = Some(redis_fixture::PASSWORD.into());
+    r.read_retry = Duration::from_secs(2);
+    let mut cfg = MmConfig::new(8 << 20).swap(SwapConfig::Redis(r));
+    cfg.uffd_policy = usermm::sys::uffd::OpenPolicy::Full;
+    let mm = Mm::new(cfg).unwrap();
+    let len = 24 << 20;
+    let reg = mm.map_anon(len).unwrap();
+    for i in (0..len / 8).step_by(512) {
+        reg.write_u64(i * 8, word(i, 1));
+    }
+    assert!(mm.vmstat().val("redis_pages_written") > 0);
+    c.kill_all();
+    let t0 = std::time::Instant::now();
+    let base = reg.as_ptr() as usize;
+    let mut lost = Vec::new();
+    // The first pages written are the coldest: swapped out.
+    for p in 0..8usize {
+        match usermm::sys::kernel_read_u64(base + p * 4096) {
+            Ok(v) => assert_eq!(v, word(p * 512, 1), "page {p}"),
+            Err(e) if e.raw_os_error() == Some(libc::EFAULT) => lost.push(p),
+            Err(e) => panic!("kernel read of page {p}: {e}"),
+        }
+    }
+    assert!(
+        !lost.is_empty(),
+        "no swapped-out page failed with every node down"
+    );
+    let vm = mm.vmstat();
+    assert!(vm.val("swap_read_error") >= 1, "{vm}");
+    // A lost page stays lost (no retry now: it is poisoned), quickly.
+    let t1 = std::time::Instant::now();
+    let e = usermm::sys::kernel_read_u64(base + lost[0] * 4096).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EFAULT));
+    assert!(t1.elapsed() < Duration::from_secs(1), "{:?}", t1.elapsed());
+    assert!(
+        t0.elapsed() < Duration::from_secs(90),
+        "{:?} for 8 pages",
+        t0.elapsed()
+    );
+    let h = mm.health();
+    assert_eq!(h.handler_panics, 0, "{h:?}");
+}
