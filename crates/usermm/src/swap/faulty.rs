@@ -5,7 +5,10 @@
 //!
 //! Each direction has its own [`FailMode`]. An operation is one `write_pages`/`read_pages` call;
 //! operations are counted per direction from the moment its mode was set. Discard always passes
-//! through. A failed operation transfers nothing.
+//! through. A failed operation transfers nothing, unless short I/O is set
+//! ([`FaultySwap::set_short_io`]): then it transfers the first half of its pages and fails
+//! with the rest (a device that stopped in the middle of a cluster). The error is EIO, or the
+//! errno set with [`FaultySwap::set_errno`] (ENOSPC: a device that filled up mid-cluster).
 
 use crate::sync::{AtomicU64, Ordering};
 use std::io;
@@ -76,6 +79,10 @@ pub struct FaultySwap {
     read_failures: AtomicU64,
     /// Slow I/O: every read sleeps this long (µs) before it is served.
     read_delay_us: AtomicU64,
+    /// A failed operation first transfers the first half of its pages.
+    short_io: crate::sync::AtomicBool,
+    /// The errno of injected failures (0: a plain I/O error, EIO).
+    errno: AtomicU64,
 }
 
 impl std::fmt::Debug for FaultySwap {
@@ -100,6 +107,39 @@ impl FaultySwap {
             write_failures: AtomicU64::new(0),
             read_failures: AtomicU64::new(0),
             read_delay_us: AtomicU64::new(0),
+            short_io: crate::sync::AtomicBool::new(false),
+            errno: AtomicU64::new(0),
+        }
+    }
+
+    /// Short I/O: a failing operation transfers the first half of its pages, then fails.
+    pub fn set_short_io(&self, on: bool) {
+        self.short_io.store(on, Ordering::Relaxed);
+    }
+
+    /// The errno injected failures report (e.g. `libc::ENOSPC`); 0 restores EIO.
+    pub fn set_errno(&self, errno: i32) {
+        self.errno.store(errno as u64, Ordering::Relaxed);
+    }
+
+    fn injected(&self, op: &str, slot: u64) -> io::Error {
+        let msg = format!("injected {op} failure at slot {slot}");
+        match self.errno.load(Ordering::Relaxed) {
+            0 => io::Error::other(msg),
+            e => {
+                let os = io::Error::from_raw_os_error(e as i32);
+                io::Error::new(os.kind(), format!("{msg}: {os}"))
+            }
+        }
+    }
+
+    /// The first half of `pages` (at least one page of a run of two or more) when short I/O
+    /// is on, else none.
+    fn short_part<'a>(&self, pages: &'a [usize]) -> &'a [usize] {
+        if self.short_io.load(Ordering::Relaxed) && pages.len() > 1 {
+            &pages[..pages.len() / 2]
+        } else {
+            &[]
         }
     }
 
@@ -157,10 +197,6 @@ impl FaultySwap {
     }
 }
 
-fn injected(op: &str, slot: u64) -> io::Error {
-    io::Error::other(format!("injected {op} failure at slot {slot}"))
-}
-
 impl SwapDevice for FaultySwap {
     fn name(&self) -> String {
         format!("faulty({})", self.inner.name())
@@ -177,7 +213,11 @@ impl SwapDevice for FaultySwap {
     fn write_pages(&self, slot: u64, pool: &Mapping, pages: &[usize]) -> io::Result<()> {
         if let Some(s) = self.write_rule.lock().check(slot, pages.len() as u64) {
             self.write_failures.fetch_add(1, Ordering::Relaxed);
-            return Err(injected("write", s));
+            let part = self.short_part(pages);
+            if !part.is_empty() {
+                self.inner.write_pages(slot, pool, part)?;
+            }
+            return Err(self.injected("write", s));
         }
         self.inner.write_pages(slot, pool, pages)
     }
@@ -189,7 +229,11 @@ impl SwapDevice for FaultySwap {
         }
         if let Some(s) = self.read_rule.lock().check(slot, pages.len() as u64) {
             self.read_failures.fetch_add(1, Ordering::Relaxed);
-            return Err(injected("read", s));
+            let part = self.short_part(pages);
+            if !part.is_empty() {
+                self.inner.read_pages(slot, pool, part)?;
+            }
+            return Err(self.injected("read", s));
         }
         self.inner.read_pages(slot, pool, pages)
     }
