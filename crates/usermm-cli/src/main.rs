@@ -121,6 +121,34 @@ enum BenchCmd {
         #[command(flatten)]
         run: RunArgs,
     },
+    /// A soak: worker threads run a random mix of anonymous and file work (random and
+    /// sequential writes and reads, discards, region re-creation, shared file mappings,
+    /// buffered file I/O, syncs checked on disk) over 3x the budget, every page checked
+    /// against a shadow version; `Mm::audit` and the manager's health at intervals. Stops at
+    /// the first mismatch, inconsistency or stuck fault, with the page and its history
+    /// (exit 1).
+    Soak {
+        /// How long to run: 3m, 30m, 1h, 90s, ...
+        #[arg(long, default_value = "3m")]
+        duration: String,
+        /// Worker threads.
+        #[arg(short = 't', long, default_value_t = 4)]
+        threads: usize,
+        /// Seed of the operation mix.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// How often the manager is audited and its health checked.
+        #[arg(long = "audit-every", default_value = "5s")]
+        audit_every: String,
+        /// Directory for the workers' files [default: $TMPDIR].
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        mm: MmArgs,
+        /// One JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+    },
     /// Access latency: resident page, minor fault, major fault (random order).
     FaultLatency {
         /// Pages in the region.
@@ -466,6 +494,41 @@ fn bench(b: BenchCmd) -> Result<(), Failure> {
                 dir: dir.unwrap_or_else(std::env::temp_dir),
             };
             bench::apps::run(&p)
+        }
+        BenchCmd::Soak {
+            duration,
+            threads,
+            seed,
+            audit_every,
+            dir,
+            mm,
+            json,
+        } => {
+            at_least_one("--threads", threads as u64)?;
+            if threads > 1024 {
+                return Err(Failure::Usage(format!(
+                    "--threads: {threads} is above the maximum of 1024"
+                )));
+            }
+            let duration = bench::soak::parse_duration(&duration)
+                .map_err(|e| Failure::Usage(format!("--duration: {e}")))?;
+            let audit_every = bench::soak::parse_duration(&audit_every)
+                .map_err(|e| Failure::Usage(format!("--audit-every: {e}")))?;
+            let cfg = mm.config(SwapDefault::FourTimesBudget)?;
+            // Three times the budget of anonymous memory and one budget of file, over the
+            // threads: reclaim never rests.
+            let per = |total: u64| (total / threads as u64) as usize;
+            let p = bench::soak::Params {
+                duration,
+                threads,
+                anon_bytes: per(cfg.budget.saturating_mul(3)),
+                file_bytes: per(cfg.budget) / 4096 * 4096,
+                seed,
+                audit_every,
+                dir: dir.unwrap_or_else(bench::soak::default_dir),
+                json,
+            };
+            bench::soak::run(cfg, &p)
         }
         BenchCmd::FaultLatency { pages, mm, json } => {
             at_least_one("--pages", pages as u64)?;

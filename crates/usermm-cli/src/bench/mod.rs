@@ -9,6 +9,7 @@ pub mod latency;
 pub mod mmapfile;
 pub mod presets;
 pub mod simoop;
+pub mod soak;
 pub mod usemem;
 
 /// xorshift64 (Marsaglia): a tiny, fast, reproducible generator. usemem uses `lrand48_r`; any

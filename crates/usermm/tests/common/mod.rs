@@ -130,19 +130,7 @@ pub fn with_watchdog<T: Send + 'static>(
 /// faulting thread before it has finished its bookkeeping (page-table entry published, counters
 /// bumped), so snapshots taken right after an access may lag it by a few microseconds.
 pub fn settle(mm: &Mm) {
-    let mut prev = mm.vmstat();
-    for _ in 0..400 {
-        std::thread::sleep(Duration::from_millis(5));
-        let cur = mm.vmstat();
-        let same = prev
-            .iter()
-            .zip(cur.iter())
-            .all(|((n, a), (_, b))| a == b || n.starts_with("handler_"));
-        if same {
-            return;
-        }
-        prev = cur;
-    }
+    mm.settle(Duration::from_secs(2));
 }
 
 /// Polls `f` for up to 5 s; true as soon as it holds.

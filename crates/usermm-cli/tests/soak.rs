@@ -1,0 +1,107 @@
+//! `usermm bench soak`: a short soak on a small budget finishes with every page verified, the
+//! manager audited and healthy; a page changed behind the soak's back is found, named with its
+//! history, and fails the run; bad durations are usage errors. (CI also runs a 3-minute soak
+//! from .ci/run.)
+
+use std::process::Command;
+
+use serde_json::Value;
+
+fn soak(args: &[&str], env: &[(&str, &str)]) -> (std::process::Output, Option<Value>) {
+    let o = Command::new(env!("CARGO_BIN_EXE_usermm"))
+        .args([
+            "bench",
+            "soak",
+            "--budget",
+            "8M",
+            "--swap-size",
+            "128M",
+            "--json",
+        ])
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("running usermm bench soak");
+    let v = serde_json::from_slice(&o.stdout).ok();
+    (o, v)
+}
+
+#[test]
+fn a_short_soak_verifies_everything_on_ram_and_zswap() {
+    for swap in ["ram", "zswap+file"] {
+        let (o, v) = soak(
+            &["--duration", "8s", "--audit-every", "2s", "--swap", swap],
+            &[],
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        let v = v.unwrap_or_else(|| panic!("{swap}: no JSON; stderr:\n{err}"));
+        assert!(o.status.success(), "{swap}: {v}\n{err}");
+        assert_eq!(v["ok"], true, "{v}");
+        assert!(v["pages_verified"].as_u64().unwrap() > 1000, "{v}");
+        assert!(v["audits"].as_u64().unwrap() >= 2, "{v}");
+        let vm = &v["vmstat"];
+        assert!(
+            vm["pswpout"].as_u64().unwrap() > 0,
+            "{swap}: no reclaim to swap: {v}"
+        );
+        assert!(vm["pswpin"].as_u64().unwrap() > 0, "{swap}: {v}");
+        for k in ["fault_refault_tripwire", "oom_poison", "swap_read_error"] {
+            assert_eq!(vm[k], 0, "{swap}: {k}: {v}");
+        }
+        for op in [
+            "anon_write_random",
+            "file_mapped_write",
+            "file_buffered_write",
+            "file_sync",
+        ] {
+            assert!(
+                v["operations"][op].as_u64().unwrap() > 0,
+                "{swap}: {op}: {v}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_page_changed_behind_its_back_fails_the_soak_with_the_page_and_its_history() {
+    let (o, v) = soak(
+        &["--duration", "3s", "--swap", "ram"],
+        &[("USERMM_TEST_SOAK_CORRUPT", "1")],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v = v.expect("JSON");
+    assert_eq!(v["ok"], false, "{v}");
+    let f = v["failure"].as_str().unwrap();
+    for w in [
+        "MISMATCH in thread 0 anon region 0",
+        "expected version",
+        "found unknown data",
+        "1 of 512 words differ, first at byte 8",
+        "history: ",
+    ] {
+        assert!(f.contains(w), "{w:?} missing: {f}");
+    }
+    assert!(
+        v["seconds"].as_f64().unwrap() < 50.0,
+        "the soak did not stop at the mismatch: {v}"
+    );
+}
+
+#[test]
+fn bad_durations_are_usage_errors() {
+    for (d, want) in [
+        ("3x", "unknown unit"),
+        ("0", "at least 1 s"),
+        ("", "empty duration"),
+    ] {
+        let (o, _) = soak(&["--duration", d], &[]);
+        assert_eq!(o.status.code(), Some(2), "{d:?}");
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(e.contains("--duration") && e.contains(want), "{d:?}: {e}");
+    }
+}
