@@ -505,6 +505,100 @@ fn synced_data_survives_sigkill() {
     assert!(data[..want.len()] == want, "synced bytes lost");
 }
 
+/// Durability at any moment: a child writes a shared file mapping (twice the budget) in rounds;
+/// round g stamps every word of every page with g, then msyncs and reports "synced g"; it goes
+/// on stamping random pages with g+1 (never synced) until it is SIGKILLed at a random moment.
+/// Eight kill points: each time, every word on disk holds round g or g+1 (what the last
+/// completed sync covered, or newer), never older data, zeros or garbage.
+#[test]
+fn synced_mapping_survives_sigkill_at_random_points() {
+    const NAME: &str = "synced_mapping_survives_sigkill_at_random_points";
+    const PAGES: u64 = 2048; // 8 MiB, a 4 MiB budget
+    let word = |g: u64, p: u64, w: u64| (g << 32) | (p << 12) | w;
+    if common::is_child(NAME) {
+        let path = std::env::var("USERMM_DURABILITY_PATH").expect("path from the parent");
+        let m = mm(4 * MIB, Settings::default());
+        let f = m.open(&path).unwrap();
+        f.set_len(PAGES * 4096).unwrap();
+        let r = f.map(0, (PAGES * 4096) as usize, MapKind::Shared).unwrap();
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut page = [0u8; 4096];
+        let mut stamp = |g: u64, p: u64| {
+            for (w, c) in page.chunks_exact_mut(8).enumerate() {
+                c.copy_from_slice(&word(g, p, w as u64).to_le_bytes());
+            }
+            r.write_bytes((p * 4096) as usize, &page).unwrap();
+        };
+        for g in 1.. {
+            for p in 0..PAGES {
+                stamp(g, p);
+            }
+            r.flush(0, r.len()).unwrap();
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "synced {g}").unwrap();
+            out.flush().unwrap();
+            drop(out);
+            for _ in 0..PAGES / 4 {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                stamp(g + 1, rng % PAGES);
+            }
+        }
+    }
+    use std::io::BufRead;
+    let d = tmpdir();
+    let mut delay = 0x2545_f491_4f6c_dd1du64;
+    for kill in 0..8 {
+        let p = d.path().join(format!("durable-{kill}"));
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([NAME, "--exact", "--nocapture", "--test-threads=1"])
+            .env("USERMM_TEST_CHILD", NAME)
+            .env("USERMM_DURABILITY_PATH", &p)
+            .env("RUST_LOG", "off")
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        // Let the child complete 1-3 syncs, then kill it 0-400 ms later, wherever it is.
+        delay ^= delay << 13;
+        delay ^= delay >> 7;
+        delay ^= delay << 17;
+        let rounds = 1 + delay % 3;
+        let mut synced = 0u64;
+        while synced < rounds {
+            let l = lines
+                .next()
+                .unwrap_or_else(|| panic!("kill {kill}: the child ended before sync {rounds}"))
+                .unwrap();
+            if let Some(g) = l.strip_prefix("synced ") {
+                synced = g.trim().parse().unwrap();
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis((delay >> 8) % 400));
+        child.kill().unwrap();
+        // Syncs that completed before the kill landed count too.
+        for l in lines.map_while(Result::ok) {
+            if let Some(g) = l.strip_prefix("synced ") {
+                synced = synced.max(g.trim().parse().unwrap());
+            }
+        }
+        child.wait().unwrap();
+        let data = std::fs::read(&p).unwrap();
+        assert_eq!(data.len() as u64, PAGES * 4096, "kill {kill}");
+        for (i, c) in data.chunks_exact(8).enumerate() {
+            let v = u64::from_le_bytes(c.try_into().unwrap());
+            let (pg, w) = (i as u64 / 512, i as u64 % 512);
+            let g = v >> 32;
+            assert!(
+                v & 0xffff_ffff == (pg << 12) | w && (g == synced || g == synced + 1),
+                "kill {kill} after sync {synced}: page {pg} word {w} holds {v:#x} \
+                 (round {g}): synced data lost"
+            );
+        }
+    }
+}
+
 /// An access beyond the end of the file raises SIGBUS (in a child); after the file grows, the
 /// same page of the same region is accessible (its marker is cleared).
 #[test]
