@@ -9,6 +9,10 @@ use std::time::Duration;
 use usermm::swap::RedisConfig;
 use usermm::{Mm, MmConfig, SwapConfig};
 
+/// One cluster at a time: the tests of this file start six servers each, and two clusters
+/// forming at once on a loaded 2-CPU machine can miss the fixture's deadline.
+static ONE_CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn word(i: usize, pass: u64) -> u64 {
     (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ pass
 }
@@ -24,6 +28,7 @@ fn primary_killed_mid_workload_loses_nothing() {
         return;
     }
     let _ = env_logger::builder().is_test(true).try_init();
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
     let mut c = redis_fixture::Cluster::start();
     let mut r = RedisConfig::parse(&c.spec(true), 64 << 20).unwrap();
     r.password = Some(redis_fixture::PASSWORD.into());
@@ -64,9 +69,10 @@ fn primary_killed_mid_workload_loses_nothing() {
 }
 
 /// Every node of the cluster killed under a running manager: the pages that were swapped out
-/// are gone. Each access to one fails (here from kernel mode, so EFAULT instead of SIGBUS)
-/// after the device's bounded read retry, is counted (`swap_read_error`) and stays poisoned;
-/// resident pages keep working; nothing waits forever.
+/// are gone. Each access to one fails (here from kernel mode, so EFAULT instead of SIGBUS),
+/// the first after the device's bounded read retry and the rest at once (the outage is older
+/// than the window), is counted (`swap_read_error`) and stays poisoned; resident pages keep
+/// working; nothing waits forever.
 #[test]
 fn all_nodes_killed_poison_swapped_pages_and_nothing_hangs() {
     if !redis_fixture::available() {
@@ -74,6 +80,7 @@ fn all_nodes_killed_poison_swapped_pages_and_nothing_hangs() {
         return;
     }
     let _ = env_logger::builder().is_test(true).try_init();
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
     let mut c = redis_fixture::Cluster::start();
     let mut r = RedisConfig::parse(&c.spec(true), 64 << 20).unwrap();
     r.password = Some(redis_fixture::PASSWORD.into());
@@ -86,7 +93,9 @@ fn all_nodes_killed_poison_swapped_pages_and_nothing_hangs() {
     for i in (0..len / 8).step_by(512) {
         reg.write_u64(i * 8, word(i, 1));
     }
-    assert!(mm.vmstat().val("redis_pages_written") > 0);
+    // Everything that can go out goes out: the pages read below are all on the cluster.
+    mm.reclaim_to(0);
+    assert!(reg.swapped_pages() > 0, "{}", mm.vmstat());
     c.kill_all();
     let t0 = std::time::Instant::now();
     let base = reg.as_ptr() as usize;
@@ -110,9 +119,10 @@ fn all_nodes_killed_poison_swapped_pages_and_nothing_hangs() {
     let e = usermm::sys::kernel_read_u64(base + lost[0] * 4096).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EFAULT));
     assert!(t1.elapsed() < Duration::from_secs(1), "{:?}", t1.elapsed());
+    // The outage costs the read-retry window (2 s) once, not once per page.
     assert!(
-        t0.elapsed() < Duration::from_secs(90),
-        "{:?} for 8 pages",
+        t0.elapsed() < Duration::from_secs(15),
+        "{:?} for 8 pages with a 2 s retry window",
         t0.elapsed()
     );
     let h = mm.health();

@@ -159,6 +159,8 @@ pub struct RedisSwap {
     /// available), read when a WAIT falls short, and when it was read. While fresh, WAIT asks
     /// a primary left short by a failover for the replicas it has.
     replica_map: Mutex<Option<ReplicaMap>>,
+    /// When reads began failing to reach the cluster (None while it answers).
+    outage: Mutex<Option<std::time::Instant>>,
 }
 
 impl std::fmt::Debug for RedisSwap {
@@ -279,6 +281,7 @@ impl RedisSwap {
             retries: AtomicU64::new(0),
             degraded: AtomicU64::new(0),
             replica_map: Mutex::new(None),
+            outage: Mutex::new(None),
         })
     }
 
@@ -475,8 +478,13 @@ impl SwapDevice for RedisSwap {
             return Ok(());
         }
         // A node that is down may come back as its replica is promoted: retry connection
-        // failures and timeouts until `read_retry` has passed; a missing key fails at once.
-        let t0 = std::time::Instant::now();
+        // failures and timeouts until `read_retry` has passed since the outage began (the
+        // first read that failed and no read succeeded since), so a cluster that stays down
+        // costs the retry window once, not once per page; a missing key fails at once.
+        let began = *self
+            .outage
+            .lock()
+            .get_or_insert_with(std::time::Instant::now);
         loop {
             match self.read_once(slot, pool, pages) {
                 Err(e)
@@ -485,13 +493,20 @@ impl SwapDevice for RedisSwap {
                         io::ErrorKind::ConnectionRefused
                             | io::ErrorKind::TimedOut
                             | io::ErrorKind::Other
-                    ) && t0.elapsed() < self.cfg.read_retry =>
+                    ) =>
                 {
+                    if began.elapsed() >= self.cfg.read_retry {
+                        return Err(e);
+                    }
                     log::warn!("{e}; retrying");
                     self.retries.fetch_add(1, Ordering::Relaxed);
                     std::thread::sleep(Duration::from_millis(200));
                 }
-                r => return r,
+                // The cluster answered (the data, or that the key is gone): no outage.
+                r => {
+                    *self.outage.lock() = None;
+                    return r;
+                }
             }
         }
     }
