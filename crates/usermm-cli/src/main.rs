@@ -317,8 +317,8 @@ struct MmArgs {
     /// Allow mapping more than budget + swap (accesses that find swap full get SIGBUS).
     #[arg(long)]
     overcommit: bool,
-    /// Encrypt what the file swap device writes (ChaCha20-Poly1305, a random key held only in
-    /// memory). Also USERMM_SWAP_ENCRYPT=1.
+    /// Encrypt what the file and Redis swap tiers store (ChaCha20-Poly1305, a random key held
+    /// only in memory). Also USERMM_SWAP_ENCRYPT=1.
     #[arg(long = "swap-encrypt")]
     swap_encrypt: bool,
     /// Keep a --swap file:PATH file at exit (default: truncated and removed).

@@ -97,9 +97,10 @@ pub struct MmConfig {
     /// Anonymous regions fault in 2 MiB units where aligned, and untouched units read the huge
     /// zero page (`transparent_hugepage=always`; false = `never`).
     pub thp: bool,
-    /// Encrypt the pages a file swap device writes (ChaCha20-Poly1305, a random key held only
-    /// in memory): swapped-out memory is unreadable on disk (`--swap-encrypt`,
-    /// `USERMM_SWAP_ENCRYPT=1`).
+    /// Encrypt the pages the file and Redis swap tiers store (ChaCha20-Poly1305, a random key
+    /// held only in memory): swapped-out memory is unreadable on disk and in the cluster
+    /// (`--swap-encrypt`, `USERMM_SWAP_ENCRYPT=1`). zswap's pool is process memory, not at
+    /// rest; the tier below it is encrypted.
     pub swap_encrypt: bool,
     /// Keep a named swap file (`file:PATH`) when the manager goes; by default it is truncated
     /// and removed, so process memory does not outlive the process on disk (`--swap-keep`,

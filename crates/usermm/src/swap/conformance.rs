@@ -1058,6 +1058,42 @@ fn redis_cluster_conformance_auth_and_dead_nodes() {
         matches!(&cfg, SwapConfig::Zswap { lower, .. } if matches!(**lower, SwapConfig::Redis(_)))
     );
 
+    // Encrypted at rest: the suite passes, the store holds ciphertext, and a value altered in
+    // the store fails the read instead of returning someone else's bytes.
+    let mut ec = redis_cfg(&c, true);
+    ec.encrypt = true;
+    let enc = RedisSwap::open(&ec).unwrap();
+    assert!(enc.name().ends_with(", encrypted)"), "{}", enc.name());
+    conformance(&enc);
+    let p1 = pool(1);
+    fill(&p1, 0, 9, 77);
+    enc.write_pages(9, &p1, &[0]).unwrap();
+    let mut plain = vec![0u8; P];
+    p1.read_bytes(0, &mut plain).unwrap();
+    let client = redis::cluster::ClusterClientBuilder::new(
+        ec.nodes
+            .iter()
+            .map(|n| format!("redis://{n}"))
+            .collect::<Vec<_>>(),
+    )
+    .username(ec.user.clone().unwrap())
+    .password(redis_fixture::PASSWORD.to_string())
+    .build()
+    .unwrap();
+    let mut conn = client.get_connection().unwrap();
+    let stored: Vec<u8> = redis::cmd("GET").arg(enc.key(9)).query(&mut conn).unwrap();
+    assert_eq!(stored.len(), P);
+    assert_ne!(stored, plain, "the page reached the cluster in the clear");
+    let mut forged = stored.clone();
+    forged[100] ^= 1;
+    let () = redis::cmd("SET")
+        .arg(enc.key(9))
+        .arg(&forged[..])
+        .query(&mut conn)
+        .unwrap();
+    let e = enc.read_pages(9, &p1, &[0]).unwrap_err();
+    assert!(e.to_string().contains("failed authentication"), "{e}");
+
     // Wrong password, at open and at Mm::new.
     let mut bad = redis_cfg(&c, true);
     bad.password = Some("wrong".into());

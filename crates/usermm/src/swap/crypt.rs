@@ -1,7 +1,8 @@
 //! Encryption at rest for swap slots: ChaCha20-Poly1305 (RFC 8439) with one random key per
 //! device, drawn from the kernel's generator when the device opens and held only in this
-//! process's memory, so what reaches the disk is unreadable once the process is gone (even
-//! after SIGKILL, when a named swap file is left behind). Mirrors no kernel file: Linux leaves
+//! process's memory, so what reaches the disk (the file tier) or the store (the Redis tier) is
+//! unreadable once the process is gone (even after SIGKILL, when a named swap file is left
+//! behind). Mirrors no kernel file: Linux leaves
 //! this to dm-crypt under the swap device; here the device encrypts each page itself.
 //!
 //! Every page write takes a fresh 96-bit nonce from a per-device counter (never reused under
@@ -110,8 +111,8 @@ impl SlotCipher {
                 io::Error::new(
                     io::ErrorKind::InvalidData,
                     format!(
-                        "swap slot {slot} failed authentication: its page was changed on disk \
-                         after usermm wrote it"
+                        "swap slot {slot} failed authentication: its page was changed where it \
+                         was stored (on disk, in the cluster) after usermm wrote it"
                     ),
                 )
             })

@@ -291,7 +291,12 @@ impl SwapConfig {
                     zswap.max_pool.bytes(budget),
                 )))
             }
-            SwapConfig::Redis(r) => Some(Arc::new(RedisSwap::open(r)?)),
+            SwapConfig::Redis(r) => {
+                // Encryption at rest covers the remote tier too.
+                let mut r = r.clone();
+                r.encrypt |= file.encrypt;
+                Some(Arc::new(RedisSwap::open(&r)?))
+            }
             SwapConfig::None => None,
             SwapConfig::Device(d) => Some(d.clone()),
         })

@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 
+use super::crypt::SlotCipher;
 use super::file::{check_pool_pages, check_slots, pages_for_size};
 use super::SwapDevice;
 use crate::sync::{AtomicU64, Mutex, Ordering};
@@ -55,6 +56,10 @@ pub struct RedisConfig {
     pub password: Option<String>,
     /// How long a read keeps retrying through a failover before it fails.
     pub read_retry: Duration,
+    /// Encrypt every page before it leaves the process (ChaCha20-Poly1305, a random key held
+    /// only in memory; see `crypt.rs`): the cluster's operators, its RDB/AOF files and the
+    /// network see ciphertext, and a value altered or moved in the store fails the read.
+    pub encrypt: bool,
 }
 
 impl std::fmt::Debug for RedisConfig {
@@ -109,6 +114,7 @@ impl RedisConfig {
             size,
             password: None,
             read_retry: Duration::from_secs(15),
+            encrypt: false,
         })
     }
 
@@ -161,6 +167,8 @@ pub struct RedisSwap {
     replica_map: Mutex<Option<ReplicaMap>>,
     /// When reads began failing to reach the cluster (None while it answers).
     outage: Mutex<Option<std::time::Instant>>,
+    /// Encryption at rest (`RedisConfig::encrypt`).
+    crypt: Option<SlotCipher>,
 }
 
 impl std::fmt::Debug for RedisSwap {
@@ -282,6 +290,11 @@ impl RedisSwap {
             degraded: AtomicU64::new(0),
             replica_map: Mutex::new(None),
             outage: Mutex::new(None),
+            crypt: if cfg.encrypt {
+                Some(SlotCipher::new(nr_pages)?)
+            } else {
+                None
+            },
         })
     }
 
@@ -416,7 +429,12 @@ impl SwapDevice for RedisSwap {
         } else {
             String::new()
         };
-        format!("{} ({} pages{sync})", self.cfg.spec(), self.nr_pages)
+        let enc = if self.crypt.is_some() {
+            ", encrypted"
+        } else {
+            ""
+        };
+        format!("{} ({} pages{sync}{enc})", self.cfg.spec(), self.nr_pages)
     }
 
     fn nr_pages(&self) -> u64 {
@@ -442,6 +460,9 @@ impl SwapDevice for RedisSwap {
                 let mut cmd = redis::cmd("MSET");
                 for j in 0..k {
                     pool.read_bytes(pages[i + j], &mut buf)?;
+                    if let Some(c) = &self.crypt {
+                        c.seal(s + j as u64, &mut buf)?;
+                    }
                     cmd.arg(self.key(s + j as u64)).arg(&buf[..]);
                 }
                 let () = cmd.query(conn).map_err(|e| {
@@ -534,7 +555,14 @@ impl RedisSwap {
                 self.round_trips.fetch_add(1, Ordering::Relaxed);
                 for (j, v) in vals.into_iter().enumerate() {
                     match v {
-                        Some(b) if b.len() == PAGE_SIZE => pool.write_bytes(pages[i + j], &b)?,
+                        Some(mut b) if b.len() == PAGE_SIZE => {
+                            if let Some(c) = &self.crypt {
+                                c.open(s + j as u64, &mut b).inspect_err(|_| {
+                                    self.missing.fetch_add(1, Ordering::Relaxed);
+                                })?;
+                            }
+                            pool.write_bytes(pages[i + j], &b)?
+                        }
                         // The core reads only slots it wrote: a missing key is lost data.
                         None => {
                             self.missing.fetch_add(1, Ordering::Relaxed);
@@ -571,6 +599,9 @@ impl RedisSwap {
         check_slots(slot, n, self.nr_pages)?;
         if n == 0 {
             return Ok(());
+        }
+        if let Some(c) = &self.crypt {
+            c.forget(slot, n);
         }
         self.with_conn(|conn| {
             for (s, k, _) in Self::groups(slot, n as usize) {
