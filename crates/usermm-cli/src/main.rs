@@ -160,8 +160,6 @@ enum BenchCmd {
         #[arg(long)]
         json: bool,
     },
-    /// vm-scalability case-swap-w-seq: total = 3/4 x (budget + swap size), split evenly over
-    /// the tasks, sequential write, then read-back verification. Swap size defaults to 1G.
     /// A simoop-like latency workload (seed 004's): worker threads allocate and touch memory,
     /// read and write random blocks of files larger than the budget through the page cache;
     /// CPU burners compete. Prints p50/p95/p99/max latency (usec) of Read, Write and
@@ -221,6 +219,8 @@ enum BenchCmd {
         #[arg(long)]
         json: bool,
     },
+    /// vm-scalability case-swap-w-seq: total = 3/4 x (budget + swap size), split evenly over
+    /// the tasks, sequential write, then read-back verification. Swap size defaults to 1G.
     SwapWSeq {
         /// Tasks (threads); the total is split evenly (rounded down to 4 KiB per task).
         #[arg(
@@ -763,5 +763,33 @@ fn main() -> ExitCode {
             eprintln!("error: interrupted (anything the kernel engine set up was torn down)");
             ExitCode::from(130)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// `usermm --help` and `usermm bench --help` describe every subcommand (a doc comment left
+    /// on the wrong variant once left swap-w-seq without one).
+    #[test]
+    fn every_subcommand_has_a_description() {
+        fn walk(c: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for s in c.get_subcommands() {
+                let name = format!("{path} {}", s.get_name());
+                if s.get_about()
+                    .is_none_or(|a| a.to_string().trim().is_empty())
+                {
+                    missing.push(name.clone());
+                }
+                walk(s, &name, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&super::Cli::command(), "usermm", &mut missing);
+        assert!(
+            missing.is_empty(),
+            "subcommands without a description: {missing:?}"
+        );
     }
 }

@@ -127,62 +127,6 @@ impl Backend for UsermmBackend {
     }
 }
 
-/// The kernel: plain files (its page cache) and anonymous mmap.
-#[allow(dead_code)] // wired to `--engine kernel` with the cgroup harness
-pub struct KernelBackend {
-    files: Vec<std::fs::File>,
-}
-
-impl KernelBackend {
-    #[allow(dead_code)]
-    pub fn new(paths: &[std::path::PathBuf]) -> Result<Self, Failure> {
-        let files = paths
-            .iter()
-            .map(|p| {
-                std::fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .open(p)
-                    .map_err(|e| Failure::Run(format!("opening {}: {e}", p.display())))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(KernelBackend { files })
-    }
-}
-
-impl Backend for KernelBackend {
-    fn name(&self) -> &'static str {
-        "kernel"
-    }
-    fn read(&self, i: usize, pos: u64, buf: &mut [u8]) -> Result<(), String> {
-        use std::os::unix::fs::FileExt;
-        self.files[i]
-            .read_exact_at(buf, pos)
-            .map_err(|e| e.to_string())
-    }
-    fn write(&self, i: usize, pos: u64, buf: &[u8]) -> Result<(), String> {
-        use std::os::unix::fs::FileExt;
-        self.files[i]
-            .write_all_at(buf, pos)
-            .map_err(|e| e.to_string())
-    }
-    fn alloc(&self, len: usize) -> Result<Box<dyn Block>, String> {
-        Mapping::anon(len, 0)
-            .map(|m| Box::new(m) as Box<dyn Block>)
-            .map_err(|e| e.to_string())
-    }
-    fn vmstat(&self) -> Vec<(String, u64)> {
-        std::fs::read_to_string("/proc/vmstat")
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| {
-                let (n, v) = l.split_once(' ')?;
-                Some((n.to_string(), v.trim().parse().ok()?))
-            })
-            .collect()
-    }
-}
-
 /// Latency percentiles of one kind of operation (microseconds).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Lat {
