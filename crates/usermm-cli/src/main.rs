@@ -121,12 +121,14 @@ enum BenchCmd {
         #[command(flatten)]
         run: RunArgs,
     },
-    /// A soak: worker threads run a random mix of anonymous and file work (random and
-    /// sequential writes and reads, discards, region re-creation, shared file mappings,
-    /// buffered file I/O, syncs checked on disk) over 3x the budget, every page checked
-    /// against a shadow version; `Mm::audit` and the manager's health at intervals. Stops at
-    /// the first mismatch, inconsistency or stuck fault, with the page and its history
-    /// (exit 1).
+    /// A soak: mixed anonymous and file work over 3x the budget, every page checked; exit 1
+    /// at the first mismatch, inconsistency or stuck fault.
+    ///
+    /// Worker threads run a random mix of random and sequential writes and reads, discards,
+    /// region re-creation, shared file mappings, buffered file I/O and syncs checked on disk;
+    /// every page is checked whole against a shadow version, `Mm::audit` and the manager's
+    /// health run at intervals, and every page is swept once more at the end. A failure names
+    /// the page, what it holds and its last operations.
     Soak {
         /// How long to run: 3m, 30m, 1h, 90s, ...
         #[arg(long, default_value = "3m")]
