@@ -107,3 +107,32 @@ def test_swap_file_is_removed_with_its_manager(tmp_path):
     del a, m
     gc.collect()
     assert not path.exists(), "process memory left on disk"
+
+
+def test_default_managers_of_two_processes_refuse_to_share_a_swap_file(tmp_path):
+    # Two processes configured by the same environment (USERMM_SWAP=file:PATH): the first
+    # default manager claims the file; the second process's default() is refused with an error
+    # naming the file, never handed the same slots (as the C ABI and usermm run refuse it).
+    import subprocess
+    import sys
+
+    path = tmp_path / "shared-swap"
+    env = dict(os.environ, USERMM_BUDGET="8M", USERMM_SWAP=f"file:{path}", USERMM_SWAP_SIZE="32M")
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, usermm; m = usermm.default(); a = m.array(1 << 20, 'u8'); a[:] = 1; "
+         "print('ready', flush=True); sys.stdin.readline()"],
+        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        second = subprocess.run(
+            [sys.executable, "-c", "import usermm; usermm.default()"],
+            env=env, capture_output=True, text=True, timeout=60)
+        assert second.returncode != 0, second.stdout
+        assert "in use by another usermm manager" in second.stderr, second.stderr
+        assert str(path) in second.stderr, second.stderr
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    assert holder.returncode == 0
+    assert not path.exists(), "the holder's swap file outlived it"

@@ -93,6 +93,81 @@ enum Location {
     Unlinked(PathBuf),
 }
 
+/// Named swap files to truncate and remove at process exit (an `atexit` handler): a manager
+/// that lives until the process ends (a process-wide default manager, in C, Python or under
+/// `usermm run`) is never dropped, and its file must not outlive the process either.
+/// (path, device, inode, the pid that opened it: a fork child inherits the list but must not
+/// remove its parent's file).
+static AT_EXIT: std::sync::Mutex<Vec<(PathBuf, u64, u64, u32)>> = std::sync::Mutex::new(Vec::new());
+static AT_EXIT_ONCE: std::sync::Once = std::sync::Once::new();
+
+extern "C" fn remove_swap_files_at_exit() {
+    let files = std::mem::take(&mut *AT_EXIT.lock().unwrap_or_else(|e| e.into_inner()));
+    let me = std::process::id();
+    for (path, dev, ino, pid) in files {
+        if pid == me {
+            remove_if_same(&path, dev, ino, None);
+        }
+    }
+}
+
+fn register_at_exit(path: &Path, dev: u64, ino: u64) {
+    AT_EXIT_ONCE.call_once(|| {
+        if !crate::sys::at_exit(remove_swap_files_at_exit) {
+            log::warn!("cannot register the swap-file cleanup at exit");
+        }
+    });
+    AT_EXIT.lock().unwrap_or_else(|e| e.into_inner()).push((
+        path.to_path_buf(),
+        dev,
+        ino,
+        std::process::id(),
+    ));
+}
+
+fn unregister_at_exit(dev: u64, ino: u64) {
+    AT_EXIT
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|&(_, d, i, _)| (d, i) != (dev, ino));
+}
+
+/// Truncates (through `file` if given, else by path) and removes `path` if it still names the
+/// file (`dev`, `ino`).
+fn remove_if_same(path: &Path, dev: u64, ino: u64, file: Option<&File>) {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if (m.dev(), m.ino()) == (dev, ino) => {
+            // Truncate first: the blocks go even if another name (a hard link) refers to it.
+            let t = match file {
+                Some(f) => f.set_len(0),
+                None => OpenOptions::new()
+                    .write(true)
+                    .custom_flags(libc::O_NOFOLLOW)
+                    .open(path)
+                    .and_then(|f| f.set_len(0)),
+            };
+            if let Err(e) = t {
+                log::warn!("cannot truncate swap file {}: {e}", path.display());
+            }
+            if let Err(e) = std::fs::remove_file(path) {
+                log::warn!(
+                    "cannot remove swap file {}: {e}; remove it by hand",
+                    path.display()
+                );
+            }
+        }
+        _ => {
+            if let Some(f) = file {
+                let _ = f.set_len(0);
+            }
+            log::warn!(
+                "swap file {} was moved or replaced while in use; its data was truncated",
+                path.display()
+            );
+        }
+    }
+}
+
 impl Drop for FileSwap {
     fn drop(&mut self) {
         let Location::Path {
@@ -108,25 +183,8 @@ impl Drop for FileSwap {
             log::info!("keeping swap file {} as asked", path.display());
             return;
         }
-        // Truncate first: the blocks go even if another name (a hard link) still refers to it.
-        if let Err(e) = self.file.set_len(0) {
-            log::warn!("cannot truncate swap file {}: {e}", path.display());
-        }
-        match std::fs::symlink_metadata(path) {
-            Ok(m) if (m.dev(), m.ino()) == (*dev, *ino) => {
-                if let Err(e) = std::fs::remove_file(path) {
-                    log::warn!(
-                        "cannot remove swap file {}: {e}; remove it by hand",
-                        path.display()
-                    );
-                }
-            }
-            // Renamed or replaced meanwhile: not ours to remove.
-            _ => log::warn!(
-                "swap file {} was moved or replaced while in use; its data was truncated",
-                path.display()
-            ),
-        }
+        unregister_at_exit(*dev, *ino);
+        remove_if_same(path, *dev, *ino, Some(&self.file));
     }
 }
 
@@ -286,6 +344,9 @@ impl FileSwap {
                 return Err(e);
             }
         };
+        if !keep {
+            register_at_exit(path, dev, ino);
+        }
         Ok(FileSwap {
             file,
             nr_pages,

@@ -262,6 +262,13 @@ pub fn pseudo_fs(file: &std::fs::File) -> std::io::Result<Option<&'static str>> 
     })
 }
 
+/// Registers `f` to run at normal process exit (`atexit(3)`: `exit()` and a return from
+/// `main`, not a signal or `_exit`).
+pub fn at_exit(f: extern "C" fn()) -> bool {
+    // SAFETY: atexit stores a plain function pointer; `f` is a 'static function.
+    unsafe { libc::atexit(f) == 0 }
+}
+
 /// Takes an exclusive `flock` on `file` without waiting: Ok(false) when another open file
 /// description (this process or another) holds it.
 pub fn flock_exclusive_nb(file: &std::fs::File) -> std::io::Result<bool> {
