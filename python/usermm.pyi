@@ -38,12 +38,16 @@ class Manager:
         swap_size: Optional[Size] = None,
         overcommit: bool = False,
         settings: Union[None, str, Mapping[str, Union[str, bool, int]]] = None,
+        swap_encrypt: bool = False,
+        swap_keep: bool = False,
     ) -> None:
         """budget: resident memory limit; swap: "file", "file:PATH", "ram", "none",
         "zswap+file", "zswap+ram" or "zswap:OPTIONS+DEVICE";
         swap_size: swap capacity (default 4x budget); overcommit: allow mapping beyond
         budget + swap (pages that then find swap full raise SIGBUS when touched); settings:
-        seed switches and laptop_mode as "name=value,..." or a dict."""
+        seed switches and laptop_mode as "name=value,..." or a dict; swap_encrypt: the file and
+        Redis tiers store pages encrypted (a key held only in memory); swap_keep: keep a
+        "file:PATH" swap file when the manager goes."""
     def array(
         self,
         shape: Union[SupportsIndex, Sequence[SupportsIndex]],

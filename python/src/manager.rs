@@ -37,6 +37,10 @@ const DEFAULT_BUDGET: &str = "256M";
 ///     CommitLimitError; True = allowed, and a page that then finds swap full is poisoned (the
 ///     process gets SIGBUS when it touches it).
 /// settings: the seed switches and laptop_mode, as "name=value,..." (like USERMM_SET) or a dict.
+/// swap_encrypt: True = the file and Redis tiers store every page encrypted (ChaCha20-Poly1305,
+///     a random key held only in memory; like USERMM_SWAP_ENCRYPT=1).
+/// swap_keep: True = a "file:PATH" swap file is kept when the manager goes (default: truncated
+///     and removed, also at interpreter exit).
 ///
 /// Arrays and regions keep their manager alive: deleting the Manager object does not invalidate
 /// them; the manager stops when the last of them is gone.
@@ -86,10 +90,12 @@ impl Manager {
 
 #[pymethods]
 impl Manager {
+    // Python's keyword arguments, one parameter each.
+    #[allow(clippy::too_many_arguments)]
     #[new]
     #[pyo3(
-        signature = (budget = None, swap = "file", swap_size = None, overcommit = false, settings = None),
-        text_signature = "(budget='256M', swap='file', swap_size=None, overcommit=False, settings=None)"
+        signature = (budget = None, swap = "file", swap_size = None, overcommit = false, settings = None, swap_encrypt = false, swap_keep = false),
+        text_signature = "(budget='256M', swap='file', swap_size=None, overcommit=False, settings=None, swap_encrypt=False, swap_keep=False)"
     )]
     fn new(
         py: Python<'_>,
@@ -98,6 +104,8 @@ impl Manager {
         swap_size: Option<&Bound<'_, PyAny>>,
         overcommit: bool,
         settings: Option<&Bound<'_, PyAny>>,
+        swap_encrypt: bool,
+        swap_keep: bool,
     ) -> PyResult<Self> {
         let budget = match budget.filter(|b| !b.is_none()) {
             Some(b) => args::size("budget", b)?,
@@ -107,10 +115,12 @@ impl Manager {
             Some(s) => args::size("swap_size", s)?,
             None => budget.saturating_mul(4),
         };
-        let cfg = MmConfig::new(budget)
+        let mut cfg = MmConfig::new(budget)
             .swap(args::swap(swap, swap_size)?)
             .overcommit(overcommit)
             .settings(args::settings(settings)?);
+        cfg.swap_encrypt = swap_encrypt;
+        cfg.swap_keep = swap_keep;
         Manager::open(py, cfg)
     }
 

@@ -136,3 +136,20 @@ def test_default_managers_of_two_processes_refuse_to_share_a_swap_file(tmp_path)
         holder.wait(timeout=60)
     assert holder.returncode == 0
     assert not path.exists(), "the holder's swap file outlived it"
+
+
+def test_swap_encrypt_and_swap_keep_reach_the_file_device(tmp_path):
+    path = tmp_path / "kept"
+    m = usermm.Manager(budget="8M", swap=f"file:{path}", swap_size="32M",
+                       swap_encrypt=True, swap_keep=True)
+    assert "encrypted" in m.swap, m.swap
+    a = m.array(3 * MiB, "u8")  # 24 MiB through an 8 MiB budget: pages reach the file
+    a[:] = 0x5A
+    assert int(a[::4096].sum()) == 0x5A * len(a[::4096])
+    del a, m
+    gc.collect()
+    assert path.exists(), "swap_keep=True removed the file"
+    # What the file holds is ciphertext: no page of 0x5A bytes in it.
+    data = path.read_bytes()
+    assert bytes([0x5A]) * 4096 not in data
+    path.unlink()
