@@ -478,10 +478,14 @@ fn mismatch(
 /// Runs the soak; an error (a mismatch, an inconsistency, a stuck fault) is a run failure.
 pub fn run(cfg: MmConfig, p: &Params) -> Result<(), Failure> {
     if p.anon_bytes / REGIONS < PAGE || p.file_bytes < PAGE {
+        // Each thread needs a page per anonymous region from 3x the budget, and a page of file.
+        let need = (p.threads * REGIONS * PAGE)
+            .div_ceil(3)
+            .max(p.threads * PAGE);
         return Err(Failure::Usage(format!(
-            "the budget is too small for {} threads: each needs at least {} bytes",
-            p.threads,
-            REGIONS * PAGE
+            "--budget {} bytes is too small for --threads {}: give at least {need} bytes \
+             (4k per thread for each of its {REGIONS} regions from 3x the budget) or fewer threads",
+            cfg.budget, p.threads
         )));
     }
     let budget = cfg.budget;
