@@ -527,7 +527,7 @@ fn bench(b: BenchCmd) -> Result<(), Failure> {
                 file_bytes: per(cfg.budget) / 4096 * 4096,
                 seed,
                 audit_every,
-                dir: dir.unwrap_or_else(bench::soak::default_dir),
+                dir: dir.unwrap_or_else(std::env::temp_dir),
                 json,
             };
             bench::soak::run(cfg, &p)

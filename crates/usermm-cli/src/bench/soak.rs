@@ -204,49 +204,32 @@ impl Worker {
             "thread {} anon region {slot} (generation {})",
             self.id, self.anon[slot].gen
         );
-        check_page(
-            &what,
-            &self.anon[slot].region,
-            page,
-            key,
-            &sh,
-            &mut self.verified_pages,
-        )
+        self.verified_pages += 1;
+        check_page(&what, &self.anon[slot].region, page, key, &sh)
     }
 
     fn check_file(&mut self, page: usize, buffered: bool) -> Result<(), String> {
         let sh = self.fpages[page];
         let key = self.file_key(page);
+        self.verified_pages += 1;
         if buffered {
-            let (mut got, mut want) = ([0u8; PAGE], [0u8; PAGE]);
-            self.file
-                .read_exact_at((page * PAGE) as u64, &mut got)
-                .map_err(|e| format!("read_at of file page {page}: {e}"))?;
-            page_image(key, sh.version, &mut want);
-            self.verified_pages += 1;
-            if got != want {
-                return Err(mismatch(
-                    &format!(
-                        "thread {} file {} (buffered read)",
-                        self.id,
-                        self.file_path.display()
-                    ),
-                    &self.map,
-                    page,
-                    key,
-                    &sh,
-                    &got,
-                    &want,
-                ));
-            }
-            return Ok(());
+            let what = format!(
+                "thread {} file {} (buffered read)",
+                self.id,
+                self.file_path.display()
+            );
+            return check_image(&what, &self.map, page, key, &sh, |got| {
+                self.file
+                    .read_exact_at((page * PAGE) as u64, got)
+                    .map_err(|e| format!("read_at of file page {page}: {e}"))
+            });
         }
         let what = format!(
             "thread {} file {} (shared mapping)",
             self.id,
             self.file_path.display()
         );
-        check_page(&what, &self.map, page, key, &sh, &mut self.verified_pages)
+        check_page(&what, &self.map, page, key, &sh)
     }
 
     /// The final sweep: every page of every region and of the file, through the mapping.
@@ -381,28 +364,24 @@ impl Worker {
                 // What the sync covered is on disk: read pages back from the file itself.
                 let f = std::fs::File::open(&self.file_path)
                     .map_err(|e| format!("{}: {e}", self.file_path.display()))?;
+                let what = format!(
+                    "thread {} file {} on disk after a sync",
+                    self.id,
+                    self.file_path.display()
+                );
                 for _ in 0..16 {
                     let p = self.rng.below(fpages as u64) as usize;
-                    let (mut got, mut want) = ([0u8; PAGE], [0u8; PAGE]);
-                    std::os::unix::fs::FileExt::read_exact_at(&f, &mut got, (p * PAGE) as u64)
-                        .map_err(|e| format!("{}: {e}", self.file_path.display()))?;
-                    page_image(self.file_key(p), self.fpages[p].version, &mut want);
-                    if got != want {
-                        let sh = self.fpages[p];
-                        return Err(mismatch(
-                            &format!(
-                                "thread {} file {} on disk after a sync",
-                                self.id,
-                                self.file_path.display()
-                            ),
-                            &self.map,
-                            p,
-                            self.file_key(p),
-                            &sh,
-                            &got,
-                            &want,
-                        ));
-                    }
+                    check_image(
+                        &what,
+                        &self.map,
+                        p,
+                        self.file_key(p),
+                        &self.fpages[p],
+                        |got| {
+                            std::os::unix::fs::FileExt::read_exact_at(&f, got, (p * PAGE) as u64)
+                                .map_err(|e| format!("{}: {e}", self.file_path.display()))
+                        },
+                    )?;
                 }
             }
         }
@@ -410,24 +389,31 @@ impl Worker {
     }
 }
 
-/// Reads page `page` of `r` and compares it with version `sh.version` of `key`'s image.
-fn check_page(
+/// Reads page `page` with `read` and compares it with version `sh.version` of `key`'s image;
+/// a mismatch is reported at `page` of `r` (the region the page is or would be mapped in).
+fn check_image(
     what: &str,
     r: &Region,
     page: usize,
     key: u64,
     sh: &Shadow,
-    verified: &mut u64,
+    read: impl FnOnce(&mut [u8; PAGE]) -> Result<(), String>,
 ) -> Result<(), String> {
     let (mut got, mut want) = ([0u8; PAGE], [0u8; PAGE]);
-    r.read_bytes(page * PAGE, &mut got)
-        .map_err(|e| format!("reading {what} page {page}: {e}"))?;
+    read(&mut got)?;
     page_image(key, sh.version, &mut want);
-    *verified += 1;
     if got == want {
         return Ok(());
     }
     Err(mismatch(what, r, page, key, sh, &got, &want))
+}
+
+/// Reads page `page` of `r` through the region and checks it (see [`check_image`]).
+fn check_page(what: &str, r: &Region, page: usize, key: u64, sh: &Shadow) -> Result<(), String> {
+    check_image(what, r, page, key, sh, |got| {
+        r.read_bytes(page * PAGE, got)
+            .map_err(|e| format!("reading {what} page {page}: {e}"))
+    })
 }
 
 /// The message for a page that does not hold what its shadow says: where, the first words
@@ -807,11 +793,6 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err(format!("{s:?}: the duration must be at least 1 s"));
     }
     Ok(Duration::from_secs(total))
-}
-
-/// Where the soak's files go by default.
-pub fn default_dir() -> PathBuf {
-    std::env::temp_dir()
 }
 
 #[cfg(test)]
