@@ -232,13 +232,8 @@ fn engine_list_errors() {
 
 /// Why the kernel engine cannot run here, or None when it can.
 fn kernel_skip_reason() -> Option<String> {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let euid = status
-        .lines()
-        .find(|l| l.starts_with("Uid:"))
-        .and_then(|l| l.split_whitespace().nth(2))
-        .unwrap_or("?");
-    if euid != "0" {
+    let euid = usermm::sys::geteuid();
+    if euid != 0 {
         return Some(format!("not root (euid {euid})"));
     }
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();

@@ -456,6 +456,18 @@ fn laptop_mode_reclaim_with_dirty_file_pages() {
     assert!(old.val("pswpout") > 0, "{old}");
 }
 
+/// Re-runs test `name` of this binary as a child writing the file at `path`, its stdout piped.
+fn durability_child(name: &str, path: &std::path::Path) -> std::process::Child {
+    std::process::Command::new(std::env::current_exe().unwrap())
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env("USERMM_TEST_CHILD", name)
+        .env("USERMM_DURABILITY_PATH", path)
+        .env("RUST_LOG", "off")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// Durability: a child writes, syncs, writes more and is SIGKILLed; every synced byte is on disk.
 #[test]
 fn synced_data_survives_sigkill() {
@@ -481,14 +493,7 @@ fn synced_data_survives_sigkill() {
     use std::io::BufRead;
     let d = tmpdir();
     let p = d.path().join("durable");
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([NAME, "--exact", "--nocapture", "--test-threads=1"])
-        .env("USERMM_TEST_CHILD", NAME)
-        .env("USERMM_DURABILITY_PATH", &p)
-        .env("RUST_LOG", "off")
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = durability_child(NAME, &p);
     let out = child.stdout.take().unwrap();
     let mut lines = std::io::BufReader::new(out).lines();
     assert!(
@@ -551,14 +556,7 @@ fn synced_mapping_survives_sigkill_at_random_points() {
     let mut delay = 0x2545_f491_4f6c_dd1du64;
     for kill in 0..8 {
         let p = d.path().join(format!("durable-{kill}"));
-        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([NAME, "--exact", "--nocapture", "--test-threads=1"])
-            .env("USERMM_TEST_CHILD", NAME)
-            .env("USERMM_DURABILITY_PATH", &p)
-            .env("RUST_LOG", "off")
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = durability_child(NAME, &p);
         let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
         // Let the child complete 1-3 syncs, then kill it 0-400 ms later, wherever it is.
         delay ^= delay << 13;

@@ -13,6 +13,32 @@ use usermm::{Mm, MmConfig, SwapConfig};
 /// forming at once on a loaded 2-CPU machine can miss the fixture's deadline.
 static ONE_CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// A running cluster (this test's turn), and a device configuration for it: the ACL user, the
+/// fixture's password, 64 MiB.
+struct Fixture {
+    cluster: redis_fixture::Cluster,
+    cfg: RedisConfig,
+    _one: std::sync::MutexGuard<'static, ()>,
+}
+
+/// None (with a message) where redis-server is not installed.
+fn fixture() -> Option<Fixture> {
+    if !redis_fixture::available() {
+        eprintln!("SKIPPED: redis-server/redis-cli not installed (.ci/run installs them)");
+        return None;
+    }
+    let _ = env_logger::builder().is_test(true).try_init();
+    let one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = redis_fixture::Cluster::start();
+    let mut cfg = RedisConfig::parse(&cluster.spec(true), 64 << 20).unwrap();
+    cfg.password = Some(redis_fixture::PASSWORD.into());
+    Some(Fixture {
+        cluster,
+        cfg,
+        _one: one,
+    })
+}
+
 fn word(i: usize, pass: u64) -> u64 {
     (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ pass
 }
@@ -23,15 +49,15 @@ fn word(i: usize, pass: u64) -> u64 {
 // up after 50 ms and poisoning the page.
 #[test]
 fn primary_killed_mid_workload_loses_nothing() {
-    if !redis_fixture::available() {
-        eprintln!("SKIPPED: redis-server/redis-cli not installed (.ci/run installs them)");
+    // `_one` first: bindings drop in reverse order, so the turn ends after the cluster is gone.
+    let Some(Fixture {
+        _one,
+        cluster: mut c,
+        cfg: mut r,
+    }) = fixture()
+    else {
         return;
-    }
-    let _ = env_logger::builder().is_test(true).try_init();
-    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
-    let mut c = redis_fixture::Cluster::start();
-    let mut r = RedisConfig::parse(&c.spec(true), 64 << 20).unwrap();
-    r.password = Some(redis_fixture::PASSWORD.into());
+    };
     r.sync_replicas = 1;
     r.read_retry = Duration::from_secs(30);
     let mm = Mm::new(MmConfig::new(8 << 20).swap(SwapConfig::Redis(r))).unwrap();
@@ -75,15 +101,15 @@ fn primary_killed_mid_workload_loses_nothing() {
 /// working; nothing waits forever.
 #[test]
 fn all_nodes_killed_poison_swapped_pages_and_nothing_hangs() {
-    if !redis_fixture::available() {
-        eprintln!("SKIPPED: redis-server/redis-cli not installed (.ci/run installs them)");
+    // `_one` first: bindings drop in reverse order, so the turn ends after the cluster is gone.
+    let Some(Fixture {
+        _one,
+        cluster: mut c,
+        cfg: mut r,
+    }) = fixture()
+    else {
         return;
-    }
-    let _ = env_logger::builder().is_test(true).try_init();
-    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
-    let mut c = redis_fixture::Cluster::start();
-    let mut r = RedisConfig::parse(&c.spec(true), 64 << 20).unwrap();
-    r.password = Some(redis_fixture::PASSWORD.into());
+    };
     r.read_retry = Duration::from_secs(2);
     let mut cfg = MmConfig::new(8 << 20).swap(SwapConfig::Redis(r));
     cfg.uffd_policy = usermm::sys::uffd::OpenPolicy::Full;
