@@ -74,6 +74,7 @@ items! {
     OomPoison = "oom_poison",
     UffdEexist = "uffd_eexist",
     UffdEagain = "uffd_eagain",
+    UffdMoveUnreported = "uffd_move_unreported",
     FaultDeferred = "fault_deferred",
     HandlerSpinHit = "handler_spin_hit",
     HandlerWakeup = "handler_wakeup",

@@ -672,6 +672,7 @@ impl Mm {
     pub fn vmstat(&self) -> Vmstat {
         let m = self.inner();
         m.vm.set(Item::NrFree, m.frames.nr_free());
+        m.vm.set(Item::UffdMoveUnreported, m.uffd.move_unreported());
         if let Some(s) = &m.swap {
             m.vm.set(Item::NrSwapUsed, s.slots.nr_pages() - s.slots.nr_free());
             // The tiers' own counters (zswap's), summed where two tiers share a name.

@@ -578,13 +578,6 @@ fn map_parked(m: &MmInner, r: &RegionInner, idx: u64, f: u32, write: bool, wake_
     let dst = r.page_addr(idx);
     let place = || place_from_slot(m, f, dst, keep_wp);
     let mut res = place();
-    if matches!(res, Err(e) if e.is_exists()) && pool::slot_is_empty(m, f) {
-        // The page at dst is this one: an earlier attempt placed it (emptying the slot) and
-        // was reported as failed. Zapping it as a stray would lose the data.
-        m.vm.inc(Item::UffdEexist);
-        log::warn!("frame {f}: already placed at {dst:#x} by an attempt reported as failed");
-        res = Ok(PAGE_SIZE);
-    }
     if matches!(res, Err(e) if e.is_exists()) {
         // The view holds a page although the entry says this one is parked: a stray left by a
         // path that lost track of it. The parked page is the page's data: drop the stray.
@@ -867,15 +860,6 @@ fn do_swap_page(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) 
             }
         };
         let mut placed = place();
-        if pooled && matches!(placed, Err(e) if e.is_exists()) && pool::slot_is_empty(m, f0) {
-            // The page at dst is this one: an earlier MOVE attempt took it out of the slot and
-            // was reported as failed. Zapping it as a stray would lose the data.
-            m.vm.inc(Item::UffdEexist);
-            log::warn!(
-                "swapped-in page already placed at {dst:#x} by an attempt reported as failed"
-            );
-            placed = Ok(PAGE_SIZE);
-        }
         if matches!(placed, Err(e) if e.is_exists()) {
             // A stray page sits where the swapped-out page belongs (seen once with the partial
             // results mishandled): the swap copy is the page's data; replace the stray.

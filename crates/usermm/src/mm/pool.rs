@@ -78,12 +78,6 @@ pub fn recycle_frames(m: &MmInner, frames: &[u32]) {
     m.vm.add(Item::Pgfree, frames.len() as u64);
 }
 
-/// Whether frame `f`'s pool slot holds no page (mincore), e.g. because its page was just
-/// moved or copied out of it. False when residency cannot be read.
-pub fn slot_is_empty(m: &MmInner, f: u32) -> bool {
-    matches!(m.pool.resident(MmInner::frame_off(f), PAGE_SIZE), Ok(v) if !v[0])
-}
-
 /// Whether frame `f`'s pool slot really holds the page PG_pooled promises. A store into an
 /// empty slot would fault into the handlers (the pool is registered) and, from a handler
 /// thread, never be served; a lost slot is counted (`pool_slot_lost`) and the frame treated as

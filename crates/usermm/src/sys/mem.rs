@@ -231,21 +231,7 @@ impl Mapping {
     /// handler).
     pub fn resident(&self, off: usize, len: usize) -> io::Result<Vec<bool>> {
         check_range(self.len, off, len)?;
-        let n = len.div_ceil(PAGE_SIZE);
-        let mut vec = vec![0u8; n];
-        // SAFETY: the range is inside this mapping (checked) and page aligned (callers pass
-        // frame offsets); mincore writes one byte per page into `vec`, which has n bytes.
-        let r = unsafe {
-            libc::mincore(
-                self.as_ptr().add(off) as *mut libc::c_void,
-                len,
-                vec.as_mut_ptr(),
-            )
-        };
-        if r != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(vec.iter().map(|b| b & 1 != 0).collect())
+        resident_at(self.as_ptr() as usize + off, len)
     }
 
     /// Fills `[off, off+len)` with `byte`.
@@ -420,6 +406,20 @@ impl Drop for Mapping {
         // SAFETY: we own [ptr, ptr+len) since creation; no references into it exist.
         unsafe { libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.len) };
     }
+}
+
+/// Which pages of `[addr, addr+len)` (page aligned) have a page mapped in this process
+/// (mincore(2)). Reads page tables only: never faults, never touches the pages.
+pub fn resident_at(addr: usize, len: usize) -> io::Result<Vec<bool>> {
+    let n = len.div_ceil(PAGE_SIZE);
+    let mut vec = vec![0u8; n];
+    // SAFETY: mincore only reads page tables; it writes one byte per page of the range into
+    // `vec`, which has n bytes, and fails with ENOMEM (not a fault) on unmapped addresses.
+    let r = unsafe { libc::mincore(addr as *mut libc::c_void, len, vec.as_mut_ptr()) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(vec.iter().map(|b| b & 1 != 0).collect())
 }
 
 #[cfg(test)]

@@ -10,6 +10,10 @@
 use std::fs::OpenOptions;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::mem::resident_at;
+use super::PAGE_SIZE;
 
 const UFFD_API: u64 = 0xAA;
 const UFFD_USER_MODE_ONLY: libc::c_int = 1;
@@ -241,6 +245,8 @@ pub struct Uffd {
     features: u64,
     ioctls: u64,
     origin: Origin,
+    /// Pages UFFDIO_MOVE moved without reporting them (see [`Uffd::move_pages`]).
+    move_unreported: AtomicU64,
 }
 
 fn raw_open(flags: libc::c_int) -> io::Result<OwnedFd> {
@@ -321,6 +327,7 @@ impl Uffd {
                 features: want,
                 ioctls: a.ioctls,
                 origin,
+                move_unreported: AtomicU64::new(0),
             });
         }
         Err(io::Error::new(
@@ -422,8 +429,12 @@ impl Uffd {
                     mode,
                     copy: 0,
                 };
-                let r = self.ioctl(req, &mut a);
-                finish(r, a.copy)
+                let r = finish(self.ioctl(req, &mut a), a.copy);
+                if req == UFFDIO_MOVE {
+                    inject::unreport(n, r)
+                } else {
+                    r
+                }
             })
         })
     }
@@ -470,6 +481,17 @@ impl Uffd {
     }
 
     /// UFFDIO_MOVE: moves present anonymous pages from `src` to the unpopulated `dst`.
+    ///
+    /// The returned byte count (or the error's `done`) includes pages the kernel moved without
+    /// reporting them. Linux 6.18's batched `move_pages()` keeps an internal `-EAGAIN` (a source
+    /// pte that changed under it, e.g. a page migrated by compaction) after retrying: the next
+    /// batch is moved but not counted, and the retry at the same address fails with EEXIST on
+    /// the page it has just moved. The caller sees EEXIST (or a short count) for pages that are
+    /// in fact at `dst`; believing it, usermm dropped them as strays (issue 10's lost page).
+    /// So after a failure, the pages from the first unreported one on whose source is now empty
+    /// and whose destination is populated are counted as moved (without `allow_src_holes` a
+    /// source page was present when the call began, so nothing else can have emptied it while
+    /// the caller holds the pages' locks). [`Uffd::move_unreported`] counts them.
     pub fn move_pages(
         &self,
         dst: usize,
@@ -478,13 +500,37 @@ impl Uffd {
         allow_src_holes: bool,
         dontwake: bool,
     ) -> Result<usize, OpError> {
-        self.two_addr(
-            UFFDIO_MOVE,
-            dst,
-            src,
-            len,
-            (dontwake as u64) | ((allow_src_holes as u64) << 1),
-        )
+        let mode = (dontwake as u64) | ((allow_src_holes as u64) << 1);
+        let mut done = 0;
+        loop {
+            let e = match self.two_addr(UFFDIO_MOVE, dst + done, src + done, len - done, mode) {
+                Ok(n) => return Ok(done + n),
+                Err(e) => e,
+            };
+            done += e.done;
+            let unreported = if allow_src_holes || done >= len {
+                0
+            } else {
+                moved_unreported(dst + done, src + done, len - done)
+            };
+            if unreported == 0 {
+                return Err(OpError {
+                    errno: e.errno,
+                    done,
+                });
+            }
+            self.move_unreported
+                .fetch_add((unreported / PAGE_SIZE) as u64, Ordering::Relaxed);
+            done += unreported;
+            if done >= len {
+                return Ok(done);
+            }
+        }
+    }
+
+    /// Pages UFFDIO_MOVE moved without reporting them, recovered by [`Uffd::move_pages`].
+    pub fn move_unreported(&self) -> u64 {
+        self.move_unreported.load(Ordering::Relaxed)
     }
 
     /// UFFDIO_CONTINUE: maps existing page-cache pages (MINOR faults on shmem).
@@ -573,44 +619,97 @@ impl Uffd {
     }
 }
 
-/// Fault injection for tests: when set to N > 0, every Nth resolving ioctl over more than one
-/// page does only the first half of its range and reports what the kernel reports for a partial
-/// result (EAGAIN with the bytes done). The kernel does this whenever a page inside a run is
-/// busy, present or missing; injecting it makes those interleavings deterministic
-/// (tests/livelock.rs).
+/// Fault injection for tests (tests/livelock.rs), making rare kernel reports deterministic:
+/// partial results (every Nth resolving ioctl over more than one page does only the first half
+/// of its range and reports EAGAIN with the bytes done, as the kernel does when a page inside a
+/// run is busy, present or missing), and Linux 6.18's under-reported UFFDIO_MOVE.
 #[doc(hidden)]
 pub mod inject {
     use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-    static PARTIAL_EVERY: AtomicU32 = AtomicU32::new(0);
-    static CALLS: AtomicU64 = AtomicU64::new(0);
-    static INJECTED: AtomicU64 = AtomicU64::new(0);
+    use super::super::PAGE_SIZE;
+    use super::OpError;
+
+    /// "Every nth call": a process-wide injection switch with its call and hit counts.
+    struct Every {
+        n: AtomicU32,
+        calls: AtomicU64,
+        hits: AtomicU64,
+    }
+
+    impl Every {
+        const fn new() -> Every {
+            Every {
+                n: AtomicU32::new(0),
+                calls: AtomicU64::new(0),
+                hits: AtomicU64::new(0),
+            }
+        }
+        /// Whether this call is one to inject into (counted as a hit).
+        fn fire(&self) -> bool {
+            let n = self.n.load(Ordering::Relaxed);
+            if n == 0
+                || !self
+                    .calls
+                    .fetch_add(1, Ordering::Relaxed)
+                    .is_multiple_of(n as u64)
+            {
+                return false;
+            }
+            self.hits.fetch_add(1, Ordering::Relaxed);
+            true
+        }
+    }
+
+    static PARTIAL: Every = Every::new();
+    static UNREPORT: Every = Every::new();
 
     /// Makes every `n`th multi-page resolving ioctl partial (0: never). Process-wide.
     pub fn partial_results(n: u32) {
-        PARTIAL_EVERY.store(n, Ordering::SeqCst);
+        PARTIAL.n.store(n, Ordering::SeqCst);
     }
 
     /// How many partial results were injected so far.
     pub fn injected() -> u64 {
-        INJECTED.load(Ordering::SeqCst)
+        PARTIAL.hits.load(Ordering::SeqCst)
+    }
+
+    /// Makes every `n`th UFFDIO_MOVE that moves everything report what Linux 6.18 reports after
+    /// an internal retry (see [`super::Uffd::move_pages`]): only the first half of the pages
+    /// (EAGAIN), or for a single page none (EEXIST). 0: never. Process-wide.
+    pub fn unreported_moves(n: u32) {
+        UNREPORT.n.store(n, Ordering::SeqCst);
+    }
+
+    /// How many moves were made to under-report so far.
+    pub fn unreported() -> u64 {
+        UNREPORT.hits.load(Ordering::SeqCst)
+    }
+
+    /// The result to report for a UFFDIO_MOVE over `len` bytes whose real result is `r`.
+    pub(super) fn unreport(len: usize, r: Result<usize, OpError>) -> Result<usize, OpError> {
+        if r != Ok(len) || !UNREPORT.fire() {
+            return r;
+        }
+        let pages = len / PAGE_SIZE;
+        Err(OpError {
+            errno: if pages >= 2 {
+                libc::EAGAIN
+            } else {
+                libc::EEXIST
+            },
+            done: pages / 2 * PAGE_SIZE,
+        })
     }
 
     /// The length to issue for a call over `len` bytes: `len`, or half of it (whole pages) when
     /// this call is to be made partial.
     pub(super) fn cut(len: usize) -> usize {
-        let n = PARTIAL_EVERY.load(Ordering::Relaxed);
-        let pages = len / super::super::PAGE_SIZE;
-        if n == 0
-            || pages < 2
-            || !CALLS
-                .fetch_add(1, Ordering::Relaxed)
-                .is_multiple_of(n as u64)
-        {
+        let pages = len / PAGE_SIZE;
+        if pages < 2 || !PARTIAL.fire() {
             return len;
         }
-        INJECTED.fetch_add(1, Ordering::Relaxed);
-        pages / 2 * super::super::PAGE_SIZE
+        pages / 2 * PAGE_SIZE
     }
 }
 
@@ -663,6 +762,15 @@ fn resume(
             }
         }
     }
+}
+
+/// Bytes at the start of `[0, len)` whose page left `src` and is now at `dst`: moved by a
+/// UFFDIO_MOVE that did not report it (see [`Uffd::move_pages`]). 0 if residency cannot be read.
+fn moved_unreported(dst: usize, src: usize, len: usize) -> usize {
+    let (Ok(s), Ok(d)) = (resident_at(src, len), resident_at(dst, len)) else {
+        return 0;
+    };
+    s.iter().zip(&d).take_while(|&(&s, &d)| !s && d).count() * PAGE_SIZE
 }
 
 fn finish(r: Result<(), i32>, field: i64) -> Result<usize, OpError> {
