@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 10's judgement loop: runs the random 8-task usemem workload N times, each under a hard
 # timeout, and records for every run its exit status, wall time and the tripwire counters from
-# its JSON (fault_refault_tripwire, fault_stale_unmapped, pool_slot_lost, pgunmap_zapped).
+# its JSON (fault_refault_tripwire, fault_stale_unmapped, pool_slot_lost, pgunmap_zapped), and
+# uffd_move_unreported (pages the kernel's UFFDIO_MOVE moved without reporting; recovered).
 #
 #   bench/hang-loop.sh N ram|file [USERMM_BINARY] [LOG]
 #
@@ -27,14 +28,14 @@ for i in $(seq 1 "$n"); do
   c=$(python3 -c "
 import json
 v = json.load(open('$work/out'))['vmstat']
-print(' '.join(str(v.get(k, '?')) for k in ('fault_refault_tripwire', 'fault_stale_unmapped', 'pool_slot_lost', 'pgunmap_zapped')))
-" 2>/dev/null || echo "? ? ? ?")
+print(' '.join(str(v.get(k, '?')) for k in ('fault_refault_tripwire', 'fault_stale_unmapped', 'pool_slot_lost', 'pgunmap_zapped', 'uffd_move_unreported')))
+" 2>/dev/null || echo "? ? ? ? ?")
   [ $rc = 137 ] && hangs=$((hangs + 1))
   [ $rc != 0 ] && [ $rc != 137 ] && fails=$((fails + 1))
   set -- $c
   [ "$1" != 0 ] && trips=$((trips + 1))
-  printf "run %d rc=%d t=%.1f tripwire=%s stale_unmapped=%s pool_slot_lost=%s pgunmap_zapped=%s\n" \
-    "$i" "$rc" "$(echo "$e - $s" | bc)" "$1" "$2" "$3" "$4" >> "$log"
+  printf "run %d rc=%d t=%.1f tripwire=%s stale_unmapped=%s pool_slot_lost=%s pgunmap_zapped=%s move_unreported=%s\n" \
+    "$i" "$rc" "$(echo "$e - $s" | bc)" "$1" "$2" "$3" "$4" "$5" >> "$log"
   [ $rc != 0 ] && cp "$work/err" "$log.err.$i"
 done
 t=$(awk '{sub("t=","",$4); print $4}' "$log" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
