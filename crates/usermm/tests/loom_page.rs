@@ -100,7 +100,7 @@ fn reclaim(w: &World) {
         );
         g.set(Pte::Swap(7));
         drop(g);
-        p.flags.store(0, usermm::sync::Ordering::Release);
+        p.reset_flags(0);
     }
 }
 

@@ -402,7 +402,7 @@ mod tests {
         let d = &inner.pages[p as usize];
         assert!(d.test(pg::LOCKED) && d.test(pg::REFERENCED) && d.test(pg::LRU));
         assert!(!d.test(pg::ACTIVE));
-        assert_eq!(d.refcount.load(Ordering::Relaxed), 2, "cache + caller");
+        assert_eq!(d.page_count(), 2, "cache + caller");
         assert!(
             grab_cache_page_nowait(inner, a, 0).unwrap().is_none(),
             "NOWAIT does not wait for a locked page"
@@ -420,7 +420,7 @@ mod tests {
             .unwrap();
         assert!(d.test(pg::ACTIVE) && !d.test(pg::REFERENCED));
         put_page(inner, r);
-        assert_eq!(d.refcount.load(Ordering::Relaxed), 1);
+        assert_eq!(d.page_count(), 1);
         assert_eq!(a.nrpages.load(Ordering::Relaxed), 1);
     }
 

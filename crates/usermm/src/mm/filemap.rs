@@ -314,12 +314,12 @@ impl AddressSpace {
 
 /// `get_page`.
 fn get_page(m: &MmInner, f: u32) {
-    m.pages[f as usize].refcount.fetch_add(1, Ordering::AcqRel);
+    m.pages[f as usize].get_page();
 }
 
 /// `put_page`: drops a reference taken by a lookup.
 pub fn put_page(m: &MmInner, f: u32) {
-    m.pages[f as usize].refcount.fetch_sub(1, Ordering::AcqRel);
+    m.pages[f as usize].put_page();
 }
 
 /// `find_get_entry`: the entry at `index`, with a reference on a page.
@@ -428,7 +428,7 @@ pub fn pagecache_get_page(
         }
         if !add_to_page_cache_lru(m, mapping, f, index) {
             // Raced with another creator: use theirs.
-            p.flags.store(pg::POOLED, Ordering::Release);
+            p.reset_flags(pg::POOLED);
             pool::recycle_frames(m, &[f]);
             continue;
         }
@@ -506,8 +506,7 @@ pub(crate) enum Loc {
 pub(crate) fn page_loc(m: &MmInner, f: u32) -> Loc {
     let p = &m.pages[f as usize];
     if p.test(pg::MAPPED) {
-        let v = p.private.load(Ordering::Acquire);
-        let (rid, idx) = ((v >> 40) as u32, v & ((1 << 40) - 1));
+        let (rid, idx) = p.mapped_at();
         if let Some(r) = m.regions.read().get(rid).cloned() {
             if idx < r.npages() {
                 return Loc::View(r, idx as usize * PAGE_SIZE);
@@ -938,7 +937,7 @@ pub fn do_page_cache_readahead(
             {
                 added.push(f);
             } else {
-                p.flags.store(0, Ordering::Release);
+                p.reset_flags(0);
                 pool::free_frames(m, &[f], true);
             }
         }
@@ -995,7 +994,7 @@ pub(crate) fn remove_page(
     let p = &m.pages[f as usize];
     {
         let mut t = mapping.lock_tree(&m.vm, LockSite::DeleteFromPageCache);
-        if t.get(index) != Some(f as u64) || (reclaim && p.refcount.load(Ordering::Acquire) != 1) {
+        if t.get(index) != Some(f as u64) || (reclaim && p.page_count() != 1) {
             return false;
         }
         t.remove(index);
@@ -1012,8 +1011,8 @@ pub(crate) fn remove_page(
         // Truncation: off the LRU (reclaim isolated its pages already).
         m.lru.del(&m.pages, f, &m.vm);
     }
-    p.flags.store(pg::POOLED, Ordering::Release);
-    p.refcount.store(0, Ordering::Release);
+    p.reset_flags(pg::POOLED);
+    p.set_page_count(0);
     pool::recycle_frames(m, &[f]);
     true
 }
@@ -1062,7 +1061,7 @@ fn shmem_swapin(m: &MmInner, mapping: &AddressSpace, index: u64, slot: u64) -> R
         if t.get(index) != Some(Entry::Swap(slot).encode()) {
             // Someone else swapped it in.
             drop(t);
-            p.flags.store(pg::POOLED, Ordering::Release);
+            p.reset_flags(pg::POOLED);
             pool::recycle_frames(m, &[f]);
             return Ok(());
         }
@@ -1091,7 +1090,7 @@ pub(crate) fn shmem_replace_with_swap(
     let p = &m.pages[f as usize];
     {
         let mut t = mapping.lock_tree(&m.vm, LockSite::DeleteFromPageCache);
-        if t.get(index) != Some(f as u64) || p.refcount.load(Ordering::Acquire) != 1 {
+        if t.get(index) != Some(f as u64) || p.page_count() != 1 {
             return false;
         }
         t.insert(index, Entry::Swap(slot).encode());

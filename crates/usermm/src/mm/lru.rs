@@ -7,7 +7,7 @@
 //! reclaim takes from the tail, so LRU order holds.
 
 use super::page::{pg, Page, NO_FRAME};
-use crate::sync::{Mutex, Ordering};
+use crate::sync::Mutex;
 use crate::vmstat::{Counters, Item};
 
 /// The lists (`enum lru_list`).
@@ -84,10 +84,10 @@ impl Default for Lruvec {
 
 fn link_head(pages: &[Page], l: &mut ListHead, f: u32) {
     let p = &pages[f as usize];
-    p.lru_prev.store(NO_FRAME, Ordering::Relaxed);
-    p.lru_next.store(l.head, Ordering::Relaxed);
+    p.set_lru_prev(NO_FRAME);
+    p.set_lru_next(l.head);
     if l.head != NO_FRAME {
-        pages[l.head as usize].lru_prev.store(f, Ordering::Relaxed);
+        pages[l.head as usize].set_lru_prev(f);
     } else {
         l.tail = f;
     }
@@ -97,15 +97,14 @@ fn link_head(pages: &[Page], l: &mut ListHead, f: u32) {
 
 fn unlink(pages: &[Page], l: &mut ListHead, f: u32) {
     let p = &pages[f as usize];
-    let prev = p.lru_prev.load(Ordering::Relaxed);
-    let next = p.lru_next.load(Ordering::Relaxed);
+    let (prev, next) = p.lru_links();
     if prev != NO_FRAME {
-        pages[prev as usize].lru_next.store(next, Ordering::Relaxed);
+        pages[prev as usize].set_lru_next(next);
     } else {
         l.head = next;
     }
     if next != NO_FRAME {
-        pages[next as usize].lru_prev.store(prev, Ordering::Relaxed);
+        pages[next as usize].set_lru_prev(prev);
     } else {
         l.tail = prev;
     }
@@ -247,7 +246,7 @@ impl Lruvec {
         let mut f = ls[lru as usize].head;
         while f != NO_FRAME {
             v.push(f);
-            f = pages[f as usize].lru_next.load(Ordering::Relaxed);
+            f = pages[f as usize].lru_links().1;
         }
         v
     }

@@ -133,9 +133,9 @@ pub(crate) fn describe_page(m: &MmInner, addr: usize) -> String {
         let p = &m.pages[f as usize];
         s += &format!(
             ", descriptor {{ flags: {}, owner: {:?}, private: {} }}, pool slot present: {}",
-            pg::describe(p.flags.load(Ordering::Relaxed)),
+            pg::describe(p.flags()),
             p.owner(),
-            p.private.load(Ordering::Relaxed),
+            p.private_word(),
             pool::slot_present(m, f)
         );
     }
@@ -537,7 +537,7 @@ fn drop_swap_copy(m: &MmInner, f: u32) {
     let p = &m.pages[f as usize];
     if p.test_clear(pg::SWAPCACHE) {
         if let Some(sw) = &m.swap {
-            sw.free_slot(p.private.load(Ordering::Relaxed), &m.vm);
+            sw.free_slot(p.swap_entry(), &m.vm);
         }
     }
     p.set(pg::DIRTY);
@@ -818,7 +818,7 @@ fn do_swap_page(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) 
                 idx + k as u64,
                 pg::UPTODATE | pg::SWAPBACKED | pg::SWAPCACHE | pg::READAHEAD,
             );
-            p.private.store(slots[k], Ordering::Relaxed);
+            p.set_swap_entry(slots[k]);
             sw.add_to_cache(slots[k], f, &m.vm);
             rest[k - 1].set(Pte::Frame(f));
             used.push(f);
@@ -874,7 +874,7 @@ fn do_swap_page(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) 
             log::error!("placing a swapped-in page at {dst:#x}: {e}");
         }
         p0.init(r.id, idx, flags);
-        p0.private.store(slot, Ordering::Relaxed);
+        p0.set_swap_entry(slot);
         used.push(f0);
         m.lru.add(&m.pages, &used, &m.vm);
         drop(rest);
@@ -905,7 +905,7 @@ pub(crate) fn refill_lost_slot(m: &MmInner, f: u32) -> bool {
     m.vm.inc(Item::PgunmapZapped);
     if p.test(pg::SWAPCACHE) && !p.test(pg::DIRTY) {
         if let Some(sw) = &m.swap {
-            let slot = p.private.load(Ordering::Relaxed);
+            let slot = p.swap_entry();
             log::warn!(
                 "frame {f}: page in neither view nor pool slot; reread from swap slot {slot}"
             );
@@ -1188,8 +1188,7 @@ fn map_file_page(
     if clean {
         p.set(pg::WP);
     }
-    p.private
-        .store(((r.id as u64) << 40) | idx, Ordering::Release);
+    p.set_mapped_at(r.id, idx);
     p.set(pg::MAPPED);
     m.vm.inc(Item::NrMapped);
     true

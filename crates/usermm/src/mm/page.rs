@@ -74,15 +74,15 @@ pub mod pg {
 /// `struct page`, 32 bytes.
 #[derive(Default)]
 pub struct Page {
-    pub flags: AtomicU32,
-    pub refcount: AtomicU32,
+    flags: AtomicU32,
+    refcount: AtomicU32,
     /// Owner: region id << 40 | page index in the region.
-    pub mapping: AtomicU64,
-    /// Swap slot while PG_swapcache.
-    pub private: AtomicU64,
+    mapping: AtomicU64,
+    /// Swap slot while PG_swapcache; where it is mapped for a mapped page-cache page.
+    private: AtomicU64,
     /// LRU links (frame numbers), protected by the lruvec lock.
-    pub lru_prev: AtomicU32,
-    pub lru_next: AtomicU32,
+    lru_prev: AtomicU32,
+    lru_next: AtomicU32,
 }
 
 pub const NO_FRAME: u32 = u32::MAX;
@@ -132,13 +132,65 @@ impl Page {
     pub fn unlock(&self) {
         self.clear(pg::LOCKED);
     }
+    /// Replaces every flag at once: a descriptor being freed (0) or parked free with its pool
+    /// page kept (`pg::POOLED`). Only for a page nobody else can reach.
+    pub fn reset_flags(&self, flags: u32) {
+        self.flags.store(flags, Ordering::Release);
+    }
+    /// The owner (region or address-space id, page index): `page->mapping` and `page->index`.
     pub fn owner(&self) -> (u32, u64) {
-        let m = self.mapping.load(Ordering::Acquire);
-        ((m >> INDEX_BITS) as u32, m & ((1 << INDEX_BITS) - 1))
+        unpack(self.mapping.load(Ordering::Acquire))
     }
     pub fn set_owner(&self, region: u32, index: u64) {
-        self.mapping
-            .store(((region as u64) << INDEX_BITS) | index, Ordering::Release);
+        self.mapping.store(pack(region, index), Ordering::Release);
+    }
+    /// The swap slot of a swap-cache page (`page_private()` holding the swap entry).
+    pub fn swap_entry(&self) -> u64 {
+        self.private.load(Ordering::Acquire)
+    }
+    pub fn set_swap_entry(&self, slot: u64) {
+        self.private.store(slot, Ordering::Release);
+    }
+    /// Where a page-cache page is mapped: the shared file region and the page index in it
+    /// (usermm maps a cache page in at most one view). Kept in the private word.
+    pub fn mapped_at(&self) -> (u32, u64) {
+        unpack(self.private.load(Ordering::Acquire))
+    }
+    pub fn set_mapped_at(&self, region: u32, index: u64) {
+        self.private.store(pack(region, index), Ordering::Release);
+    }
+    /// The raw private word (for descriptions in logs).
+    pub fn private_word(&self) -> u64 {
+        self.private.load(Ordering::Relaxed)
+    }
+    /// `get_page`: takes a reference.
+    pub fn get_page(&self) {
+        self.refcount.fetch_add(1, Ordering::AcqRel);
+    }
+    /// `put_page`: drops a reference.
+    pub fn put_page(&self) {
+        self.refcount.fetch_sub(1, Ordering::AcqRel);
+    }
+    /// `page_count`: the references held.
+    pub fn page_count(&self) -> u32 {
+        self.refcount.load(Ordering::Acquire)
+    }
+    /// `set_page_count`.
+    pub fn set_page_count(&self, n: u32) {
+        self.refcount.store(n, Ordering::Release);
+    }
+    /// The LRU neighbours (`page->lru`), owned by lru.rs under the lruvec lock.
+    pub(super) fn lru_links(&self) -> (u32, u32) {
+        (
+            self.lru_prev.load(Ordering::Relaxed),
+            self.lru_next.load(Ordering::Relaxed),
+        )
+    }
+    pub(super) fn set_lru_prev(&self, f: u32) {
+        self.lru_prev.store(f, Ordering::Relaxed);
+    }
+    pub(super) fn set_lru_next(&self, f: u32) {
+        self.lru_next.store(f, Ordering::Relaxed);
     }
     /// Resets a freshly allocated descriptor with the given flags.
     pub fn init(&self, region: u32, index: u64, flags: u32) {
@@ -151,6 +203,16 @@ impl Page {
 
 /// The largest page index a region may have (2^40 pages = 4 PiB).
 pub const MAX_REGION_PAGES: u64 = 1 << INDEX_BITS;
+
+/// One word for (region or address-space id, page index): the id above `INDEX_BITS`.
+fn pack(id: u32, index: u64) -> u64 {
+    debug_assert!(index < MAX_REGION_PAGES);
+    ((id as u64) << INDEX_BITS) | index
+}
+
+fn unpack(v: u64) -> (u32, u64) {
+    ((v >> INDEX_BITS) as u32, v & (MAX_REGION_PAGES - 1))
+}
 
 /// Free frames: a bitmap (1 = free) scanned from a rotating cursor, so that frames freed in a
 /// batch are handed out again as one ascending run (batched MOVEs into and out of the pool).

@@ -13,7 +13,6 @@
 
 use std::ops::Range;
 
-use crate::sync::Ordering;
 use crate::sys::{Advice, Mapping, PAGE_SIZE};
 use crate::vmstat::Item;
 
@@ -58,7 +57,7 @@ pub fn free_frames(m: &MmInner, frames: &[u32], zap: bool) {
     if zap {
         zap_pool(m, frames);
         for &f in frames {
-            m.pages[f as usize].flags.store(0, Ordering::Release);
+            m.pages[f as usize].reset_flags(0);
         }
     }
     m.frames.free(frames);
@@ -70,9 +69,7 @@ pub fn free_frames(m: &MmInner, frames: &[u32], zap: bool) {
 /// kernel's allocate-zero-copy of UFFDIO_COPY and than MADV_DONTNEED now.
 pub fn recycle_frames(m: &MmInner, frames: &[u32]) {
     for &f in frames {
-        m.pages[f as usize]
-            .flags
-            .store(pg::POOLED, Ordering::Release);
+        m.pages[f as usize].reset_flags(pg::POOLED);
     }
     m.frames.free(frames);
     m.vm.add(Item::Pgfree, frames.len() as u64);

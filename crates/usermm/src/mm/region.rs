@@ -403,7 +403,7 @@ pub(crate) fn release_range(m: &MmInner, r: &RegionInner, from: u64, to: u64, co
                         m.lru.del(&m.pages, f, &m.vm);
                         if p.test(pg::SWAPCACHE) {
                             if let Some(sw) = &m.swap {
-                                sw.free_slot(p.private.load(Ordering::Relaxed), &m.vm);
+                                sw.free_slot(p.swap_entry(), &m.vm);
                             }
                         }
                         if p.test(pg::MAPPED) {
@@ -416,7 +416,7 @@ pub(crate) fn release_range(m: &MmInner, r: &RegionInner, from: u64, to: u64, co
                                     .advise(MmInner::frame_off(f), PAGE_SIZE, Advice::DontNeed);
                         }
                         m.vm.sub(Item::NrAnonPages, 1);
-                        p.flags.store(0, Ordering::Release);
+                        p.reset_flags(0);
                         freed.push(f);
                     }
                 }

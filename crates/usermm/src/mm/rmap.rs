@@ -6,7 +6,6 @@
 //! UFFDIO_MOVE (one ioctl per run of pages consecutive in both the view and the pool); the next
 //! access is a minor fault, which is how usermm observes references.
 
-use crate::sync::Ordering;
 use crate::sys::{Advice, PAGE_SIZE};
 use crate::vmstat::Item;
 
@@ -33,8 +32,7 @@ pub fn try_to_unmap(m: &MmInner, frames: &[u32]) {
             let p = &m.pages[f as usize];
             let (rid, idx) = if p.test(pg::PAGECACHE) {
                 // Where a mapped page-cache page is mapped.
-                let v = p.private.load(Ordering::Acquire);
-                ((v >> 40) as u32, v & ((1 << 40) - 1))
+                p.mapped_at()
             } else {
                 p.owner()
             };
@@ -162,8 +160,7 @@ pub(crate) fn unmap_file_page(m: &MmInner, f: u32) {
     if !p.test(pg::MAPPED) {
         return;
     }
-    let v = p.private.load(Ordering::Acquire);
-    let (rid, idx) = ((v >> 40) as u32, v & ((1 << 40) - 1));
+    let (rid, idx) = p.mapped_at();
     let Some(r) = m.regions.read().get(rid).cloned() else {
         p.clear(pg::MAPPED | pg::WP);
         m.vm.sub(Item::NrMapped, 1);

@@ -524,7 +524,7 @@ pub fn shrink_page_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -
     for (k, &f) in need.iter().enumerate() {
         let p = &m.pages[f as usize];
         if let Some(&s) = slots.get(k) {
-            p.private.store(s, Ordering::Relaxed);
+            p.set_swap_entry(s);
             p.set(pg::SWAPCACHE | pg::DIRTY);
             sw.add_to_cache(s, f, &m.vm);
         }
@@ -546,7 +546,7 @@ pub fn shrink_page_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -
     let mut dirty: Vec<(u64, u32)> = ready
         .iter()
         .filter(|&&f| m.pages[f as usize].test(pg::DIRTY))
-        .map(|&f| (m.pages[f as usize].private.load(Ordering::Relaxed), f))
+        .map(|&f| (m.pages[f as usize].swap_entry(), f))
         .collect();
     dirty.sort_unstable();
     let mut failed = Vec::new();
@@ -604,7 +604,7 @@ pub fn shrink_page_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -
         if cur.as_ref().is_none_or(|r| r.id != rid) {
             cur = region_of(m, rid);
         }
-        let slot = p.private.load(Ordering::Relaxed);
+        let slot = p.swap_entry();
         match &cur {
             Some(r) if idx < r.npages() => {
                 let mut g = r.pt.lock(idx);
@@ -782,8 +782,8 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -
     let nr_shmem_freed = freed.len();
     for &f in &freed {
         let p = &m.pages[f as usize];
-        p.flags.store(pg::POOLED, Ordering::Release);
-        p.refcount.store(0, Ordering::Release);
+        p.reset_flags(pg::POOLED);
+        p.set_page_count(0);
     }
     vmscan_recycle(m, &freed, true);
 
