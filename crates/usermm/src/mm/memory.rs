@@ -947,6 +947,8 @@ fn oom(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
         _ => {}
     }
     g.set(Pte::Poison);
+    // Counted before the toucher is woken: whoever sees its SIGBUS/EFAULT sees the count.
+    m.vm.inc(Item::OomPoison);
     let addr = r.page_addr(idx);
     log::error!(
         "out of memory: no frame for the page at {addr:#x} (budget {} bytes, swap {}); the page is poisoned and its access raises SIGBUS",
@@ -958,7 +960,6 @@ fn oom(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
         let _ = m.uffd.wake(addr, PAGE_SIZE);
     }
     drop(g);
-    m.vm.inc(Item::OomPoison);
     Some(Fault::Done)
 }
 
