@@ -17,11 +17,12 @@ use crate::vmstat::Item;
 
 use super::filemap;
 use super::lru::Lru;
-use super::page::pg;
+use super::page::{pg, Page};
 use super::pgtable::Pte;
 use super::pool;
 use super::region::RegionInner;
 use super::rmap;
+use super::swap_state::SwapState;
 use super::MmInner;
 use crate::settings::Switch;
 
@@ -456,21 +457,31 @@ pub enum PageRef {
     Activate,
     Keep,
     Reclaim,
+    /// Referenced but unmapped clean file page: reclaim it if clean, never write it for this.
+    ReclaimClean,
 }
 
-/// `page_check_references` for an anonymous page: a mapped page was referenced through its pte
-/// (all mapped pages start out young from the instantiating fault, so it takes a second trip
-/// around the inactive list to be reclaimed unless it is referenced again meanwhile).
-pub fn page_check_references(referenced_ptes: bool, referenced_page: bool) -> PageRef {
+/// `page_check_references`: what reclaim does with an isolated, locked page. A mapped page was
+/// referenced through its pte (usermm's "young bit": all mapped pages start out young from the
+/// instantiating fault, so a page takes a second trip around the inactive list to be reclaimed
+/// unless it is referenced again meanwhile); it is kept with PG_referenced set, or activated if
+/// it was referenced before too (or is an in-memory file page, whose eviction costs swap I/O).
+/// An unmapped page-cache page referenced by read/write is reclaimed only if clean.
+pub fn page_check_references(p: &Page) -> PageRef {
+    let referenced_ptes = p.test(pg::MAPPED);
+    let referenced_page = p.test_clear(pg::REFERENCED);
+    let swapbacked = p.test(pg::SWAPBACKED);
     if referenced_ptes {
-        if referenced_page {
-            PageRef::Activate
-        } else {
-            PageRef::Keep
+        if referenced_page || (swapbacked && p.test(pg::PAGECACHE)) {
+            return PageRef::Activate;
         }
-    } else {
-        PageRef::Reclaim
+        p.set(pg::REFERENCED);
+        return PageRef::Keep;
     }
+    if referenced_page && !swapbacked {
+        return PageRef::ReclaimClean;
+    }
+    PageRef::Reclaim
 }
 
 fn region_of(m: &MmInner, id: u32) -> Option<std::sync::Arc<RegionInner>> {
@@ -490,29 +501,46 @@ pub fn shrink_page_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -
     let mut to_unmap = Vec::new();
     for f in isolated {
         let p = &m.pages[f as usize];
-        let referenced_ptes = p.test(pg::MAPPED);
-        let referenced_page = p.test_clear(pg::REFERENCED);
-        match page_check_references(referenced_ptes, referenced_page) {
-            PageRef::Activate => {
-                p.set(pg::ACTIVE);
-                m.vm.inc(Item::Pgactivate);
+        match page_check_references(p) {
+            r @ (PageRef::Activate | PageRef::Keep) => {
+                if r == PageRef::Activate {
+                    p.set(pg::ACTIVE);
+                    m.vm.inc(Item::Pgactivate);
+                }
                 to_unmap.push(f);
                 keep.push(f);
             }
-            PageRef::Keep => {
-                p.set(pg::REFERENCED);
-                to_unmap.push(f);
-                keep.push(f);
-            }
-            PageRef::Reclaim => reclaim.push(f),
+            PageRef::Reclaim | PageRef::ReclaimClean => reclaim.push(f),
         }
     }
     rmap::try_to_unmap(m, &to_unmap);
     if !sc.may_unmap {
         keep.append(&mut reclaim);
     }
+    let ready = add_to_swap(m, sw, reclaim, &mut keep);
+    let failed = if sc.may_writepage {
+        pageout(m, sw, &ready)
+    } else {
+        Vec::new()
+    };
+    let freed = __remove_mapping(m, sw, ready, &failed, &mut keep);
+    keep.extend(failed);
+    m.vm.sub(Item::NrIsolatedAnon, freed.len() as u64);
+    m.vm.sub(Item::NrAnonPages, freed.len() as u64);
+    pool::recycle_frames(m, &freed);
+    m.lru.putback(&m.pages, &keep, &m.vm);
+    freed.len()
+}
 
-    // add_to_swap: pages without a swap slot get consecutive slots in view order.
+/// `add_to_swap`: gives the pages to reclaim that have no swap slot consecutive slots in view
+/// order and puts them in the swap cache, dirty. Returns the pages now in the swap cache; the
+/// others (swap full) are activated into `keep` (`activate_locked`).
+fn add_to_swap(
+    m: &MmInner,
+    sw: &SwapState,
+    mut reclaim: Vec<u32>,
+    keep: &mut Vec<u32>,
+) -> Vec<u32> {
     reclaim.sort_unstable_by_key(|&f| m.pages[f as usize].owner());
     let need: Vec<u32> = reclaim
         .iter()
@@ -532,17 +560,21 @@ pub fn shrink_page_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -
     let mut ready = Vec::with_capacity(reclaim.len());
     for f in reclaim {
         let p = &m.pages[f as usize];
-        if !p.test(pg::SWAPCACHE) {
-            // Swap is full: activate_locked.
+        if p.test(pg::SWAPCACHE) {
+            ready.push(f);
+        } else {
             p.set(pg::ACTIVE);
             m.vm.inc(Item::Pgactivate);
             keep.push(f);
-        } else {
-            ready.push(f);
         }
     }
+    ready
+}
 
-    // pageout: dirty pages, in runs of consecutive slots.
+/// `pageout` (`swap_writepage`) of the dirty swap-cache pages among `ready`: one device write
+/// per run of consecutive slots, under writeback state. A failed write leaves its pages
+/// resident, dirty, PG_error and active, their slots freed; they are returned.
+fn pageout(m: &MmInner, sw: &SwapState, ready: &[u32]) -> Vec<u32> {
     let mut dirty: Vec<(u64, u32)> = ready
         .iter()
         .filter(|&&f| m.pages[f as usize].test(pg::DIRTY))
@@ -550,46 +582,56 @@ pub fn shrink_page_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -
         .collect();
     dirty.sort_unstable();
     let mut failed = Vec::new();
-    if sc.may_writepage {
-        for run in pool::runs(&dirty, |a, b| b.0 == a.0 + 1) {
-            let run = &dirty[run];
-            let offs: Vec<usize> = run.iter().map(|&(_, f)| MmInner::frame_off(f)).collect();
-            // swap_writepage: writeback state through the swap cache's mapping, which with
-            // the new behaviour of seed 000 keeps no tags (no tree lock taken here).
-            for &(slot, f) in run {
-                m.pages[f as usize].clear(pg::DIRTY);
-                filemap::set_page_writeback(m, sw.space(slot), f, slot);
+    for run in pool::runs(&dirty, |a, b| b.0 == a.0 + 1) {
+        let run = &dirty[run];
+        let offs: Vec<usize> = run.iter().map(|&(_, f)| MmInner::frame_off(f)).collect();
+        // Writeback state through the swap cache's mapping, which with the new behaviour of
+        // seed 000 keeps no tags (no tree lock taken here).
+        for &(slot, f) in run {
+            m.pages[f as usize].clear(pg::DIRTY);
+            filemap::set_page_writeback(m, sw.space(slot), f, slot);
+        }
+        let res = sw.dev.write_pages(run[0].0, &m.pool, &offs);
+        for &(slot, f) in run {
+            filemap::end_page_writeback(m, sw.space(slot), f, slot);
+        }
+        match res {
+            Ok(()) => {
+                m.vm.add(Item::Pswpout, run.len() as u64);
+                m.vm.add(Item::Pgpgout, (run.len() * PAGE_SIZE / 1024) as u64);
             }
-            let res = sw.dev.write_pages(run[0].0, &m.pool, &offs);
-            for &(slot, f) in run {
-                filemap::end_page_writeback(m, sw.space(slot), f, slot);
-            }
-            match res {
-                Ok(()) => {
-                    m.vm.add(Item::Pswpout, run.len() as u64);
-                    m.vm.add(Item::Pgpgout, (run.len() * PAGE_SIZE / 1024) as u64);
-                }
-                Err(err) => {
-                    log::error!(
-                        "swap write of {} pages at slot {} failed: {err}; the pages stay resident and dirty",
-                        run.len(),
-                        run[0].0
-                    );
-                    m.vm.inc(Item::SwapWriteError);
-                    for &(s, f) in run {
-                        let p = &m.pages[f as usize];
-                        p.set(pg::ERROR | pg::DIRTY);
-                        p.clear(pg::SWAPCACHE);
-                        sw.free_slot(s, &m.vm);
-                        p.set(pg::ACTIVE);
-                        failed.push(f);
-                    }
+            Err(err) => {
+                log::error!(
+                    "swap write of {} pages at slot {} failed: {err}; the pages stay resident and dirty",
+                    run.len(),
+                    run[0].0
+                );
+                m.vm.inc(Item::SwapWriteError);
+                for &(s, f) in run {
+                    let p = &m.pages[f as usize];
+                    p.set(pg::ERROR | pg::DIRTY);
+                    p.clear(pg::SWAPCACHE);
+                    sw.free_slot(s, &m.vm);
+                    p.set(pg::ACTIVE);
+                    failed.push(f);
                 }
             }
         }
     }
+    failed
+}
 
-    // __remove_mapping: clean pages with a valid swap copy leave memory.
+/// `__remove_mapping`: the clean pages among `ready` (their swap copy is valid) leave memory:
+/// each entry becomes its swap entry and the page leaves the swap cache. Dirty pages that did
+/// not fail their write (not written this round) go to `keep`. Returns the freed frames.
+#[allow(clippy::used_underscore_items)]
+fn __remove_mapping(
+    m: &MmInner,
+    sw: &SwapState,
+    ready: Vec<u32>,
+    failed: &[u32],
+    keep: &mut Vec<u32>,
+) -> Vec<u32> {
     let mut freed = Vec::with_capacity(ready.len());
     let mut cur: Option<std::sync::Arc<RegionInner>> = None;
     for f in ready {
@@ -625,12 +667,7 @@ pub fn shrink_page_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -
         }
         freed.push(f);
     }
-    keep.extend(failed);
-    m.vm.sub(Item::NrIsolatedAnon, freed.len() as u64);
-    m.vm.sub(Item::NrAnonPages, freed.len() as u64);
-    pool::recycle_frames(m, &freed);
-    m.lru.putback(&m.pages, &keep, &m.vm);
-    freed.len()
+    freed
 }
 
 /// `shrink_page_list` for page-cache pages (file pages and in-memory file pages), isolated and
@@ -658,23 +695,19 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -
             continue;
         }
         let swapbacked = p.test(pg::SWAPBACKED);
-        let referenced_ptes = p.test(pg::MAPPED);
-        let referenced_page = p.test_clear(pg::REFERENCED);
-        // page_check_references for page-cache pages.
-        let mut reclaim_clean = false;
-        if referenced_ptes {
-            if swapbacked || referenced_page {
-                p.set(pg::ACTIVE);
-                m.vm.inc(Item::Pgactivate);
-            } else {
-                p.set(pg::REFERENCED);
+        let reclaim_clean = match page_check_references(p) {
+            r @ (PageRef::Activate | PageRef::Keep) => {
+                if r == PageRef::Activate {
+                    p.set(pg::ACTIVE);
+                    m.vm.inc(Item::Pgactivate);
+                }
+                to_unmap.push(f);
+                keep.push(f);
+                continue;
             }
-            to_unmap.push(f);
-            keep.push(f);
-            continue;
-        } else if referenced_page && !swapbacked {
-            reclaim_clean = true;
-        }
+            PageRef::ReclaimClean => true,
+            PageRef::Reclaim => false,
+        };
         if p.test(pg::DIRTY) {
             unqueued_dirty += 1;
             if swapbacked {
@@ -991,10 +1024,29 @@ mod tests {
 
     #[test]
     fn references_follow_linux() {
-        assert_eq!(page_check_references(true, true), PageRef::Activate);
-        assert_eq!(page_check_references(true, false), PageRef::Keep);
-        assert_eq!(page_check_references(false, true), PageRef::Reclaim);
-        assert_eq!(page_check_references(false, false), PageRef::Reclaim);
+        // (flags, decision, PG_referenced afterwards)
+        let anon = pg::SWAPBACKED;
+        let file = pg::PAGECACHE;
+        let shmem = pg::PAGECACHE | pg::SWAPBACKED;
+        let cases = [
+            (anon | pg::MAPPED | pg::REFERENCED, PageRef::Activate, false),
+            (anon | pg::MAPPED, PageRef::Keep, true),
+            (anon | pg::REFERENCED, PageRef::Reclaim, false),
+            (anon, PageRef::Reclaim, false),
+            (file | pg::MAPPED | pg::REFERENCED, PageRef::Activate, false),
+            (file | pg::MAPPED, PageRef::Keep, true),
+            (file | pg::REFERENCED, PageRef::ReclaimClean, false),
+            (file, PageRef::Reclaim, false),
+            // An in-memory file page is activated on its first pte reference.
+            (shmem | pg::MAPPED, PageRef::Activate, false),
+            (shmem | pg::REFERENCED, PageRef::Reclaim, false),
+        ];
+        for (flags, want, referenced) in cases {
+            let p = Page::default();
+            p.reset_flags(flags);
+            assert_eq!(page_check_references(&p), want, "{}", pg::describe(flags));
+            assert_eq!(p.test(pg::REFERENCED), referenced, "{}", pg::describe(flags));
+        }
     }
 
     #[test]
