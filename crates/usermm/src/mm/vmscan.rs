@@ -484,6 +484,28 @@ pub fn page_check_references(p: &Page) -> PageRef {
     PageRef::Reclaim
 }
 
+/// A referenced page stays (`activate_locked` for Activate), unmapped so that its next
+/// reference is seen. False for a page to reclaim.
+fn keep_referenced(
+    m: &MmInner,
+    f: u32,
+    r: PageRef,
+    to_unmap: &mut Vec<u32>,
+    keep: &mut Vec<u32>,
+) -> bool {
+    match r {
+        PageRef::Activate => {
+            m.pages[f as usize].set(pg::ACTIVE);
+            m.vm.inc(Item::Pgactivate);
+        }
+        PageRef::Keep => {}
+        PageRef::Reclaim | PageRef::ReclaimClean => return false,
+    }
+    to_unmap.push(f);
+    keep.push(f);
+    true
+}
+
 fn region_of(m: &MmInner, id: u32) -> Option<std::sync::Arc<RegionInner>> {
     m.regions.read().get(id).cloned()
 }
@@ -500,17 +522,9 @@ pub fn shrink_page_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -
     let mut reclaim = Vec::new();
     let mut to_unmap = Vec::new();
     for f in isolated {
-        let p = &m.pages[f as usize];
-        match page_check_references(p) {
-            r @ (PageRef::Activate | PageRef::Keep) => {
-                if r == PageRef::Activate {
-                    p.set(pg::ACTIVE);
-                    m.vm.inc(Item::Pgactivate);
-                }
-                to_unmap.push(f);
-                keep.push(f);
-            }
-            PageRef::Reclaim | PageRef::ReclaimClean => reclaim.push(f),
+        let r = page_check_references(&m.pages[f as usize]);
+        if !keep_referenced(m, f, r, &mut to_unmap, &mut keep) {
+            reclaim.push(f);
         }
     }
     rmap::try_to_unmap(m, &to_unmap);
@@ -695,19 +709,11 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -
             continue;
         }
         let swapbacked = p.test(pg::SWAPBACKED);
-        let reclaim_clean = match page_check_references(p) {
-            r @ (PageRef::Activate | PageRef::Keep) => {
-                if r == PageRef::Activate {
-                    p.set(pg::ACTIVE);
-                    m.vm.inc(Item::Pgactivate);
-                }
-                to_unmap.push(f);
-                keep.push(f);
-                continue;
-            }
-            PageRef::ReclaimClean => true,
-            PageRef::Reclaim => false,
-        };
+        let r = page_check_references(p);
+        if keep_referenced(m, f, r, &mut to_unmap, &mut keep) {
+            continue;
+        }
+        let reclaim_clean = r == PageRef::ReclaimClean;
         if p.test(pg::DIRTY) {
             unqueued_dirty += 1;
             if swapbacked {
@@ -1045,7 +1051,12 @@ mod tests {
             let p = Page::default();
             p.reset_flags(flags);
             assert_eq!(page_check_references(&p), want, "{}", pg::describe(flags));
-            assert_eq!(p.test(pg::REFERENCED), referenced, "{}", pg::describe(flags));
+            assert_eq!(
+                p.test(pg::REFERENCED),
+                referenced,
+                "{}",
+                pg::describe(flags)
+            );
         }
     }
 
