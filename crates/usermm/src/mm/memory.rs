@@ -19,7 +19,7 @@ use super::pgtable::{Pte, PteGuard};
 use super::pool;
 use super::region::{FileMap, RegionInner};
 use super::rmap::unmap_file_page;
-use super::swap_state::swapin_nr_pages;
+use super::swap_state;
 use super::vmscan;
 use super::MmInner;
 use crate::sync::Arc;
@@ -734,26 +734,15 @@ fn frame_fault(
     Some(Fault::Done)
 }
 
-/// A page on the swap device: allocate frames, read the page and a readahead window of its
-/// virtual neighbours that are also swapped (swap_vma_readahead), map the faulting page, park
-/// the rest in the swap cache.
+/// `do_swap_page`: a page on the swap device. Allocates frames for the readahead window
+/// (`swap_state::swapin_window`), reads the page and its virtual neighbours that are also
+/// swapped (`swap_state::swap_read`, swap_vma_readahead's choice of pages), parks the
+/// neighbours in the swap cache (`swap_state::park_readahead`) and maps the faulting page.
 fn do_swap_page(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) -> Option<Fault> {
     let Some(sw) = &m.swap else {
         return oom(m, r, idx);
     };
-    let last = r.last_major.swap(idx, Ordering::Relaxed);
-    let seq = last != u64::MAX
-        && (idx == last + 1
-            || idx + 1 == last
-            || idx > last && idx - last <= 2 * r.ra_win.load(Ordering::Relaxed) as u64);
-    let hits = r.ra_hits.swap(0, Ordering::Relaxed);
-    let win = swapin_nr_pages(
-        hits,
-        seq,
-        r.ra_win.load(Ordering::Relaxed),
-        1 << m.cfg.page_cluster,
-    );
-    r.ra_win.store(win, Ordering::Relaxed);
+    let win = swap_state::swapin_window(r, idx, 1 << m.cfg.page_cluster);
     let mut frames = Vec::with_capacity(win as usize);
     if !vmscan::alloc_frames(m, win as usize, &mut frames) {
         return oom(m, r, idx);
@@ -773,24 +762,7 @@ fn do_swap_page(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) 
         }))
         .collect();
     pool::with_bounce(n, |bounce| {
-        // Read runs of consecutive slots with one device call each, into the bounce buffer
-        // (the pool is registered with userfaultfd, so the kernel must not write into it).
-        let mut ok = vec![true; n];
-        for run in pool::runs(&slots, |a, b| b == a + 1) {
-            let (k, e) = (run.start, run.end);
-            let offs: Vec<usize> = (k..e).map(|j| j * PAGE_SIZE).collect();
-            if let Err(err) = sw.dev.read_pages(slots[k], bounce, &offs) {
-                log::error!(
-                    "swap read of slots {}..{} failed: {err}",
-                    slots[k],
-                    slots[e - 1] + 1
-                );
-                m.vm.inc(Item::SwapReadError);
-                for o in ok.iter_mut().take(e).skip(k) {
-                    *o = false;
-                }
-            }
-        }
+        let ok = swap_state::swap_read(m, sw, &slots, bounce);
         if !ok[0] {
             // The faulting page's contents are lost: poison it (SIGBUS on access), never hand
             // out zeros in its place.
@@ -803,26 +775,8 @@ fn do_swap_page(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) 
             return;
         }
         let keep = !sw.full() && !write;
-        let mut used = Vec::with_capacity(n);
-        let mut unused: Vec<u32> = frames[n..].to_vec();
-        // Readahead pages: copied into their pool slots, parked in the swap cache.
-        for k in 1..n {
-            let f = frames[k];
-            if !ok[k] || !pool::fill_slot(m, f, bounce, k * PAGE_SIZE) {
-                unused.push(f);
-                continue;
-            }
-            let p = &m.pages[f as usize];
-            p.init(
-                r.id,
-                idx + k as u64,
-                pg::UPTODATE | pg::SWAPBACKED | pg::SWAPCACHE | pg::READAHEAD,
-            );
-            p.set_swap_entry(slots[k]);
-            sw.add_to_cache(slots[k], f, &m.vm);
-            rest[k - 1].set(Pte::Frame(f));
-            used.push(f);
-        }
+        let (mut used, unused) =
+            swap_state::park_readahead(m, sw, r, idx, &slots, &frames, &ok, &mut rest, bounce);
         // The faulting page: copied straight into the view, write-protected while its swap copy
         // stays valid (a later write is a wp fault that drops the copy).
         let f0 = frames[0];

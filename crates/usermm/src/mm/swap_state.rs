@@ -1,5 +1,7 @@
 //! The swap cache and swap-in readahead. Mirrors `mm/swap_state.c` (`add_to_swap_cache`,
-//! `delete_from_swap_cache`, `lookup_swap_cache`, `swapin_nr_pages`) and the slot half of
+//! `delete_from_swap_cache`, `lookup_swap_cache`, `swapin_nr_pages`, `swapin_readahead`: the
+//! window, the reads, the parked readahead pages; `do_swap_page` in memory.rs maps the faulting
+//! page) and the slot half of
 //! `mm/swapfile.c` (`get_swap_pages`, `swap_free`, `vm_swap_full`).
 //!
 //! The swap cache (address spaces of 2^14 slots, flagged AS_NO_WRITEBACK_TAGS with the new
@@ -10,9 +12,16 @@
 use std::sync::Arc;
 
 use crate::swap::{SwapDevice, SwapSlots};
+use crate::sync::Ordering;
+use crate::sys::{Mapping, PAGE_SIZE};
 use crate::vmstat::{Counters, Item};
 
 use super::filemap::{as_flags, AddressSpace, Host};
+use super::page::pg;
+use super::pgtable::{Pte, PteGuard};
+use super::pool;
+use super::region::RegionInner;
+use super::MmInner;
 
 /// Slots per swap-cache address space (`SWAP_ADDRESS_SPACE_SHIFT` = 14: 64 MiB each, as Linux
 /// splits the swap cache since 4.11 to spread its tree lock).
@@ -98,6 +107,83 @@ impl SwapState {
         }
         vm.inc(Item::SwapSlotFree);
     }
+}
+
+/// The swap-in readahead window of a major fault at page `idx` of `r` (`swapin_nr_pages` fed
+/// with the region's readahead state: the last major fault, the readahead hits since, the last
+/// window), at most `max` pages (`1 << page_cluster`).
+pub(crate) fn swapin_window(r: &RegionInner, idx: u64, max: u32) -> u32 {
+    let last = r.last_major.swap(idx, Ordering::Relaxed);
+    let seq = last != u64::MAX
+        && (idx == last + 1
+            || idx + 1 == last
+            || idx > last && idx - last <= 2 * r.ra_win.load(Ordering::Relaxed) as u64);
+    let hits = r.ra_hits.swap(0, Ordering::Relaxed);
+    let win = swapin_nr_pages(hits, seq, r.ra_win.load(Ordering::Relaxed), max);
+    r.ra_win.store(win, Ordering::Relaxed);
+    win
+}
+
+/// The I/O of `swapin_readahead`: reads `slots` into `bounce` (page k at offset k pages), one
+/// device call per run of consecutive slots, into the bounce buffer because the pool is
+/// registered with userfaultfd and the kernel must not write into it. Returns, per page,
+/// whether it was read; a failed run is logged and counted (`swap_read_error`).
+pub(crate) fn swap_read(m: &MmInner, sw: &SwapState, slots: &[u64], bounce: &Mapping) -> Vec<bool> {
+    let mut ok = vec![true; slots.len()];
+    for run in pool::runs(slots, |a, b| b == a + 1) {
+        let (k, e) = (run.start, run.end);
+        let offs: Vec<usize> = (k..e).map(|j| j * PAGE_SIZE).collect();
+        if let Err(err) = sw.dev.read_pages(slots[k], bounce, &offs) {
+            log::error!(
+                "swap read of slots {}..{} failed: {err}",
+                slots[k],
+                slots[e - 1] + 1
+            );
+            m.vm.inc(Item::SwapReadError);
+            ok[k..e].iter_mut().for_each(|o| *o = false);
+        }
+    }
+    ok
+}
+
+/// `swapin_readahead`'s pages around the faulting one (pages 1.. of `slots`, read into
+/// `bounce` by [`swap_read`]): each read page is copied into its frame's pool slot and parked in
+/// the swap cache with PG_readahead, its entry (`rest[k - 1]`, locked) set to the frame; its
+/// next access is a minor fault. Returns the frames used and those left over (read errors,
+/// `frames` beyond `slots`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn park_readahead(
+    m: &MmInner,
+    sw: &SwapState,
+    r: &RegionInner,
+    idx: u64,
+    slots: &[u64],
+    frames: &[u32],
+    ok: &[bool],
+    rest: &mut [PteGuard<'_>],
+    bounce: &Mapping,
+) -> (Vec<u32>, Vec<u32>) {
+    let n = slots.len();
+    let mut used = Vec::with_capacity(n);
+    let mut unused: Vec<u32> = frames[n..].to_vec();
+    for k in 1..n {
+        let f = frames[k];
+        if !ok[k] || !pool::fill_slot(m, f, bounce, k * PAGE_SIZE) {
+            unused.push(f);
+            continue;
+        }
+        let p = &m.pages[f as usize];
+        p.init(
+            r.id,
+            idx + k as u64,
+            pg::UPTODATE | pg::SWAPBACKED | pg::SWAPCACHE | pg::READAHEAD,
+        );
+        p.set_swap_entry(slots[k]);
+        sw.add_to_cache(slots[k], f, &m.vm);
+        rest[k - 1].set(Pte::Frame(f));
+        used.push(f);
+    }
+    (used, unused)
 }
 
 /// `swapin_nr_pages`: the readahead window for a major fault, from the hits since the last one.
