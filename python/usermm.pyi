@@ -123,7 +123,8 @@ class Region:
 
 def default() -> Manager:
     """The process-wide default Manager, created on first use from USERMM_BUDGET, USERMM_SWAP,
-    USERMM_SWAP_SIZE, USERMM_OVERCOMMIT and USERMM_SET."""
+    USERMM_SWAP_SIZE, USERMM_OVERCOMMIT and USERMM_SET. A swap file that another manager holds
+    is never shared: this one swaps to a temporary file and a UserWarning names the file."""
 
 def switches() -> List[Dict[str, str]]:
     """The seed switches: name, seed, old, new, what."""

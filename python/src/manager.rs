@@ -350,7 +350,9 @@ fn current_default(py: Python<'_>) -> Option<Py<Manager>> {
 /// USERMM_SWAP_SIZE (default 4x the budget), USERMM_OVERCOMMIT (1/0), USERMM_SET (seed
 /// switches, "name=value,..."). The same variables configure the C ABI's default manager and
 /// `usermm run`. A bad variable raises InvalidArgumentError naming it (and the next call tries
-/// again). A fork() child gets its own default manager.
+/// again). A fork() child gets its own default manager. A swap file named by USERMM_SWAP that
+/// another manager holds (another process given the same environment) is never shared: this
+/// manager swaps to an unlinked temporary file and a UserWarning names the file.
 #[pyfunction]
 pub fn default(py: Python<'_>) -> PyResult<Py<Manager>> {
     if let Some(m) = current_default(py) {
@@ -358,8 +360,16 @@ pub fn default(py: Python<'_>) -> PyResult<Py<Manager>> {
     }
     // Made without the lock held (creation releases the GIL); if another thread won the race,
     // its manager is kept and this one dropped.
-    let cfg = MmConfig::from_env().map_err(mm_err)?;
-    let made = Py::new(py, Manager::open(py, cfg)?)?;
+    // The one way every front end makes a process's default manager (Mm::from_env): a swap
+    // file named by USERMM_SWAP=file:PATH that another manager holds (another process of the
+    // same program, a multiprocessing worker) is not shared; this one swaps to a temporary
+    // file, with a warning naming the file.
+    let made = py.detach(Mm::from_env).map_err(mm_err)?;
+    if let Some(note) = &made.swap_note {
+        let warnings = py.import("warnings")?;
+        warnings.call_method1("warn", (format!("usermm: {note}"),))?;
+    }
+    let made = Py::new(py, Manager::from_mm(made.mm, fork::pid()))?;
     let (result, replaced) = {
         let mut g = DEFAULT
             .lock_py_attached(py)

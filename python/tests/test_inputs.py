@@ -110,9 +110,10 @@ def test_swap_file_is_removed_with_its_manager(tmp_path):
 
 
 def test_default_managers_of_two_processes_refuse_to_share_a_swap_file(tmp_path):
-    # Two processes configured by the same environment (USERMM_SWAP=file:PATH): the first
-    # default manager claims the file; the second process's default() is refused with an error
-    # naming the file, never handed the same slots (as the C ABI and usermm run refuse it).
+    # Two processes configured by the same environment (USERMM_SWAP=file:PATH, as every process
+    # of a program inherits it): the first default manager holds the file; the second process's
+    # default() never gets the same slots: it swaps to a temporary file, with a warning naming
+    # the file (as the C ABI's default manager and usermm run do).
     import subprocess
     import sys
 
@@ -121,14 +122,18 @@ def test_default_managers_of_two_processes_refuse_to_share_a_swap_file(tmp_path)
     holder = subprocess.Popen(
         [sys.executable, "-c",
          "import sys, usermm; m = usermm.default(); a = m.array(1 << 20, 'u8'); a[:] = 1; "
-         "print('ready', flush=True); sys.stdin.readline()"],
+         "print('ready', m.swap, flush=True); sys.stdin.readline()"],
         env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        assert holder.stdout.readline().strip() == "ready"
+        ready = holder.stdout.readline().split(maxsplit=1)
+        assert ready[0] == "ready" and str(path) in ready[1], ready
         second = subprocess.run(
-            [sys.executable, "-c", "import usermm; usermm.default()"],
+            [sys.executable, "-c",
+             "import usermm; m = usermm.default(); a = m.array(4 << 20, 'u8'); a[:] = 2; "
+             "assert int(a[::4096].sum()) == 2 * len(a[::4096]); print(m.swap)"],
             env=env, capture_output=True, text=True, timeout=60)
-        assert second.returncode != 0, second.stdout
+        assert second.returncode == 0, second.stderr
+        assert str(path) not in second.stdout, second.stdout
         assert "in use by another usermm manager" in second.stderr, second.stderr
         assert str(path) in second.stderr, second.stderr
     finally:

@@ -241,8 +241,6 @@ pub struct usermm_mm {
     mm: Mm,
     space: Space,
     is_default: bool,
-    /// The claim on the swap file path, if the swap device is a named file.
-    _swap_claim: Option<usermm_vma::SwapClaim>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -271,6 +269,10 @@ impl From<mm::Error> for Failure {
             mm::Error::InvalidArgument(_) => USERMM_ERR_INVALID,
             mm::Error::CommitLimit { .. } => USERMM_ERR_NOMEM,
             mm::Error::Userfaultfd(_) => USERMM_ERR_USERFAULTFD,
+            // A swap file held by another manager.
+            mm::Error::Io { source, .. } if source.kind() == std::io::ErrorKind::ResourceBusy => {
+                USERMM_ERR_BUSY
+            }
             mm::Error::Io { .. } => USERMM_ERR_IO,
         };
         Failure::new(code, e.to_string())
@@ -368,14 +370,6 @@ fn manager<'a>(mm: *const usermm_mm) -> Result<&'a usermm_mm, Failure> {
     Ok(unsafe { &*mm })
 }
 
-/// Applies MADV_DONTFORK to a region: a fork()ed child never shares managed pages with its
-/// parent (UFFDIO_MOVE cannot move pages shared copy-on-write, and the child has no fault
-/// handler: it would see zeros for non-resident pages). Children get SIGSEGV on access instead.
-fn dontfork(r: &mm::Region) {
-    // SAFETY: the range is the region's own mapping; MADV_DONTFORK changes only inheritance.
-    unsafe { libc::madvise(r.as_ptr() as *mut c_void, r.len(), libc::MADV_DONTFORK) };
-}
-
 // ---------------------------------------------------------------------------------------------
 // Managers.
 
@@ -469,18 +463,11 @@ pub extern "C" fn usermm_create(cfg: *const usermm_config) -> *mut usermm_mm {
             unsafe { *cfg }
         };
         let cfg = config_from_c(&c)?;
-        let claim = usermm_vma::claim_swap_path(&cfg.swap).map_err(|e| {
-            Failure::new(
-                USERMM_ERR_BUSY,
-                format!("{e}: give each manager its own swap_path"),
-            )
-        })?;
         let mm = Mm::new(cfg)?;
         Ok(Box::into_raw(Box::new(usermm_mm {
             mm,
             space: Space::new(),
             is_default: false,
-            _swap_claim: claim,
         })))
     })
 }
@@ -525,30 +512,27 @@ fn default_manager() -> Result<&'static usermm_mm, Failure> {
     if let Some(m) = DEFAULT.get() {
         return Ok(m);
     }
-    let mut cfg = MmConfig::from_env().map_err(|e| {
+    // The one way every front end makes a process's default manager (Mm::from_env): a swap
+    // file named by USERMM_SWAP=file:PATH that another manager holds is not shared; this
+    // process swaps to a temporary file and says so on stderr (a C program has no other
+    // channel for it).
+    let made = Mm::from_env().map_err(|e| {
+        let f = Failure::from(e);
         Failure::new(
-            USERMM_ERR_INVALID,
-            format!("creating the default manager from the environment: {e}"),
+            f.code,
+            format!(
+                "creating the default manager from the environment: {}",
+                f.msg
+            ),
         )
     })?;
-    // USERMM_SWAP=file:PATH is shared by every process that inherits the environment: the
-    // first manager claims PATH, later ones swap to an unlinked temporary file.
-    let claim = match usermm_vma::claim_swap_path(&cfg.swap) {
-        Ok(c) => c,
-        Err(_) => {
-            cfg.swap = cfg.swap.without_file_path();
-            None
-        }
-    };
-    let mm = Mm::new(cfg).map_err(|e| {
-        let f = Failure::from(e);
-        Failure::new(f.code, format!("creating the default manager: {}", f.msg))
-    })?;
+    if let Some(note) = &made.swap_note {
+        eprintln!("usermm[{}]: {note}", std::process::id());
+    }
     let _ = DEFAULT.set(usermm_mm {
-        mm,
+        mm: made.mm,
         space: Space::new(),
         is_default: true,
-        _swap_claim: claim,
     });
     Ok(DEFAULT.get().expect("just set"))
 }
@@ -576,7 +560,6 @@ pub extern "C" fn usermm_map_anon(mm: *mut usermm_mm, len: usize) -> *mut c_void
             return Err(Failure::invalid("length is zero: map at least one byte"));
         }
         let r = m.mm.map_anon(len)?;
-        dontfork(&r);
         Ok(m.space.insert(r, Kind::Mmap) as *mut c_void)
     })
 }
@@ -668,7 +651,6 @@ pub extern "C" fn usermm_map_file(
             MapKind::Private
         };
         let r = m.mm.map_file(p, offset, len, kind)?;
-        dontfork(&r);
         Ok(m.space.insert(r, Kind::Mmap) as *mut c_void)
     })
 }
@@ -859,7 +841,6 @@ fn mmap_impl(
         let f = Failure::from(e);
         (f.errno(), f.msg)
     })?;
-    dontfork(&r);
     Ok(m.space.insert(r, Kind::Mmap))
 }
 
@@ -928,7 +909,6 @@ fn mmap_file(
                     let f = Failure::from(e);
                     (f.errno(), f.msg)
                 })?;
-        dontfork(&r);
         Ok(m.space.insert(r, Kind::Mmap))
     })())
 }

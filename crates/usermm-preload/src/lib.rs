@@ -50,8 +50,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
-use usermm::sys::uffd::OpenPolicy;
-use usermm::{Mm, MmConfig, Region};
+use usermm::{Mm, Region};
 use usermm_vma::{classify_mmap, Coverage, Kind, MmapRequest, Space, PAGE};
 
 mod sys;
@@ -69,7 +68,6 @@ static SPACE: Space = Space::new();
 static MANAGER: Mutex<Option<Mm>> = Mutex::new(None);
 static MANAGER_ERROR: Mutex<Option<String>> = Mutex::new(None);
 static FORKED: AtomicBool = AtomicBool::new(false);
-static SWAP_CLAIM: Mutex<Option<usermm_vma::SwapClaim>> = Mutex::new(None);
 static SWAP_NOTE: Mutex<Option<String>> = Mutex::new(None);
 
 /// Per-process counters reported at exit.
@@ -159,36 +157,12 @@ fn manager() -> Option<Mm> {
         return None;
     }
     let _guard = Guard::enter();
-    let made = MmConfig::from_env().and_then(|mut cfg| {
-        // One uffd-open policy for every front end (Auto: /dev/userfaultfd, then the full
-        // syscall, then user-mode-only), so usermm run also manages memory unprivileged.
-        cfg.uffd_policy = OpenPolicy::Auto;
-        // USERMM_SWAP=file:PATH reaches every process of the program (children, exec'd
-        // programs): the first manager claims PATH, the others swap to a temporary file.
-        match usermm_vma::claim_swap_path(&cfg.swap) {
-            Ok(c) => *SWAP_CLAIM.lock() = c,
-            Err(e) => {
-                cfg.swap = cfg.swap.without_file_path();
-                *SWAP_NOTE.lock() = Some(format!(
-                    "{e}: this process swaps to an unlinked temporary file in $TMPDIR"
-                ));
-            }
-        }
-        match Mm::new(cfg.clone()) {
-            // Another process took the path between the check above and the open.
-            Err(usermm::Error::Io { source, .. })
-                if source.kind() == std::io::ErrorKind::ResourceBusy =>
-            {
-                if let usermm::SwapConfig::File { size, .. } = cfg.swap {
-                    cfg.swap = usermm::SwapConfig::File { path: None, size };
-                }
-                *SWAP_NOTE.lock() = Some(format!(
-                    "{source}: this process swaps to an unlinked temporary file in $TMPDIR"
-                ));
-                Mm::new(cfg)
-            }
-            r => r,
-        }
+    // One way to make a process's default manager (Mm::from_env), shared with the C ABI and
+    // Python: USERMM_SWAP=file:PATH reaches every process of the program (children, exec'd
+    // programs); the first manager holds PATH, the others swap to a temporary file.
+    let made = Mm::from_env().map(|e| {
+        *SWAP_NOTE.lock() = e.swap_note;
+        e.mm
     });
     match made {
         Ok(m) => {
@@ -1110,8 +1084,6 @@ extern "C" fn fork_child() {
     if let Some(m) = MANAGER.lock().take() {
         std::mem::forget(m);
     }
-    // Closing the child's copy of the claim's descriptor leaves the parent's lock in place.
-    drop(SWAP_CLAIM.lock().take());
     *SWAP_NOTE.lock() = None;
     FORKED.store(true, Ordering::Relaxed);
     for c in [

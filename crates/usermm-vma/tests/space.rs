@@ -111,33 +111,3 @@ fn discard_zeroes_only_managed_pages() {
     assert_eq!(got, vec![7, 0, 0, 7]);
     assert_eq!(v.live_pages, 4);
 }
-
-#[test]
-fn a_swap_path_is_claimed_by_one_manager_at_a_time() {
-    let path = std::env::temp_dir().join(format!("usermm-vma-claim-{}", std::process::id()));
-    let _ = std::fs::remove_file(&path);
-    let cfg = SwapConfig::File {
-        path: Some(path.clone()),
-        size: 1 << 20,
-    };
-    // A missing path is free, and checking it creates nothing.
-    assert!(usermm_vma::claim_swap_path(&cfg).unwrap().is_none());
-    assert!(!path.exists());
-    // The device holds the path while it lives.
-    let dev = usermm::swap::FileSwap::open(Some(&path), 1 << 20).unwrap();
-    let e = usermm_vma::claim_swap_path(&cfg).unwrap_err();
-    assert!(
-        e.contains("in use by another usermm manager") && e.contains(path.to_str().unwrap()),
-        "{e}"
-    );
-    let e = usermm::swap::FileSwap::open(Some(&path), 1 << 20).unwrap_err();
-    assert_eq!(e.kind(), std::io::ErrorKind::ResourceBusy, "{e}");
-    drop(dev);
-    assert!(!path.exists(), "the device removes its file");
-    assert!(usermm_vma::claim_swap_path(&cfg).unwrap().is_none());
-    assert!(
-        usermm_vma::claim_swap_path(&SwapConfig::Ram { size: 1 << 20 })
-            .unwrap()
-            .is_none()
-    );
-}

@@ -25,7 +25,7 @@ pub use mm::handler::StuckFault;
 #[cfg(not(loom))]
 pub use mm::region::Region;
 #[cfg(not(loom))]
-pub use mm::{Health, Mm, MmConfig, UffdInfo, Watermarks};
+pub use mm::{EnvManager, Health, Mm, MmConfig, UffdInfo, Watermarks};
 pub use settings::{Behaviour, Settings, Switch};
 #[cfg(not(loom))]
 pub use swap::{SwapConfig, SwapDevice};

@@ -483,7 +483,45 @@ pub struct UffdInfo {
     pub features: Vec<&'static str>,
 }
 
+/// A process's default manager, made from the environment by [`Mm::from_env`].
+#[derive(Debug)]
+pub struct EnvManager {
+    pub mm: Mm,
+    /// Set when the environment names a swap file that another manager holds, so this one
+    /// swaps to an unlinked temporary file instead; names the file. Front ends show it.
+    pub swap_note: Option<String>,
+}
+
 impl Mm {
+    /// The default manager of a process, made the one way every front end makes it: the C
+    /// ABI's `usermm_default`, Python's `usermm.default()` and `usermm run` (the preload).
+    /// [`MmConfig::from_env`] gives the configuration (errors name the variable). A swap file
+    /// named by `USERMM_SWAP=file:PATH` is inherited by every process of a program (children,
+    /// exec'd programs, multiprocessing workers); the first manager holds it (the device's
+    /// exclusive flock) and the others never share it: they swap to an unlinked temporary file
+    /// of the same size, and [`EnvManager::swap_note`] says so. (A manager configured
+    /// explicitly with a path in use fails instead.)
+    pub fn from_env() -> Result<EnvManager> {
+        let cfg = MmConfig::from_env()?;
+        let busy = |e: &Error| matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::ResourceBusy);
+        match Mm::new(cfg.clone()) {
+            Err(e) if busy(&e) && cfg.swap.file_path().is_some() => {
+                let swap = cfg.swap.without_file_path();
+                let mm = Mm::new(MmConfig { swap, ..cfg })?;
+                Ok(EnvManager {
+                    mm,
+                    swap_note: Some(format!(
+                        "{e}; this process swaps to an unlinked temporary file in $TMPDIR instead"
+                    )),
+                })
+            }
+            r => r.map(|mm| EnvManager {
+                mm,
+                swap_note: None,
+            }),
+        }
+    }
+
     /// Creates a memory manager, opens its swap device and userfaultfd, starts its threads.
     /// The configuration is checked first ([`MmConfig::validate`]).
     pub fn new(cfg: MmConfig) -> Result<Mm> {
@@ -922,7 +960,45 @@ mod env_tests {
             e.contains("USERMM_OVERCOMMIT") && e.contains("maybe"),
             "{e}"
         );
-        for v in ["USERMM_SWAP", "USERMM_SWAP_SIZE", "USERMM_OVERCOMMIT"] {
+        std::env::remove_var("USERMM_OVERCOMMIT");
+        // Mm::from_env, the default manager of every front end: a named swap file held by
+        // another manager is never shared; the second swaps to a temporary file and says so.
+        let path = std::env::temp_dir().join(format!("usermm-from-env-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        std::env::set_var("USERMM_BUDGET", "4M");
+        std::env::set_var("USERMM_SWAP", format!("file:{}", path.display()));
+        std::env::set_var("USERMM_SWAP_SIZE", "8M");
+        let a = Mm::from_env().unwrap();
+        assert!(a.swap_note.is_none());
+        assert!(
+            a.mm.swap_name().contains(path.to_str().unwrap()),
+            "{}",
+            a.mm.swap_name()
+        );
+        let b = Mm::from_env().unwrap();
+        let note = b
+            .swap_note
+            .as_deref()
+            .expect("a note for the second manager");
+        assert!(
+            note.contains("in use by another usermm manager")
+                && note.contains(path.to_str().unwrap()),
+            "{note}"
+        );
+        assert!(
+            !b.mm.swap_name().contains(path.to_str().unwrap()),
+            "{}",
+            b.mm.swap_name()
+        );
+        // Configured explicitly, the same path is refused.
+        let e = Mm::new(MmConfig::from_env().unwrap()).unwrap_err();
+        assert!(
+            matches!(&e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::ResourceBusy),
+            "{e}"
+        );
+        drop((a, b));
+        assert!(!path.exists(), "the swap file goes with its manager");
+        for v in ["USERMM_BUDGET", "USERMM_SWAP", "USERMM_SWAP_SIZE"] {
             std::env::remove_var(v);
         }
     }
