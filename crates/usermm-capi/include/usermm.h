@@ -170,15 +170,26 @@ extern "C" {
 // Fills `cfg` with the defaults: 256 MiB budget, unlinked temporary swap file of 4x the
 // budget, strict commit accounting, one handler thread per CPU, USERMM_UFFD_AUTO, default
 // seed switches. Returns USERMM_OK, or USERMM_ERR_INVALID if `cfg` is NULL.
+//
+// # Safety
+// `cfg` is NULL or points to writable memory for one `usermm_config`.
 int usermm_config_init(struct usermm_config *cfg);
 
 // Creates a memory manager (opens its swap device and userfaultfd, starts its threads).
 // `cfg` NULL means the defaults. Returns NULL on failure; usermm_last_error() says why.
+//
+// # Safety
+// `cfg` is NULL or points to an initialized `usermm_config` (see `usermm_config_init`) whose
+// `swap_path` is NULL or a NUL-terminated string.
 struct usermm_mm *usermm_create(const struct usermm_config *cfg);
 
 // Destroys a manager created by usermm_create: stops its threads, closes its swap device.
 // Fails with USERMM_ERR_BUSY (and changes nothing) while regions of it are still mapped:
 // unmap them first. NULL is a no-op. The default manager cannot be destroyed.
+//
+// # Safety
+// `mm` is NULL, the default manager, or a handle from `usermm_create` not yet destroyed; no
+// other thread uses it during or after the call.
 int usermm_destroy(struct usermm_mm *mm);
 
 // The process-wide default manager that usermm_mmap uses, created on first use from the
@@ -190,16 +201,26 @@ struct usermm_mm *usermm_default(void);
 
 // Maps `len` bytes (rounded up to 4 KiB) of anonymous memory managed by `mm`. Untouched pages
 // cost nothing and read as zeros. Returns the page-aligned address, or NULL (last error set).
+//
+// # Safety
+// `mm` is NULL or a live handle (from `usermm_create` or `usermm_default`).
 void *usermm_map_anon(struct usermm_mm *mm,
                       size_t len);
 
 // Unmaps the region that usermm_map_anon returned at `addr` (its memory and swap are freed).
 // USERMM_ERR_NOT_FOUND if `addr` is not the start of a region of `mm`.
+//
+// # Safety
+// `mm` is NULL or a live handle; nothing uses the region's memory during or after the call.
 int usermm_unmap(struct usermm_mm *mm,
                  void *addr);
 
 // Frees the memory and swap of `[addr, addr+len)` (4 KiB aligned, inside mapped regions of
 // `mm`); the range stays mapped and reads as zeros (MADV_DONTNEED semantics).
+//
+// # Safety
+// `mm` is NULL or a live handle; the discarded bytes are not in use (they read as zeros
+// afterwards).
 int usermm_discard(struct usermm_mm *mm,
                    void *addr,
                    size_t len);
@@ -210,6 +231,9 @@ int usermm_discard(struct usermm_mm *mm,
 // MAP_PRIVATE (copy-on-write, the file is never written). Accesses beyond the end of the file
 // raise SIGBUS. The file is opened read-write. Returns the address, or NULL (last error set).
 // Unmap with usermm_unmap.
+//
+// # Safety
+// `mm` is NULL or a live handle; `path` is NULL or a NUL-terminated string.
 void *usermm_map_file(struct usermm_mm *mm,
                       const char *path,
                       uint64_t offset,
@@ -220,22 +244,35 @@ void *usermm_map_file(struct usermm_mm *mm,
 // fdatasyncs the file (msync(MS_SYNC)). Returns the first writeback error not yet reported to
 // this mapping (USERMM_ERR_IO, last error names the file); the pages that failed stay dirty.
 // Anonymous and private mappings have nothing to write (USERMM_OK).
+//
+// # Safety
+// `mm` is NULL or a live handle.
 int usermm_flush(struct usermm_mm *mm,
                  void *addr,
                  size_t len);
 
 // Writes back every dirty file page of `mm` and fdatasyncs its files (sync(2)); returns the
 // first writeback error not yet reported to this manager's syncs.
+//
+// # Safety
+// `mm` is NULL or a live handle.
 int usermm_sync(struct usermm_mm *mm);
 
 // Fills `out` (of `size` bytes: pass sizeof(usermm_vmstat_t)) with the manager's sizes and
 // counters. A smaller `size` (an older header) gets the leading fields only.
+//
+// # Safety
+// `mm` is NULL or a live handle; `out` is NULL or points to `size` writable bytes.
 int usermm_vmstat(struct usermm_mm *mm,
                   struct usermm_vmstat_t *out,
                   size_t size);
 
 // Reads one counter by name (a usermm_vmstat_t field name, e.g. "pswpout" or
 // "peak_resident_bytes") into `*value`. USERMM_ERR_INVALID for an unknown name.
+//
+// # Safety
+// `mm` is NULL or a live handle; `name` is NULL or a NUL-terminated string; `value` is NULL or
+// points to a writable `uint64_t`.
 int usermm_vmstat_get(struct usermm_mm *mm,
                       const char *name,
                       uint64_t *value);
@@ -270,6 +307,10 @@ const char *usermm_last_error(void);
 // MAP_FIXED over usermm memory replaces it with fresh zero-filled memory, like the kernel.
 // A hint address without MAP_FIXED is ignored. MAP_NORESERVE, MAP_POPULATE, MAP_NONBLOCK,
 // MAP_STACK are accepted and change nothing. Nothing is ever mapped outside usermm.
+//
+// # Safety
+// as for mmap(2): with `MAP_FIXED` the range given replaces whatever was mapped there, which
+// must not be in use.
 void *usermm_mmap(void *addr,
                   size_t len,
                   int prot,
@@ -282,6 +323,9 @@ void *usermm_mmap(void *addr,
 // MAP_FIXED may map it again) until the whole mapping is unmapped. Returns 0, or -1 with
 // errno EINVAL: address not page aligned, length 0, or the range is not entirely usermm_mmap
 // memory (nothing is unmapped then).
+//
+// # Safety
+// as for munmap(2): nothing uses the unmapped range during or after the call.
 int usermm_munmap(void *addr,
                   size_t len);
 

@@ -16,9 +16,7 @@
 //! `usermm-vma` crate.
 
 #![allow(non_camel_case_types)]
-// Every exported function takes C pointers by design; each documents what it requires of them
-// (NULL-checked, or valid for the call) and every dereference carries a SAFETY comment.
-#![allow(clippy::not_unsafe_ptr_arg_deref)]
+#![deny(unsafe_op_in_unsafe_fn)]
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
@@ -376,8 +374,11 @@ fn manager<'a>(mm: *const usermm_mm) -> Result<&'a usermm_mm, Failure> {
 /// Fills `cfg` with the defaults: 256 MiB budget, unlinked temporary swap file of 4x the
 /// budget, strict commit accounting, one handler thread per CPU, USERMM_UFFD_AUTO, default
 /// seed switches. Returns USERMM_OK, or USERMM_ERR_INVALID if `cfg` is NULL.
+///
+/// # Safety
+/// `cfg` is NULL or points to writable memory for one `usermm_config`.
 #[no_mangle]
-pub extern "C" fn usermm_config_init(cfg: *mut usermm_config) -> c_int {
+pub unsafe extern "C" fn usermm_config_init(cfg: *mut usermm_config) -> c_int {
     status(|| {
         if cfg.is_null() {
             return Err(Failure::invalid("config is NULL"));
@@ -450,14 +451,21 @@ fn config_from_c(c: &usermm_config) -> Result<MmConfig, Failure> {
 
 /// Creates a memory manager (opens its swap device and userfaultfd, starts its threads).
 /// `cfg` NULL means the defaults. Returns NULL on failure; usermm_last_error() says why.
+///
+/// # Safety
+/// `cfg` is NULL or points to an initialized `usermm_config` (see `usermm_config_init`) whose
+/// `swap_path` is NULL or a NUL-terminated string.
 #[no_mangle]
-pub extern "C" fn usermm_create(cfg: *const usermm_config) -> *mut usermm_mm {
+pub unsafe extern "C" fn usermm_create(cfg: *const usermm_config) -> *mut usermm_mm {
     pointer(|| {
         let c = if cfg.is_null() {
             let mut d = std::mem::MaybeUninit::uninit();
-            usermm_config_init(d.as_mut_ptr());
-            // SAFETY: usermm_config_init with a non-NULL pointer always fills it.
-            unsafe { d.assume_init() }
+            // SAFETY: a non-NULL pointer to writable memory for one usermm_config, which
+            // usermm_config_init always fills.
+            unsafe {
+                usermm_config_init(d.as_mut_ptr());
+                d.assume_init()
+            }
         } else {
             // SAFETY: non-NULL config pointers point to a caller-owned usermm_config.
             unsafe { *cfg }
@@ -475,8 +483,12 @@ pub extern "C" fn usermm_create(cfg: *const usermm_config) -> *mut usermm_mm {
 /// Destroys a manager created by usermm_create: stops its threads, closes its swap device.
 /// Fails with USERMM_ERR_BUSY (and changes nothing) while regions of it are still mapped:
 /// unmap them first. NULL is a no-op. The default manager cannot be destroyed.
+///
+/// # Safety
+/// `mm` is NULL, the default manager, or a handle from `usermm_create` not yet destroyed; no
+/// other thread uses it during or after the call.
 #[no_mangle]
-pub extern "C" fn usermm_destroy(mm: *mut usermm_mm) -> c_int {
+pub unsafe extern "C" fn usermm_destroy(mm: *mut usermm_mm) -> c_int {
     status(|| {
         if mm.is_null() {
             return Ok(());
@@ -552,8 +564,11 @@ pub extern "C" fn usermm_default() -> *mut usermm_mm {
 
 /// Maps `len` bytes (rounded up to 4 KiB) of anonymous memory managed by `mm`. Untouched pages
 /// cost nothing and read as zeros. Returns the page-aligned address, or NULL (last error set).
+///
+/// # Safety
+/// `mm` is NULL or a live handle (from `usermm_create` or `usermm_default`).
 #[no_mangle]
-pub extern "C" fn usermm_map_anon(mm: *mut usermm_mm, len: usize) -> *mut c_void {
+pub unsafe extern "C" fn usermm_map_anon(mm: *mut usermm_mm, len: usize) -> *mut c_void {
     pointer(|| {
         let m = manager(mm)?;
         if len == 0 {
@@ -566,8 +581,11 @@ pub extern "C" fn usermm_map_anon(mm: *mut usermm_mm, len: usize) -> *mut c_void
 
 /// Unmaps the region that usermm_map_anon returned at `addr` (its memory and swap are freed).
 /// USERMM_ERR_NOT_FOUND if `addr` is not the start of a region of `mm`.
+///
+/// # Safety
+/// `mm` is NULL or a live handle; nothing uses the region's memory during or after the call.
 #[no_mangle]
-pub extern "C" fn usermm_unmap(mm: *mut usermm_mm, addr: *mut c_void) -> c_int {
+pub unsafe extern "C" fn usermm_unmap(mm: *mut usermm_mm, addr: *mut c_void) -> c_int {
     status(|| {
         let m = manager(mm)?;
         if addr.is_null() {
@@ -596,8 +614,16 @@ pub extern "C" fn usermm_unmap(mm: *mut usermm_mm, addr: *mut c_void) -> c_int {
 
 /// Frees the memory and swap of `[addr, addr+len)` (4 KiB aligned, inside mapped regions of
 /// `mm`); the range stays mapped and reads as zeros (MADV_DONTNEED semantics).
+///
+/// # Safety
+/// `mm` is NULL or a live handle; the discarded bytes are not in use (they read as zeros
+/// afterwards).
 #[no_mangle]
-pub extern "C" fn usermm_discard(mm: *mut usermm_mm, addr: *mut c_void, len: usize) -> c_int {
+pub unsafe extern "C" fn usermm_discard(
+    mm: *mut usermm_mm,
+    addr: *mut c_void,
+    len: usize,
+) -> c_int {
     status(|| {
         let m = manager(mm)?;
         let a = addr as usize;
@@ -631,8 +657,11 @@ pub extern "C" fn usermm_discard(mm: *mut usermm_mm, addr: *mut c_void, len: usi
 /// MAP_PRIVATE (copy-on-write, the file is never written). Accesses beyond the end of the file
 /// raise SIGBUS. The file is opened read-write. Returns the address, or NULL (last error set).
 /// Unmap with usermm_unmap.
+///
+/// # Safety
+/// `mm` is NULL or a live handle; `path` is NULL or a NUL-terminated string.
 #[no_mangle]
-pub extern "C" fn usermm_map_file(
+pub unsafe extern "C" fn usermm_map_file(
     mm: *mut usermm_mm,
     path: *const c_char,
     offset: u64,
@@ -659,8 +688,11 @@ pub extern "C" fn usermm_map_file(
 /// fdatasyncs the file (msync(MS_SYNC)). Returns the first writeback error not yet reported to
 /// this mapping (USERMM_ERR_IO, last error names the file); the pages that failed stay dirty.
 /// Anonymous and private mappings have nothing to write (USERMM_OK).
+///
+/// # Safety
+/// `mm` is NULL or a live handle.
 #[no_mangle]
-pub extern "C" fn usermm_flush(mm: *mut usermm_mm, addr: *mut c_void, len: usize) -> c_int {
+pub unsafe extern "C" fn usermm_flush(mm: *mut usermm_mm, addr: *mut c_void, len: usize) -> c_int {
     status(|| {
         let m = manager(mm)?;
         if addr.is_null() {
@@ -687,8 +719,11 @@ pub extern "C" fn usermm_flush(mm: *mut usermm_mm, addr: *mut c_void, len: usize
 
 /// Writes back every dirty file page of `mm` and fdatasyncs its files (sync(2)); returns the
 /// first writeback error not yet reported to this manager's syncs.
+///
+/// # Safety
+/// `mm` is NULL or a live handle.
 #[no_mangle]
-pub extern "C" fn usermm_sync(mm: *mut usermm_mm) -> c_int {
+pub unsafe extern "C" fn usermm_sync(mm: *mut usermm_mm) -> c_int {
     status(|| {
         let m = manager(mm)?;
         m.mm.sync()?;
@@ -714,8 +749,11 @@ fn vmstat_values(m: &usermm_mm) -> Vec<u64> {
 
 /// Fills `out` (of `size` bytes: pass sizeof(usermm_vmstat_t)) with the manager's sizes and
 /// counters. A smaller `size` (an older header) gets the leading fields only.
+///
+/// # Safety
+/// `mm` is NULL or a live handle; `out` is NULL or points to `size` writable bytes.
 #[no_mangle]
-pub extern "C" fn usermm_vmstat(
+pub unsafe extern "C" fn usermm_vmstat(
     mm: *mut usermm_mm,
     out: *mut usermm_vmstat_t,
     size: usize,
@@ -741,8 +779,12 @@ pub extern "C" fn usermm_vmstat(
 
 /// Reads one counter by name (a usermm_vmstat_t field name, e.g. "pswpout" or
 /// "peak_resident_bytes") into `*value`. USERMM_ERR_INVALID for an unknown name.
+///
+/// # Safety
+/// `mm` is NULL or a live handle; `name` is NULL or a NUL-terminated string; `value` is NULL or
+/// points to a writable `uint64_t`.
 #[no_mangle]
-pub extern "C" fn usermm_vmstat_get(
+pub unsafe extern "C" fn usermm_vmstat_get(
     mm: *mut usermm_mm,
     name: *const c_char,
     value: *mut u64,
@@ -935,8 +977,12 @@ fn mmap_file(
 /// MAP_FIXED over usermm memory replaces it with fresh zero-filled memory, like the kernel.
 /// A hint address without MAP_FIXED is ignored. MAP_NORESERVE, MAP_POPULATE, MAP_NONBLOCK,
 /// MAP_STACK are accepted and change nothing. Nothing is ever mapped outside usermm.
+///
+/// # Safety
+/// as for mmap(2): with `MAP_FIXED` the range given replaces whatever was mapped there, which
+/// must not be in use.
 #[no_mangle]
-pub extern "C" fn usermm_mmap(
+pub unsafe extern "C" fn usermm_mmap(
     addr: *mut c_void,
     len: usize,
     prot: c_int,
@@ -990,8 +1036,11 @@ fn munmap_impl(addr: usize, len: usize) -> Result<(), (c_int, String)> {
 /// MAP_FIXED may map it again) until the whole mapping is unmapped. Returns 0, or -1 with
 /// errno EINVAL: address not page aligned, length 0, or the range is not entirely usermm_mmap
 /// memory (nothing is unmapped then).
+///
+/// # Safety
+/// as for munmap(2): nothing uses the unmapped range during or after the call.
 #[no_mangle]
-pub extern "C" fn usermm_munmap(addr: *mut c_void, len: usize) -> c_int {
+pub unsafe extern "C" fn usermm_munmap(addr: *mut c_void, len: usize) -> c_int {
     let r = catch_unwind(AssertUnwindSafe(|| munmap_impl(addr as usize, len)))
         .unwrap_or_else(|p| Err((libc::EINVAL, panic_message(&*p))));
     match r {

@@ -14,7 +14,9 @@
 //!   place: the pages are discarded (fresh zero-filled memory, exactly what the kernel gives) and
 //!   become live again.
 //!
-//! Everything here is safe Rust: memory is only touched through the core crate.
+//! Memory is only touched through the core crate, and system calls go through `usermm::sys`.
+//! The one `unsafe` here is the fork protocol's hand-over of the table lock
+//! (`force_unlock_write` after `fork_prepare` forgot its guard), with its SAFETY comments.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -635,18 +637,13 @@ pub fn classify_mmap(
                 format!("fd {fd} is not an open file and MAP_ANONYMOUS is not set"),
             );
         }
-        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-        // SAFETY: fstat writes one struct stat into `st`; any fd value is safe to pass.
-        let r = unsafe { libc::fstat(fd, st.as_mut_ptr()) };
-        if r != 0 {
+        let Ok(kind) = usermm::sys::fd_file_type(fd) else {
             return un(
                 libc::EBADF,
                 format!("fd {fd} is not an open file descriptor"),
             );
-        }
-        // SAFETY: fstat succeeded and filled the struct.
-        let mode = unsafe { st.assume_init() }.st_mode;
-        if mode & libc::S_IFMT != libc::S_IFREG {
+        };
+        if kind != libc::S_IFREG {
             return un(
                 libc::ENODEV,
                 format!("fd {fd} is not a regular file: only regular files can be mapped"),

@@ -269,6 +269,19 @@ pub fn at_exit(f: extern "C" fn()) -> bool {
     unsafe { libc::atexit(f) == 0 }
 }
 
+/// The file type bits (`st_mode & S_IFMT`) of descriptor `fd` (fstat(2)); any value may be
+/// passed: an fd that is not open is an error (EBADF).
+pub fn fd_file_type(fd: i32) -> std::io::Result<u32> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fstat writes one struct stat into `st`; any fd value is safe to pass.
+    let r = unsafe { libc::fstat(fd, st.as_mut_ptr()) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fstat succeeded and filled the struct.
+    Ok(unsafe { st.assume_init() }.st_mode & libc::S_IFMT)
+}
+
 /// Takes an exclusive `flock` on `file` without waiting: Ok(false) when another open file
 /// description (this process or another) holds it.
 pub fn flock_exclusive_nb(file: &std::fs::File) -> std::io::Result<bool> {
