@@ -169,7 +169,7 @@ pub(crate) fn put_mapping(m: &MmInner, a: &Arc<AddressSpace>) {
         t.by_inode.remove(&(*dev, *ino));
     }
     drop(t);
-    filemap::evict_all(m, a);
+    super::truncate::evict_all(m, a);
     let mut t = m.mappings.write();
     t.by_id[a.id as usize] = None;
     t.free_ids.push(a.id);
@@ -335,7 +335,7 @@ impl CachedFile {
 
     /// Truncates or extends the file.
     pub fn set_len(&self, size: u64) -> Result<()> {
-        filemap::truncate(self.m(), &self.mapping, size)
+        super::truncate::truncate(self.m(), &self.mapping, size)
     }
 
     /// Writes back the dirty pages and fdatasyncs; returns a writeback error once per handle.

@@ -3,7 +3,8 @@
 //! `generic_perform_write`, `filemap_write_and_wait_range`), the tag half of
 //! `mm/page-writeback.c` (`__set_page_dirty_nobuffers`, `clear_page_dirty_for_io`,
 //! `__test_set_page_writeback`, `test_clear_page_writeback`, `write_cache_pages`),
-//! `include/linux/pagemap.h` (`AS_NO_WRITEBACK_TAGS`) and `lib/errseq.c`.
+//! and `include/linux/pagemap.h` (`AS_NO_WRITEBACK_TAGS`). Truncation is in truncate.rs,
+//! in-memory files' swap in shmem.rs, the writeback error cursor in errseq.rs.
 //!
 //! An [`AddressSpace`] is one file's (or the swap cache's) index: a radix tree of frames with
 //! DIRTY/WRITEBACK/TOWRITE marks under a `tree_lock`, whose wait time is counted per call site
@@ -19,12 +20,12 @@ use std::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::settings::Switch;
-use std::sync::atomic::AtomicI32;
 
 use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, Mutex, MutexGuard, Ordering};
 use crate::sys::PAGE_SIZE;
 use crate::vmstat::{Counters, Item};
 
+use super::errseq::ErrSeq;
 use super::lru::mark_page_accessed;
 use super::page::pg;
 use super::radix_tree::{Mark, RadixTree};
@@ -103,32 +104,6 @@ impl LockSite {
     }
 }
 
-/// `errseq_t`: a mapping's writeback error, reported once to each waiter that sampled it
-/// before the error happened.
-#[derive(Default)]
-pub struct ErrSeq {
-    seq: AtomicU64,
-    errno: AtomicI32,
-}
-
-impl ErrSeq {
-    /// Records an error.
-    pub fn set(&self, errno: i32) {
-        self.errno.store(errno, Ordering::Release);
-        self.seq.fetch_add(1, Ordering::AcqRel);
-    }
-    /// The cursor a new waiter starts from (errors before now are not reported to it).
-    pub fn sample(&self) -> u64 {
-        self.seq.load(Ordering::Acquire)
-    }
-    /// The error recorded since `cursor`, advancing it (each waiter sees each error once).
-    pub fn check_and_advance(&self, cursor: &AtomicU64) -> Option<i32> {
-        let now = self.seq.load(Ordering::Acquire);
-        let old = cursor.swap(now, Ordering::AcqRel);
-        (now != old).then(|| self.errno.load(Ordering::Acquire))
-    }
-}
-
 /// What backs a mapping.
 pub enum Host {
     /// A file on a filesystem, read and written with O_DIRECT when `direct`.
@@ -156,14 +131,14 @@ pub enum Entry {
 }
 
 impl Entry {
-    fn decode(v: u64) -> Entry {
+    pub(crate) fn decode(v: u64) -> Entry {
         if v & SWAP_ENTRY != 0 {
             Entry::Swap(v & !SWAP_ENTRY)
         } else {
             Entry::Page(v as u32)
         }
     }
-    fn encode(self) -> u64 {
+    pub(crate) fn encode(self) -> u64 {
         match self {
             Entry::Page(f) => f as u64,
             Entry::Swap(s) => s | SWAP_ENTRY,
@@ -199,7 +174,7 @@ pub struct AddressSpace {
     pub(crate) i_mmap: Mutex<Vec<std::sync::Weak<RegionInner>>>,
     /// Orders i_size growth against the cut-back after a whole-page write past the end of
     /// file, so the cut never drops a page written beyond the size it read.
-    eof_lock: Mutex<()>,
+    pub(crate) eof_lock: Mutex<()>,
 }
 
 impl AddressSpace {
@@ -334,7 +309,13 @@ pub(crate) fn find_get_entry(m: &MmInner, mapping: &AddressSpace, index: u64) ->
 
 /// `lock_page` with the page-still-here check: locks frame `f` and returns true if it is still
 /// the page at `index` of `mapping` (false: it was truncated or reclaimed meanwhile; unlocked).
-fn lock_page_in(m: &MmInner, mapping: &AddressSpace, f: u32, index: u64, nowait: bool) -> bool {
+pub(crate) fn lock_page_in(
+    m: &MmInner,
+    mapping: &AddressSpace,
+    f: u32,
+    index: u64,
+    nowait: bool,
+) -> bool {
     let p = &m.pages[f as usize];
     if nowait {
         if !p.trylock() {
@@ -380,7 +361,7 @@ pub fn pagecache_get_page(
                 if fgp.has(Fgp::NOWAIT) {
                     return Ok(None);
                 }
-                shmem_swapin(m, mapping, index, slot)?;
+                super::shmem::shmem_swapin(m, mapping, index, slot)?;
                 continue;
             }
             None => {}
@@ -1017,92 +998,6 @@ pub(crate) fn remove_page(
     true
 }
 
-/// Swaps an in-memory file's page back in (`shmem_swapin`): a new frame at `index` replacing
-/// the swap entry `slot`.
-fn shmem_swapin(m: &MmInner, mapping: &AddressSpace, index: u64, slot: u64) -> Result<()> {
-    let Some(sw) = &m.swap else {
-        return Err(Error::inval(
-            "in-memory file page in swap without a swap device",
-        ));
-    };
-    let mut frames = Vec::with_capacity(1);
-    if !vmscan::alloc_frames(m, 1, &mut frames) {
-        return Err(Error::io(
-            format!("swapping in a page of {}", mapping.name()),
-            io::Error::from_raw_os_error(libc::ENOMEM),
-        ));
-    }
-    let f = frames[0];
-    let read = pool::with_bounce(1, |bounce| {
-        sw.dev
-            .read_pages(slot, bounce, &[0])
-            .map(|_| pool::fill_slot(m, f, bounce, 0))
-    });
-    match read {
-        Ok(true) => {}
-        Ok(false) | Err(_) => {
-            pool::free_frames(m, &[f], true);
-            m.vm.inc(Item::SwapReadError);
-            return Err(Error::io(
-                format!("swap read for {}", mapping.name()),
-                read.err()
-                    .unwrap_or_else(|| io::Error::other("could not fill a frame")),
-            ));
-        }
-    }
-    let p = &m.pages[f as usize];
-    p.init(
-        mapping.id,
-        index,
-        pg::PAGECACHE | pg::SWAPBACKED | pg::UPTODATE | pg::DIRTY,
-    );
-    {
-        let mut t = mapping.lock_tree(&m.vm, LockSite::AddToPageCache);
-        if t.get(index) != Some(Entry::Swap(slot).encode()) {
-            // Someone else swapped it in.
-            drop(t);
-            p.reset_flags(pg::POOLED);
-            pool::recycle_frames(m, &[f]);
-            return Ok(());
-        }
-        t.insert(index, f as u64);
-    }
-    sw.free_slot(slot, &m.vm);
-    m.vm.sub(Item::NrShmemSwapped, 1);
-    mapping.nrpages.fetch_add(1, Ordering::Relaxed);
-    m.vm.inc(Item::NrFilePages);
-    m.vm.inc(Item::NrShmem);
-    m.vm.inc(Item::ShmemSwapin);
-    m.vm.inc(Item::Pswpin);
-    m.lru.add(&m.pages, &[f], &m.vm);
-    Ok(())
-}
-
-/// Replaces locked, unreferenced in-memory-file page `f` by a swap entry after writing it to
-/// `slot` (`shmem_writepage`). False if the page is busy (it is unlocked then).
-pub(crate) fn shmem_replace_with_swap(
-    m: &MmInner,
-    mapping: &AddressSpace,
-    f: u32,
-    index: u64,
-    slot: u64,
-) -> bool {
-    let p = &m.pages[f as usize];
-    {
-        let mut t = mapping.lock_tree(&m.vm, LockSite::DeleteFromPageCache);
-        if t.get(index) != Some(f as u64) || p.page_count() != 1 {
-            return false;
-        }
-        t.insert(index, Entry::Swap(slot).encode());
-    }
-    mapping.nrpages.fetch_sub(1, Ordering::Relaxed);
-    m.vm.sub(Item::NrFilePages, 1);
-    m.vm.sub(Item::NrShmem, 1);
-    m.vm.inc(Item::NrShmemSwapped);
-    m.vm.inc(Item::ShmemSwapout);
-    true
-}
-
 /// Readahead state of one open file (`struct file_ra_state`).
 pub use super::readahead::FileRaState;
 
@@ -1238,7 +1133,7 @@ pub fn file_write(m: &MmInner, mapping: &Arc<AddressSpace>, pos: u64, buf: &[u8]
             let _eof = mapping.eof_lock.lock();
             mapping.size.fetch_max(at + n as u64, Ordering::AcqRel);
             drop(_eof);
-            file_grew(m, mapping, old_size, at + n as u64);
+            super::truncate::file_grew(m, mapping, old_size, at + n as u64);
         }
         set_page_dirty(m, mapping, f);
         p.unlock();
@@ -1246,118 +1141,6 @@ pub fn file_write(m: &MmInner, mapping: &Arc<AddressSpace>, pos: u64, buf: &[u8]
         done += n;
     }
     Ok(done)
-}
-
-/// Truncates or extends `mapping` to `size` bytes: pages wholly past the new end are dropped
-/// (`truncate_inode_pages_range`), the partial last page is zeroed past the end.
-pub fn truncate(m: &MmInner, mapping: &Arc<AddressSpace>, size: u64) -> Result<()> {
-    let _io = mapping.io_lock.lock();
-    let ps = PAGE_SIZE as u64;
-    let old = {
-        let _eof = mapping.eof_lock.lock();
-        mapping.size.swap(size, Ordering::AcqRel)
-    };
-    if size < old {
-        truncate_pages_only(m, mapping, size.div_ceil(ps), old.div_ceil(ps));
-        if !size.is_multiple_of(ps) {
-            let index = size / ps;
-            if let Some(f) = find_lock_page(m, mapping, index)? {
-                let from = (size % ps) as usize;
-                copy_to_page(m, mapping, f, from, &vec![0u8; PAGE_SIZE - from]);
-                m.pages[f as usize].unlock();
-                put_page(m, f);
-            }
-        }
-    }
-    if size > old {
-        file_grew(m, mapping, old, size);
-    }
-    if let Some(file) = mapping.file() {
-        let _eof = mapping.eof_lock.lock();
-        file.set_len(mapping.size.load(Ordering::Acquire))
-            .map_err(|e| Error::io(format!("truncating {} to {size} bytes", mapping.name()), e))?;
-    }
-    Ok(())
-}
-
-/// Drops every page of `mapping` (eviction of an unused mapping, after writeback).
-pub(crate) fn evict_all(m: &MmInner, mapping: &AddressSpace) {
-    let size = mapping.size.load(Ordering::Acquire);
-    let _ = size;
-    truncate_pages_only(m, mapping, 0, u64::MAX);
-}
-
-fn truncate_pages_only(m: &MmInner, mapping: &AddressSpace, from: u64, to: u64) -> usize {
-    let mut n = 0;
-    let mut entries: Vec<(u64, u64)> = Vec::new();
-    mapping
-        .lock_tree(&m.vm, LockSite::FindGetPage)
-        .gang_lookup(from, to, usize::MAX, &mut entries);
-    for (index, e) in entries {
-        match Entry::decode(e) {
-            Entry::Page(f) => {
-                if lock_page_in(m, mapping, f, index, false) {
-                    if m.pages[f as usize].test(pg::MAPPED) {
-                        super::rmap::unmap_file_page(m, f);
-                    }
-                    if remove_page(m, mapping, f, index, false) {
-                        n += 1;
-                    } else {
-                        m.pages[f as usize].unlock();
-                    }
-                }
-            }
-            Entry::Swap(slot) => {
-                mapping
-                    .lock_tree(&m.vm, LockSite::DeleteFromPageCache)
-                    .remove(index);
-                if let Some(sw) = &m.swap {
-                    sw.free_slot(slot, &m.vm);
-                }
-                m.vm.sub(Item::NrShmemSwapped, 1);
-            }
-        }
-    }
-    n
-}
-
-/// The file grew from `old` to `new` bytes: pages of shared regions that faulted beyond the old
-/// end (SIGBUS markers) become accessible again.
-fn file_grew(m: &MmInner, mapping: &AddressSpace, old: u64, new: u64) {
-    let regions: Vec<Arc<RegionInner>> = {
-        let mut l = mapping.i_mmap.lock();
-        l.retain(|w| w.strong_count() > 0);
-        l.iter().filter_map(|w| w.upgrade()).collect()
-    };
-    let ps = PAGE_SIZE as u64;
-    for r in regions {
-        let Some(fm) = &r.file else { continue };
-        let first = (old / ps).saturating_sub(fm.pgoff);
-        let last = new.div_ceil(ps).saturating_sub(fm.pgoff).min(r.npages());
-        let mut used = Vec::new();
-        r.pt.for_each_used(first, last, |i, p| {
-            if p == super::pgtable::Pte::Poison {
-                used.push(i);
-            }
-        });
-        log::debug!(
-            "file_grew {old}->{new}: region {} pages {first}..{last} poisoned {:?}",
-            r.id,
-            used
-        );
-        for i in used {
-            let mut g = r.pt.lock(i);
-            if g.get() == super::pgtable::Pte::Poison {
-                let _ = r.view.advise(
-                    i as usize * PAGE_SIZE,
-                    PAGE_SIZE,
-                    crate::sys::Advice::DontNeed,
-                );
-                g.set(super::pgtable::Pte::None);
-            }
-        }
-    }
-    let _ = m;
 }
 
 /// The bytes of a mapping held by the page cache now.

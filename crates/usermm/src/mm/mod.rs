@@ -9,7 +9,8 @@
 //! `filemap` (the page cache, `mm/filemap.c`), `file` (cached files and file regions),
 //! `readahead` (`mm/readahead.c`), `page_writeback` (dirty throttling and flushers), `pool`
 //! (the frame pool: slots, recycling, bounce buffers, runs), `rmap` (unmapping a page from where
-//! it is mapped, `mm/rmap.c`).
+//! it is mapped, `mm/rmap.c`), `truncate` (`mm/truncate.c`), `shmem` (in-memory files to swap,
+//! `mm/shmem.c`), `errseq` (writeback errors, `lib/errseq.c`).
 
 pub mod lru;
 pub mod page;
@@ -18,6 +19,8 @@ pub mod radix_tree;
 
 // Under `--cfg loom` only the page state machine (descriptors, page table, LRU) is built, so
 // the model checker explores it with loom's primitives; see tests/loom_page.rs.
+#[cfg(not(loom))]
+pub mod errseq;
 #[cfg(not(loom))]
 pub mod file;
 #[cfg(not(loom))]
@@ -41,7 +44,11 @@ pub mod region;
 #[cfg(not(loom))]
 pub(crate) mod rmap;
 #[cfg(not(loom))]
+pub(crate) mod shmem;
+#[cfg(not(loom))]
 pub mod swap_state;
+#[cfg(not(loom))]
+pub(crate) mod truncate;
 #[cfg(not(loom))]
 pub mod vmscan;
 

@@ -255,7 +255,7 @@ fn wb_workfn(m: Arc<MmInner>, b: Arc<Bdi>) {
                     f.metadata().is_ok_and(|md| md.nlink() == 0)
                 })
             {
-                super::filemap::evict_all(&m, a);
+                super::truncate::evict_all(&m, a);
                 super::file::forget_if_unused(&m, a);
                 continue;
             }

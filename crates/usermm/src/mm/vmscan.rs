@@ -804,7 +804,7 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -
                 .dev
                 .write_pages(slot, &m.pool, &[MmInner::frame_off(*f)])
                 .is_ok();
-            if ok && filemap::shmem_replace_with_swap(m, a, *f, idx, slot) {
+            if ok && super::shmem::shmem_replace_with_swap(m, a, *f, idx, slot) {
                 m.vm.inc(Item::Pswpout);
                 freed.push(*f);
             } else {

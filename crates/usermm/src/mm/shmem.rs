@@ -1,0 +1,104 @@
+//! In-memory files (`memfd`-like `CachedFile`s) that go to swap under reclaim. Mirrors
+//! `mm/shmem.c` (`shmem_writepage`: a page replaced by a swap entry in its mapping's tree;
+//! `shmem_swapin`: the entry replaced by a page again).
+
+use std::io;
+
+use crate::error::{Error, Result};
+use crate::sync::Ordering;
+use crate::vmstat::Item;
+
+use super::filemap::*;
+use super::page::pg;
+use super::{pool, vmscan, MmInner};
+
+/// Swaps an in-memory file's page back in (`shmem_swapin`): a new frame at `index` replacing
+/// the swap entry `slot`.
+pub(crate) fn shmem_swapin(
+    m: &MmInner,
+    mapping: &AddressSpace,
+    index: u64,
+    slot: u64,
+) -> Result<()> {
+    let Some(sw) = &m.swap else {
+        return Err(Error::inval(
+            "in-memory file page in swap without a swap device",
+        ));
+    };
+    let mut frames = Vec::with_capacity(1);
+    if !vmscan::alloc_frames(m, 1, &mut frames) {
+        return Err(Error::io(
+            format!("swapping in a page of {}", mapping.name()),
+            io::Error::from_raw_os_error(libc::ENOMEM),
+        ));
+    }
+    let f = frames[0];
+    let read = pool::with_bounce(1, |bounce| {
+        sw.dev
+            .read_pages(slot, bounce, &[0])
+            .map(|_| pool::fill_slot(m, f, bounce, 0))
+    });
+    match read {
+        Ok(true) => {}
+        Ok(false) | Err(_) => {
+            pool::free_frames(m, &[f], true);
+            m.vm.inc(Item::SwapReadError);
+            return Err(Error::io(
+                format!("swap read for {}", mapping.name()),
+                read.err()
+                    .unwrap_or_else(|| io::Error::other("could not fill a frame")),
+            ));
+        }
+    }
+    let p = &m.pages[f as usize];
+    p.init(
+        mapping.id,
+        index,
+        pg::PAGECACHE | pg::SWAPBACKED | pg::UPTODATE | pg::DIRTY,
+    );
+    {
+        let mut t = mapping.lock_tree(&m.vm, LockSite::AddToPageCache);
+        if t.get(index) != Some(Entry::Swap(slot).encode()) {
+            // Someone else swapped it in.
+            drop(t);
+            p.reset_flags(pg::POOLED);
+            pool::recycle_frames(m, &[f]);
+            return Ok(());
+        }
+        t.insert(index, f as u64);
+    }
+    sw.free_slot(slot, &m.vm);
+    m.vm.sub(Item::NrShmemSwapped, 1);
+    mapping.nrpages.fetch_add(1, Ordering::Relaxed);
+    m.vm.inc(Item::NrFilePages);
+    m.vm.inc(Item::NrShmem);
+    m.vm.inc(Item::ShmemSwapin);
+    m.vm.inc(Item::Pswpin);
+    m.lru.add(&m.pages, &[f], &m.vm);
+    Ok(())
+}
+
+/// Replaces locked, unreferenced in-memory-file page `f` by a swap entry after writing it to
+/// `slot` (`shmem_writepage`). False if the page is busy (it is unlocked then).
+pub(crate) fn shmem_replace_with_swap(
+    m: &MmInner,
+    mapping: &AddressSpace,
+    f: u32,
+    index: u64,
+    slot: u64,
+) -> bool {
+    let p = &m.pages[f as usize];
+    {
+        let mut t = mapping.lock_tree(&m.vm, LockSite::DeleteFromPageCache);
+        if t.get(index) != Some(f as u64) || p.page_count() != 1 {
+            return false;
+        }
+        t.insert(index, Entry::Swap(slot).encode());
+    }
+    mapping.nrpages.fetch_sub(1, Ordering::Relaxed);
+    m.vm.sub(Item::NrFilePages, 1);
+    m.vm.sub(Item::NrShmem, 1);
+    m.vm.inc(Item::NrShmemSwapped);
+    m.vm.inc(Item::ShmemSwapout);
+    true
+}
