@@ -1,20 +1,13 @@
 //! `--engine usermm|kernel|usermm,kernel` and `--runs N`: which memory manager serves a
 //! benchmark, and running several engines alternately in one invocation (usermm, kernel,
 //! usermm, kernel, ...) with a summary of the ratio of their throughputs and swap-out rates.
-//!
-//! Also the process's interruption flag: while a kernel engine is in use, SIGINT, SIGTERM and
-//! SIGHUP only set a flag; the workload loops poll it, the kernel engine kills its worker, and
-//! its guard tears down swap and cgroup before the command exits with status 130.
-
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock, Once};
-use std::time::Duration;
 
 use serde_json::{json, Value};
 use usermm::MmConfig;
 
 use crate::bench::dd::{DdParams, DdReport};
 use crate::bench::usemem::{self, Budget, Params};
+use crate::interrupt;
 use crate::kernel::{self, worker};
 use crate::output::Report;
 use crate::report::{mean, stddev_pop};
@@ -61,54 +54,6 @@ pub fn parse_engines(s: &str) -> Result<Vec<Engine>, Failure> {
     Ok(out)
 }
 
-static INTERRUPT: LazyLock<Arc<AtomicBool>> = LazyLock::new(|| Arc::new(AtomicBool::new(false)));
-static HANDLERS: Once = Once::new();
-
-/// True once SIGINT/SIGTERM/SIGHUP arrived (only after [`catch_signals`]).
-pub fn interrupted() -> bool {
-    INTERRUPT.load(Ordering::Relaxed)
-}
-
-/// From now on, SIGINT, SIGTERM and SIGHUP set the interruption flag instead of killing the
-/// process, so that the kernel engine can tear down what it set up.
-pub fn catch_signals() -> Result<(), Failure> {
-    let mut err = None;
-    HANDLERS.call_once(|| {
-        for sig in [
-            signal_hook::consts::SIGINT,
-            signal_hook::consts::SIGTERM,
-            signal_hook::consts::SIGHUP,
-        ] {
-            if let Err(e) = signal_hook::flag::register(sig, Arc::clone(&INTERRUPT)) {
-                err = Some(Failure::Run(format!(
-                    "cannot install the signal handler: {e}"
-                )));
-            }
-        }
-        // The workload loops poll the flag; a task stuck in a fault never will. Past a grace
-        // period, tear the kernel engine down from here and exit.
-        let _ = std::thread::Builder::new()
-            .name("interrupt-watchdog".into())
-            .spawn(|| {
-                while !interrupted() {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                std::thread::sleep(INTERRUPT_GRACE);
-                eprintln!(
-                    "usermm: interrupted, and the workload did not stop within {} s (a task \
-                     is stuck); exiting",
-                    INTERRUPT_GRACE.as_secs()
-                );
-                kernel::emergency_teardown();
-                std::process::exit(130);
-            });
-    });
-    err.map_or(Ok(()), Err)
-}
-
-/// How long an interrupted benchmark may take to stop by itself.
-const INTERRUPT_GRACE: Duration = Duration::from_secs(3);
-
 /// Checks what the engines need before anything runs (root for the kernel engine) and installs
 /// the signal handlers.
 pub fn prepare(engines: &[Engine]) -> Result<(), Failure> {
@@ -116,8 +61,9 @@ pub fn prepare(engines: &[Engine]) -> Result<(), Failure> {
         kernel::require_root()?;
     }
     // Every engine: SIGINT/SIGTERM/SIGHUP stop the workload and report, promptly even when a
-    // task is stuck (the watchdog above).
-    catch_signals()
+    // task is stuck (the interrupt watchdog, which then tears the kernel engine down).
+    interrupt::set_last_resort(kernel::emergency_teardown);
+    interrupt::catch_signals()
 }
 
 /// Runs a usemem workload on the kernel engine and returns its report.
@@ -157,7 +103,7 @@ pub fn run_usemem(
     let mut reports: Vec<Report> = Vec::new();
     for run in 1..=runs {
         for &e in engines {
-            if interrupted() {
+            if interrupt::interrupted() {
                 return Err(Failure::Interrupted);
             }
             let r = match e {
@@ -343,7 +289,7 @@ pub fn run_dd(
     let mut reports = Vec::new();
     for run in 1..=runs {
         for &e in engines {
-            if interrupted() {
+            if interrupt::interrupted() {
                 return Err(Failure::Interrupted);
             }
             let (outcome, setup_info) = if e == Engine::Usermm {

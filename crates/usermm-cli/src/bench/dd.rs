@@ -220,7 +220,7 @@ pub fn execute<T: Target>(
             f.write_at(&buf, off)
                 .map_err(|e| Failure::Run(format!("dd: write at {off}: {e}")))?;
             off += p.bs;
-            if crate::engine::interrupted() {
+            if crate::interrupt::interrupted() {
                 let _ = target.remove(&name);
                 return Err(Failure::Interrupted);
             }

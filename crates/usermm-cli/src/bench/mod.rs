@@ -3,7 +3,6 @@
 //! [`dd`]) and `fault-latency` (per-access latency of resident pages, minor and major faults,
 //! in [`latency`]). Shared here: the small pseudo-random generator they use.
 
-pub mod apps;
 pub mod dd;
 pub mod latency;
 pub mod mmapfile;

@@ -567,10 +567,10 @@ pub fn run(cfg: MmConfig, p: &Params) -> Result<(), Failure> {
     let mut audits = 0u64;
     let mut last_audit = Instant::now();
     let mut last_report = Instant::now();
-    crate::engine::catch_signals()?;
+    crate::interrupt::catch_signals()?;
     while t0.elapsed() < p.duration && !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100));
-        if crate::engine::interrupted() {
+        if crate::interrupt::interrupted() {
             fail(&failure, &stop, "interrupted (SIGINT/SIGTERM)".into());
             break;
         }

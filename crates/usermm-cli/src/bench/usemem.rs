@@ -189,7 +189,7 @@ impl<M: Memory> Task<'_, M> {
             rw += 8;
             i += self.stride;
             pending += 1;
-            if pending.is_multiple_of(INTERRUPT_POLL) && crate::engine::interrupted() {
+            if pending.is_multiple_of(INTERRUPT_POLL) && crate::interrupt::interrupted() {
                 break;
             }
             if pending == PROGRESS_BATCH {
@@ -208,7 +208,7 @@ impl<M: Memory> Task<'_, M> {
         let mut check = |idx: u64| {
             let v = r.read_u64((idx * 8) as usize);
             pending += 1;
-            if pending.is_multiple_of(INTERRUPT_POLL) && crate::engine::interrupted() {
+            if pending.is_multiple_of(INTERRUPT_POLL) && crate::interrupt::interrupted() {
                 return Err(None);
             }
             if pending == PROGRESS_BATCH {
@@ -422,7 +422,7 @@ pub fn execute<M: Memory>(
                     bad = b;
                     break;
                 }
-                if crate::engine::interrupted() {
+                if crate::interrupt::interrupted() {
                     break;
                 }
             }
@@ -447,7 +447,7 @@ pub fn execute<M: Memory>(
         (Some(now), Some(before)) => Some(now.delta(&before, crate::counters::memcg_is_state)),
         _ => None,
     };
-    if crate::engine::interrupted() {
+    if crate::interrupt::interrupted() {
         return Err(Failure::Interrupted);
     }
     let first_bad = done
@@ -477,7 +477,7 @@ pub fn execute<M: Memory>(
             |t, progress| t.read_back(progress),
         )?;
         let seconds = t0.elapsed().as_secs_f64();
-        if crate::engine::interrupted() {
+        if crate::interrupt::interrupted() {
             return Err(Failure::Interrupted);
         }
         Verify::ReadBack {

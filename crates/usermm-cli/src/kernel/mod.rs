@@ -191,7 +191,7 @@ impl Env {
                         );
                         told = true;
                     }
-                    if crate::engine::interrupted() {
+                    if crate::interrupt::interrupted() {
                         return Err(Failure::Interrupted);
                     }
                     std::thread::sleep(Duration::from_millis(100));
@@ -238,7 +238,7 @@ impl Env {
         env.state.swap = created;
         env.save();
         r.map_err(Failure::Run)?;
-        if crate::engine::interrupted() {
+        if crate::interrupt::interrupted() {
             return Err(Failure::Interrupted);
         }
         let loc = cgroup::locate().map_err(Failure::Run)?;
@@ -497,7 +497,7 @@ fn run_in(env: &Env, job: worker::Job) -> Result<(worker::JobResult, u64), Failu
                 return Err(Failure::Run(format!("waiting for the worker: {e}")));
             }
         }
-        if crate::engine::interrupted() {
+        if crate::interrupt::interrupted() {
             kill(&mut child);
             return Err(Failure::Interrupted);
         }
@@ -509,7 +509,7 @@ fn run_in(env: &Env, job: worker::Job) -> Result<(worker::JobResult, u64), Failu
         .map_err(|_| Failure::Run("worker output reader panicked".into()))?
         .map_err(|e| Failure::Run(format!("reading the worker's output: {e}")))?;
     let peak = cg.peak().unwrap_or(0);
-    if crate::engine::interrupted() {
+    if crate::interrupt::interrupted() {
         return Err(Failure::Interrupted);
     }
     if !status.success() {

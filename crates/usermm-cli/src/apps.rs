@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use usermm::{MmConfig, SwapConfig};
 
-use super::XorShift;
+use crate::bench::XorShift;
 use crate::engine::{self, Engine};
 use crate::kernel;
 use crate::output::mib;
@@ -326,7 +326,7 @@ fn run_measured(mut cmd: Command, include_root: bool, out: &Path) -> Result<Ran,
             Ok(None) => {}
             Err(e) => return Err(Failure::Run(format!("waiting for {cmd:?}: {e}"))),
         }
-        if engine::interrupted() {
+        if crate::interrupt::interrupted() {
             let mut tree = Vec::new();
             descendants(child.id(), &mut tree);
             for p in tree.iter().rev() {
@@ -635,7 +635,7 @@ fn check_programs(cases: &[String]) -> Result<(), Failure> {
 pub fn run(p: &Params) -> Result<(), Failure> {
     check_programs(&p.cases)?;
     engine::prepare(&p.engines)?;
-    engine::catch_signals()?;
+    crate::interrupt::catch_signals()?;
     let dir = p
         .dir
         .join(format!("usermm-bench-apps-{}", std::process::id()));
