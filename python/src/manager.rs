@@ -45,6 +45,7 @@ const DEFAULT_BUDGET: &str = "256M";
 /// Arrays and regions keep their manager alive: deleting the Manager object does not invalidate
 /// them; the manager stops when the last of them is gone.
 #[pyclass(frozen, module = "usermm")]
+#[derive(Debug)]
 pub struct Manager {
     /// Taken (and dropped without the GIL) only in `Drop`.
     mm: Option<Mm>,

@@ -27,6 +27,7 @@ use crate::manager::Manager;
 
 /// The data and methods of `usermm.Region` (use `Manager.map_anon` or `Region(manager, nbytes)`).
 #[pyclass(frozen, subclass, module = "usermm", name = "_RegionBase")]
+#[derive(Debug)]
 pub struct RegionBase {
     /// Taken (and dropped without the GIL) only in `Drop`.
     region: Option<usermm::Region>,

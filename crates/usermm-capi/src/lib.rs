@@ -16,7 +16,6 @@
 //! `usermm-vma` crate.
 
 #![allow(non_camel_case_types)]
-#![deny(unsafe_op_in_unsafe_fn)]
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
@@ -235,6 +234,7 @@ pub const VMSTAT_FIELDS: &[&str] = &[
 const SIZE_FIELDS: usize = 7;
 
 /// A memory manager (opaque).
+#[derive(Debug)]
 pub struct usermm_mm {
     mm: Mm,
     space: Space,

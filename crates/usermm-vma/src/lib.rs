@@ -134,6 +134,7 @@ pub enum Kind {
     Malloc { ptr: usize },
 }
 
+#[derive(Debug)]
 struct Vma {
     region: Arc<Region>,
     len: usize,
@@ -176,6 +177,7 @@ pub struct VmaInfo {
 
 /// The managed ranges of one address space (one per manager in the C ABI, one per process in
 /// the preload library).
+#[derive(Debug)]
 pub struct Space {
     table: RwLock<BTreeMap<usize, Vma>>,
     /// Lowest start and highest end ever managed: a lock-free first test for `free(3)`.

@@ -142,6 +142,7 @@ items! {
 }
 
 /// The live counters of one memory manager.
+#[derive(Debug)]
 pub struct Counters {
     v: [AtomicU64; COUNT],
 }

@@ -6,7 +6,7 @@ use crate::sync::{AtomicU64, Ordering};
 
 /// `errseq_t`: a mapping's writeback error, reported once to each waiter that sampled it
 /// before the error happened.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct ErrSeq {
     seq: AtomicU64,
     errno: AtomicI32,

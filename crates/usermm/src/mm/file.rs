@@ -33,7 +33,7 @@ pub enum MapKind {
 }
 
 /// Live address spaces by id (the id is what page descriptors name) and by inode.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct MappingTable {
     by_id: Vec<Option<Arc<AddressSpace>>>,
     free_ids: Vec<u32>,

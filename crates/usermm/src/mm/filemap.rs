@@ -105,6 +105,7 @@ impl LockSite {
 }
 
 /// What backs a mapping.
+#[derive(Debug)]
 pub enum Host {
     /// A file on a filesystem, read and written with O_DIRECT when `direct`.
     File {
@@ -147,6 +148,7 @@ impl Entry {
 }
 
 /// `struct address_space`.
+#[derive(Debug)]
 pub struct AddressSpace {
     pub(crate) id: u32,
     pub(crate) flags: AtomicU32,

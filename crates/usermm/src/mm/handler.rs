@@ -37,6 +37,7 @@ const TRACK_SLOTS: usize = 64;
 /// Per thread (hashed by thread id), the last faulting page and how many faults in a row hit it.
 /// Approximate by design (two threads may share a slot and reset each other's count): it only
 /// has to notice a thread stuck on one address, never to account exactly.
+#[derive(Debug)]
 pub struct RefaultTrack {
     /// page number << 20 | thread id's low 20 bits
     key: [crate::sync::AtomicU64; TRACK_SLOTS],
@@ -149,7 +150,7 @@ pub mod inject {
 
 /// What each handler is doing, for the watchdog: the fault it is serving and the oldest fault
 /// it has deferred, each with the time (ns since the manager started) it began. 0: none.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct HandlerSlot {
     busy_since: AtomicU64,
     busy_addr: AtomicUsize,

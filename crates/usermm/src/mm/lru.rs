@@ -56,7 +56,7 @@ impl Lru {
     }
 }
 
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 struct ListHead {
     head: u32,
     tail: u32,
@@ -70,6 +70,7 @@ const EMPTY: ListHead = ListHead {
 };
 
 /// One lruvec: the lists and their lock.
+#[derive(Debug)]
 pub struct Lruvec {
     lists: Mutex<[ListHead; NR_LRU]>,
 }

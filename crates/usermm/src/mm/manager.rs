@@ -284,7 +284,7 @@ impl MmConfig {
 }
 
 /// Address-ordered and id-indexed region tables.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub(crate) struct RegionTable {
     by_id: Vec<Option<Arc<RegionInner>>>,
     free_ids: Vec<u32>,
@@ -332,13 +332,14 @@ impl RegionTable {
 }
 
 /// kswapd's wakeup state (`pgdat->kswapd_wait`).
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub(crate) struct KswapdWait {
     pub(crate) pending: Mutex<bool>,
     pub(crate) cv: Condvar,
 }
 
 /// The shared state of one memory manager. Threads hold `Arc<MmInner>`.
+#[derive(Debug)]
 pub struct MmInner {
     pub(crate) cfg: MmConfig,
     pub(crate) uffd: Uffd,

@@ -72,7 +72,7 @@ pub mod pg {
 }
 
 /// `struct page`, 32 bytes.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct Page {
     flags: AtomicU32,
     refcount: AtomicU32,
@@ -216,12 +216,14 @@ fn unpack(v: u64) -> (u32, u64) {
 
 /// Free frames: a bitmap (1 = free) scanned from a rotating cursor, so that frames freed in a
 /// batch are handed out again as one ascending run (batched MOVEs into and out of the pool).
+#[derive(Debug)]
 pub struct FrameAlloc {
     inner: Mutex<Bitmap>,
     nr_free: AtomicU64,
     nr: u32,
 }
 
+#[derive(Debug)]
 struct Bitmap {
     words: Vec<u64>,
     cursor: usize,

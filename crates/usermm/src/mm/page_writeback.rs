@@ -32,7 +32,7 @@ pub enum WbReason {
     Sync,
 }
 
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct WbWork {
     pending: bool,
     background: bool,
@@ -42,6 +42,7 @@ struct WbWork {
 
 /// A backing device (`struct backing_dev_info` + its `bdi_writeback`): the mappings with dirty
 /// pages on it and its flusher's work.
+#[derive(Debug)]
 pub struct Bdi {
     pub dev: u64,
     dirty: Mutex<Vec<Weak<AddressSpace>>>,
@@ -50,6 +51,7 @@ pub struct Bdi {
 }
 
 /// The writeback state of a manager.
+#[derive(Debug)]
 pub struct WbState {
     bdis: Mutex<HashMap<u64, Arc<Bdi>>>,
     pub(crate) threads: Mutex<Vec<JoinHandle<()>>>,

@@ -68,12 +68,14 @@ type Leaf = [AtomicU64; FANOUT];
 type Mid = [OnceLock<Box<Leaf>>; FANOUT];
 
 /// A lazily allocated three-level table of entries.
+#[derive(Debug)]
 pub struct PageTable {
     top: Box<[OnceLock<Box<Mid>>]>,
     npages: u64,
 }
 
 /// A locked entry; the lock is released (with the last value set) on drop.
+#[derive(Debug)]
 pub struct PteGuard<'a> {
     slot: &'a AtomicU64,
     val: Pte,

@@ -21,12 +21,14 @@ pub enum Mark {
 
 const NR_MARKS: usize = 3;
 
+#[derive(Debug)]
 enum Slot<T> {
     Empty,
     Leaf(T),
     Node(Box<Node<T>>),
 }
 
+#[derive(Debug)]
 struct Node<T> {
     slots: [Slot<T>; FANOUT],
     /// Bit i of marks[m]: slot i holds an entry with mark m, or a subtree that does.
@@ -46,6 +48,7 @@ impl<T> Node<T> {
 }
 
 /// The tree. Indices are page offsets; entries are small copyable values (frame numbers).
+#[derive(Debug)]
 pub struct RadixTree<T: Copy> {
     root: Option<Box<Node<T>>>,
     /// Levels below and including the root: the tree covers indices < 64^height.

@@ -101,6 +101,7 @@ pub fn get_next_ra_size(cur: u64, max: u64) -> u64 {
 }
 
 /// Linux's `ondemand_readahead`.
+#[derive(Debug)]
 pub struct Ondemand;
 
 impl ReadaheadPolicy for Ondemand {
@@ -154,6 +155,7 @@ impl ReadaheadPolicy for Ondemand {
 }
 
 /// No readahead: read exactly what is requested.
+#[derive(Debug)]
 pub struct NoReadahead;
 
 impl ReadaheadPolicy for NoReadahead {

@@ -18,6 +18,7 @@ use super::pgtable::{PageTable, Pte};
 use super::{Mm, MmHandle, MmInner};
 
 /// The shared part of a region.
+#[derive(Debug)]
 pub struct RegionInner {
     pub(crate) id: u32,
     pub(crate) view: Mapping,
@@ -42,6 +43,7 @@ pub struct RegionInner {
 }
 
 /// What a file-backed region maps.
+#[derive(Debug)]
 pub(crate) struct FileMap {
     pub(crate) mapping: Arc<AddressSpace>,
     /// File page of region page 0.

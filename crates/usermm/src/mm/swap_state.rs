@@ -34,6 +34,16 @@ pub struct SwapState {
     spaces: Vec<AddressSpace>,
 }
 
+impl std::fmt::Debug for SwapState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SwapState")
+            .field("dev", &self.dev.name())
+            .field("slots", &self.slots)
+            .field("cached", &self.cache_len())
+            .finish_non_exhaustive()
+    }
+}
+
 impl SwapState {
     /// `writeback_tags`: the old behaviour of seed 000 (the swap cache maintains writeback marks);
     /// false sets AS_NO_WRITEBACK_TAGS on every swap-cache space.
