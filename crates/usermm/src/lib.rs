@@ -5,6 +5,7 @@
 //! the budget by reclaiming pages to swap with Linux's LRU and watermark design, and faults them
 //! back in. See ARCHITECTURE.md for the whole picture.
 
+pub mod conv;
 #[cfg(not(loom))]
 pub mod error;
 pub mod mm;

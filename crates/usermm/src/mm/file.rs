@@ -21,6 +21,7 @@ use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
 use super::filemap::{self, AddressSpace, FileRaState, Host};
 use super::region::Region;
 use super::{Mm, MmHandle, MmInner};
+use crate::conv::Narrow;
 
 /// How a file region shares its pages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,7 +50,7 @@ impl MappingTable {
             Some(id) => id,
             None => {
                 self.by_id.push(None);
-                (self.by_id.len() - 1) as u32
+                (self.by_id.len() - 1).u32()
             }
         }
     }

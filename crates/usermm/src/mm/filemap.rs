@@ -31,6 +31,7 @@ use super::page::pg;
 use super::radix_tree::{Mark, RadixTree};
 use super::region::RegionInner;
 use super::{page_writeback, pool, vmscan, MmInner};
+use crate::conv::{Narrow, Saturate};
 
 /// Mapping flags (`AS_*`).
 pub mod as_flags {
@@ -136,7 +137,7 @@ impl Entry {
         if v & SWAP_ENTRY != 0 {
             Entry::Swap(v & !SWAP_ENTRY)
         } else {
-            Entry::Page(v as u32)
+            Entry::Page(v.u32())
         }
     }
     pub(crate) fn encode(self) -> u64 {
@@ -211,7 +212,7 @@ impl AddressSpace {
         }
         let t = Instant::now();
         let g = self.tree.lock();
-        let ns = t.elapsed().as_nanos() as u64;
+        let ns = t.elapsed().as_nanos().sat_u64();
         vm.add(site.item(), ns);
         vm.add(Item::TreeLockWaitNs, ns);
         vm.inc(Item::TreeLockContended);
@@ -492,7 +493,7 @@ pub(crate) fn page_loc(m: &MmInner, f: u32) -> Loc {
         let (rid, idx) = p.mapped_at();
         if let Some(r) = m.regions.read().get(rid).cloned() {
             if idx < r.npages() {
-                return Loc::View(r, idx as usize * PAGE_SIZE);
+                return Loc::View(r, idx.usize() * PAGE_SIZE);
             }
         }
         log::error!("frame {f} is mapped in region {rid} page {idx}, which is gone");
@@ -1016,7 +1017,7 @@ pub fn file_read(
     if pos >= size || buf.is_empty() {
         return Ok(0);
     }
-    let len = buf.len().min((size - pos) as usize);
+    let len = buf.len().min((size - pos).usize());
     let ps = PAGE_SIZE as u64;
     let first = pos / ps;
     let last = (pos + len as u64 - 1) / ps;
@@ -1075,7 +1076,7 @@ pub fn file_read(
             ));
         }
         let page_start = index * ps;
-        let from = (pos + done as u64 - page_start) as usize;
+        let from = (pos + done as u64 - page_start).usize();
         let n = (PAGE_SIZE - from).min(len - done);
         copy_from_page(m, f, from, &mut buf[done..done + n]);
         p.unlock();
@@ -1096,7 +1097,7 @@ pub fn file_write(m: &MmInner, mapping: &Arc<AddressSpace>, pos: u64, buf: &[u8]
     while done < buf.len() {
         let at = pos + done as u64;
         let index = at / ps;
-        let from = (at % ps) as usize;
+        let from = (at % ps).usize();
         let n = (PAGE_SIZE - from).min(buf.len() - done);
         page_writeback::balance_dirty_pages_ratelimited(m, mapping);
         let Some(f) = grab_cache_page_write_begin(m, mapping, index)? else {

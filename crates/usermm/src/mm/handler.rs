@@ -26,6 +26,7 @@ use crate::vmstat::Item;
 
 use super::memory::{handle_fault, poison_after_panic, resolve_from_scratch, Fault};
 use super::MmInner;
+use crate::conv::Saturate;
 
 /// Consecutive faults of one thread at one page that trip the wire. A thread faults again at the
 /// page it just faulted on only when its page was taken again before it could use it (reclaim
@@ -174,7 +175,7 @@ pub struct StuckFault {
 }
 
 fn since(m: &MmInner) -> u64 {
-    (m.epoch.elapsed().as_nanos() as u64).max(1)
+    m.epoch.elapsed().as_nanos().sat_u64().max(1)
 }
 
 /// The faults outstanding longer than `after` (handler slots; see [`watchdog_main`]).
@@ -187,7 +188,7 @@ pub fn stuck_faults(m: &MmInner, after: Duration) -> Vec<StuckFault> {
             (&s.deferred_since, &s.deferred_addr, false),
         ] {
             let t0 = t.load(Ordering::Acquire);
-            if t0 != 0 && now.saturating_sub(t0) > after.as_nanos() as u64 {
+            if t0 != 0 && now.saturating_sub(t0) > after.as_nanos().sat_u64() {
                 v.push(StuckFault {
                     addr: a.load(Ordering::Relaxed),
                     waited: Duration::from_nanos(now - t0),

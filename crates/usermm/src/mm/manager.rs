@@ -20,6 +20,7 @@ use super::page::{FrameAlloc, Page};
 use super::region::{self, Region, RegionInner};
 use super::swap_state::SwapState;
 use super::{handler, vmscan};
+use crate::conv::{Narrow, Saturate};
 
 /// Smallest budget accepted: 1 MiB (256 frames), enough for the watermarks and one fault batch.
 pub const MIN_BUDGET: u64 = 1 << 20;
@@ -41,6 +42,8 @@ impl Watermarks {
     /// clamped to [128 KiB, 256 MiB]; low = min + max(min/4, 0.1% of pages); high = min + 2x that.
     pub fn scaled(budget_pages: u64) -> Watermarks {
         let kb = budget_pages * (PAGE_SIZE as u64 / 1024);
+        // A square root of a u64 fits a u64; the float keeps 52 bits, plenty for a page count.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         let min_kb = ((kb * 16) as f64).sqrt() as u64;
         let min_kb = min_kb.clamp(128, 262_144);
         let min = (min_kb * 1024 / PAGE_SIZE as u64)
@@ -300,7 +303,7 @@ impl RegionTable {
             Some(id) => id,
             None => {
                 self.by_id.push(None);
-                (self.by_id.len() - 1) as u32
+                (self.by_id.len() - 1).u32()
             }
         };
         let r = make(id);
@@ -565,7 +568,7 @@ impl Mm {
                 "this kernel's userfaultfd lacks write-protect mode (Linux 5.7+)".into(),
             ));
         }
-        let pool = Mapping::anon(nr_frames as usize * PAGE_SIZE, 2 << 20).map_err(|e| {
+        let pool = Mapping::anon(nr_frames.usize() * PAGE_SIZE, 2 << 20).map_err(|e| {
             Error::io(
                 format!("reserving the frame pool of {} bytes", cfg.budget),
                 e,
@@ -603,7 +606,7 @@ impl Mm {
         let inner = Arc::new(MmInner {
             commit_limit: nr_frames + swap_pages,
             pages: (0..nr_frames).map(|_| Page::default()).collect(),
-            frames: FrameAlloc::new(nr_frames as u32),
+            frames: FrameAlloc::new(nr_frames.u32()),
             lru: Lruvec::default(),
             vm,
             swap,
@@ -618,7 +621,9 @@ impl Mm {
             refaults: Default::default(),
             handler_slots: (0..handlers).map(|_| Default::default()).collect(),
             epoch: std::time::Instant::now(),
-            stuck_after_ms: AtomicU64::new(super::handler::STUCK_FAULT_AFTER.as_millis() as u64),
+            stuck_after_ms: AtomicU64::new(
+                (super::handler::STUCK_FAULT_AFTER.as_millis()).sat_u64(),
+            ),
             mappings: RwLock::new(Default::default()),
             wb: Default::default(),
             pgdat_dirty: AtomicBool::new(false),
@@ -696,7 +701,7 @@ impl Mm {
     pub fn set_stuck_fault_threshold(&self, after: Duration) {
         self.inner()
             .stuck_after_ms
-            .store(after.as_millis().max(1) as u64, Ordering::Relaxed);
+            .store(after.as_millis().max(1).sat_u64(), Ordering::Relaxed);
     }
 
     /// As [`map_anon`](Self::map_anon), but not charged to the commit limit, like the
@@ -818,7 +823,7 @@ impl Mm {
         use super::pgtable::Pte;
         let m = self.inner();
         let mut bad = Vec::new();
-        let mut owned = vec![false; m.nr_frames() as usize];
+        let mut owned = vec![false; m.nr_frames().usize()];
         let t = m.regions.read();
         for r in t.by_id.iter().flatten() {
             r.pt.for_each_used(0, r.npages(), |i, p| {
@@ -855,7 +860,7 @@ impl Mm {
                     && matches!(a.peek(&m.vm, index), Some(super::filemap::Entry::Page(g)) if g == f)
             })
         };
-        for f in 0..m.nr_frames() as u32 {
+        for f in 0..m.nr_frames().u32() {
             if !m.frames.is_free(f) && !owned[f as usize] {
                 let p = &m.pages[f as usize];
                 if p.test(pg::PAGECACHE) && in_its_file(f) {

@@ -22,6 +22,7 @@ use super::rmap::unmap_file_page;
 use super::swap_state;
 use super::vmscan;
 use super::MmInner;
+use crate::conv::Narrow;
 use crate::sync::Arc;
 
 /// Outcome of one fault.
@@ -185,7 +186,7 @@ pub(crate) fn poison_after_panic(m: &MmInner, addr: usize) {
 /// "already resolved" answers check this before they wake: a wake without a mapping makes the
 /// thread fault again at once, forever (issue 10).
 pub(crate) fn view_present(r: &RegionInner, idx: u64) -> bool {
-    match r.view.resident(idx as usize * PAGE_SIZE, PAGE_SIZE) {
+    match r.view.resident(idx.usize() * PAGE_SIZE, PAGE_SIZE) {
         Ok(v) => v[0],
         Err(e) => {
             log::error!("mincore on {:#x}: {e}", r.page_addr(idx));
@@ -325,7 +326,7 @@ fn do_anonymous_zero_page(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Faul
     let mut rest = lock_run(r, idx, win_end - idx, |p| p == Pte::None);
     let n = 1 + rest.len() as u64;
     let addr = r.page_addr(idx);
-    let len = n as usize * PAGE_SIZE;
+    let len = n.usize() * PAGE_SIZE;
     let done = match retry_again(m, len, |o| m.uffd.zeropage(addr + o, len - o, true)) {
         Ok(d) => d,
         Err(e) if e.is_exists() => {
@@ -588,7 +589,7 @@ fn map_parked(m: &MmInner, r: &RegionInner, idx: u64, f: u32, write: bool, wake_
         );
         let _ = r
             .view
-            .advise(idx as usize * PAGE_SIZE, PAGE_SIZE, Advice::DontNeed);
+            .advise(idx.usize() * PAGE_SIZE, PAGE_SIZE, Advice::DontNeed);
         res = place();
     }
     match res {
@@ -730,7 +731,7 @@ fn frame_fault(
     p.unlock();
     let _ = m
         .uffd
-        .wake(r.page_addr(idx), (last - idx + 1) as usize * PAGE_SIZE);
+        .wake(r.page_addr(idx), (last - idx + 1).usize() * PAGE_SIZE);
     Some(Fault::Done)
 }
 
@@ -821,7 +822,7 @@ fn do_swap_page(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) 
             log::warn!("a stray page is mapped at {dst:#x} whose entry is a swap entry; replaced");
             let _ = r
                 .view
-                .advise(idx as usize * PAGE_SIZE, PAGE_SIZE, Advice::DontNeed);
+                .advise(idx.usize() * PAGE_SIZE, PAGE_SIZE, Advice::DontNeed);
             placed = place();
         }
         if let Err(e) = placed {
@@ -1114,7 +1115,7 @@ fn do_shared_fault(
     }
     let _ = m
         .uffd
-        .wake(r.page_addr(idx), (last - idx + 1) as usize * PAGE_SIZE);
+        .wake(r.page_addr(idx), (last - idx + 1).usize() * PAGE_SIZE);
     Some(Fault::Done)
 }
 
@@ -1263,7 +1264,7 @@ fn huge_unit(r: &RegionInner, idx: u64) -> Option<u64> {
 
 /// Locks the entries of unit `u` if every one is `want`; None otherwise (nothing held).
 fn lock_unit(r: &RegionInner, u: u64, want: Pte) -> Option<Vec<PteGuard<'_>>> {
-    let mut v = Vec::with_capacity(HPAGE_PMD_NR as usize);
+    let mut v = Vec::with_capacity(HPAGE_PMD_NR.usize());
     for j in u..u + HPAGE_PMD_NR {
         let g = r.pt.lock(j);
         if g.get() != want {
@@ -1288,7 +1289,7 @@ fn do_huge_pmd_anonymous_page(
         if r.pt.get(u) != Pte::None {
             return None;
         }
-        let res = do_anonymous_page_win(m, r, u, Some(HPAGE_PMD_NR as usize));
+        let res = do_anonymous_page_win(m, r, u, Some(HPAGE_PMD_NR.usize()));
         let _ = m.uffd.wake(r.page_addr(u), huge_memory::HPAGE_PMD_SIZE);
         return Some(res.unwrap_or(Fault::Done));
     }
@@ -1308,7 +1309,7 @@ fn do_huge_pmd_anonymous_page(
     };
     if !ok || m.uffd.writeprotect(addr, len, true, true).is_err() {
         // Partly mapped by a racing path: undo and fall back to small pages.
-        let _ = r.view.advise(u as usize * PAGE_SIZE, len, Advice::DontNeed);
+        let _ = r.view.advise(u.usize() * PAGE_SIZE, len, Advice::DontNeed);
         huge_memory::put_huge_zero_unit(m);
         drop(gs);
         return None;
@@ -1333,7 +1334,7 @@ fn do_huge_pmd_wp_page(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> 
         return None;
     };
     let _ = r.view.advise(
-        u as usize * PAGE_SIZE,
+        u.usize() * PAGE_SIZE,
         huge_memory::HPAGE_PMD_SIZE,
         Advice::DontNeed,
     );
@@ -1343,7 +1344,7 @@ fn do_huge_pmd_wp_page(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> 
     drop(gs);
     m.vm.sub(Item::NrThpZeroMapped, 1);
     huge_memory::put_huge_zero_unit(m);
-    let res = do_anonymous_page_win(m, r, u, Some(HPAGE_PMD_NR as usize));
+    let res = do_anonymous_page_win(m, r, u, Some(HPAGE_PMD_NR.usize()));
     let _ = m.uffd.wake(r.page_addr(u), huge_memory::HPAGE_PMD_SIZE);
     m.vm.inc(Item::WpFault);
     Some(res.unwrap_or(Fault::Done))

@@ -12,6 +12,9 @@
 //! it is mapped, `mm/rmap.c`), `truncate` (`mm/truncate.c`), `shmem` (in-memory files to swap,
 //! `mm/shmem.c`), `errseq` (writeback errors, `lib/errseq.c`).
 
+// Truncating casts are spelled out (sys::Narrow, sys::Saturate, try_from) in the core.
+#![warn(clippy::cast_possible_truncation)]
+
 pub mod lru;
 pub mod page;
 pub mod pgtable;

@@ -7,6 +7,7 @@
 //! parked in its pool slot (unmapped: being reclaimed, in the swap cache after readahead, or
 //! unmapped to observe its next reference). A descriptor is 32 bytes: 0.78% of the 4 KiB it manages.
 
+use crate::conv::Narrow;
 use crate::sync::{backoff, AtomicU32, AtomicU64, Mutex, Ordering};
 
 /// Page flags (`PG_*`).
@@ -267,7 +268,7 @@ impl FrameAlloc {
             while word != 0 && got < n {
                 let bit = word.trailing_zeros() as usize;
                 word &= word - 1;
-                out.push((w * 64 + bit) as u32);
+                out.push((w * 64 + bit).u32());
                 got += 1;
             }
             b.words[w] = word;

@@ -18,6 +18,7 @@ use crate::vmstat::Item;
 
 use super::filemap::{write_cache_pages, AddressSpace};
 use super::MmInner;
+use crate::conv::Saturate;
 
 /// Longest single throttling pause (`MAX_PAUSE`, 200 ms in Linux).
 pub const MAX_PAUSE: Duration = Duration::from_millis(200);
@@ -70,7 +71,7 @@ impl Default for WbState {
 
 impl WbState {
     fn now_ms(&self) -> u64 {
-        self.start.elapsed().as_millis() as u64 + 1
+        self.start.elapsed().as_millis().sat_u64() + 1
     }
     /// Wakes every flusher so it sees shutdown.
     pub(crate) fn shutdown(&self) {
@@ -215,7 +216,7 @@ pub fn balance_dirty_pages_ratelimited(m: &MmInner, mapping: &AddressSpace) {
         }
         wakeup_flusher_threads(m, WbReason::Background, 0);
     }
-    m.vm.add(Item::DirtyThrottleUs, start.elapsed().as_micros() as u64);
+    m.vm.add(Item::DirtyThrottleUs, start.elapsed().as_micros().sat_u64());
 }
 
 /// One device's flusher (`wb_workfn`): background writeback while over the background

@@ -7,6 +7,7 @@
 
 use std::sync::OnceLock;
 
+use crate::conv::Narrow;
 use crate::sync::{backoff, AtomicU64, Ordering};
 
 const FANOUT_SHIFT: u32 = 9;
@@ -56,7 +57,7 @@ impl Pte {
         match (v & TYPE_MASK) >> TYPE_SHIFT {
             T_NONE => Pte::None,
             T_ZERO => Pte::Zero,
-            T_FRAME => Pte::Frame(val as u32),
+            T_FRAME => Pte::Frame(val.u32()),
             T_SWAP => Pte::Swap(val),
             T_HUGEZERO => Pte::HugeZero,
             _ => Pte::Poison,
@@ -99,7 +100,7 @@ impl Drop for PteGuard<'_> {
 impl PageTable {
     pub fn new(npages: u64) -> PageTable {
         let per_top = (FANOUT * FANOUT) as u64;
-        let ntop = npages.div_ceil(per_top).max(1) as usize;
+        let ntop = npages.div_ceil(per_top).max(1).usize();
         PageTable {
             top: (0..ntop).map(|_| OnceLock::new()).collect(),
             npages,
@@ -111,7 +112,7 @@ impl PageTable {
     }
 
     fn split(idx: u64) -> (usize, usize, usize) {
-        let leaf = (idx as usize) & (FANOUT - 1);
+        let leaf = idx.usize() & (FANOUT - 1);
         let mid = ((idx >> FANOUT_SHIFT) as usize) & (FANOUT - 1);
         let top = (idx >> (2 * FANOUT_SHIFT)) as usize;
         (top, mid, leaf)
@@ -191,9 +192,8 @@ impl PageTable {
             };
             let end = (((idx >> FANOUT_SHIFT) + 1) << FANOUT_SHIFT).min(to);
             while idx < end {
-                let v = Pte::decode(
-                    leaf[(idx as usize) & (FANOUT - 1)].load(Ordering::Acquire) & !LOCK,
-                );
+                let v =
+                    Pte::decode(leaf[idx.usize() & (FANOUT - 1)].load(Ordering::Acquire) & !LOCK);
                 if v != Pte::None {
                     f(idx, v);
                 }

@@ -7,6 +7,8 @@
 //! The tree itself is not synchronized: its owner (an address space) keeps it under its
 //! `tree_lock`, which is where lock contention is measured.
 
+use crate::conv::Narrow;
+
 const SHIFT: u32 = 6;
 const FANOUT: usize = 1 << SHIFT;
 const MASK: u64 = FANOUT as u64 - 1;
@@ -357,7 +359,7 @@ impl<T: Copy> RadixTree<T> {
             if lo > end {
                 return true;
             }
-            match &node.slots[i as usize] {
+            match &node.slots[i.usize()] {
                 Slot::Leaf(v) if level == 0 => {
                     out.push((lo, *v));
                     if out.len() >= max {
@@ -402,7 +404,7 @@ impl<T: Copy> RadixTree<T> {
             if lo > end {
                 return true;
             }
-            match &node.slots[i as usize] {
+            match &node.slots[i.usize()] {
                 Slot::Leaf(v) if level == 0 => {
                     out.push((lo, *v));
                     if out.len() >= max {
@@ -453,7 +455,7 @@ mod tests {
     fn gang_lookup_all_entries_in_range() {
         let mut t = RadixTree::new();
         for i in [3u64, 64, 65, 5000, 1 << 20] {
-            t.insert(i, i as u32);
+            t.insert(i, i.u32());
         }
         let mut out = vec![];
         assert_eq!(t.gang_lookup(4, 1 << 21, 10, &mut out), 4);
@@ -472,7 +474,7 @@ mod tests {
     fn insert_get_remove_across_levels() {
         let mut t = RadixTree::new();
         for i in [0u64, 1, 63, 64, 4095, 4096, 1 << 30, u64::MAX] {
-            assert_eq!(t.insert(i, i as u32), None);
+            assert_eq!(t.insert(i, u32::try_from(i).unwrap_or(u32::MAX)), None);
         }
         assert_eq!(t.len(), 8);
         assert_eq!(t.get(4096), Some(4096));
@@ -512,7 +514,7 @@ mod tests {
     fn tag_pages_for_writeback_snapshots_dirty() {
         let mut t = RadixTree::new();
         for i in 0..1000u64 {
-            t.insert(i * 3, i as u32);
+            t.insert(i * 3, i.u32());
             if i % 2 == 0 {
                 t.set_mark(i * 3, Mark::Dirty);
             }
@@ -555,9 +557,9 @@ mod tests {
             for op in ops {
                 match op {
                     Op::Insert(i) => {
-                        let old = t.insert(i, i as u32);
+                        let old = t.insert(i, i.u32());
                         prop_assert_eq!(old, model.get(&i).map(|e| e.0));
-                        model.entry(i).or_insert((i as u32, [false; 3]));
+                        model.entry(i).or_insert((i.u32(), [false; 3]));
                     }
                     Op::Remove(i) => prop_assert_eq!(t.remove(i), model.remove(&i).map(|e| e.0)),
                     Op::Set(i, m) => {

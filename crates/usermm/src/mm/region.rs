@@ -16,6 +16,7 @@ use super::filemap::{self, AddressSpace};
 use super::page::{pg, MAX_REGION_PAGES};
 use super::pgtable::{PageTable, Pte};
 use super::{Mm, MmHandle, MmInner};
+use crate::conv::Narrow;
 
 /// The shared part of a region.
 #[derive(Debug)]
@@ -58,7 +59,7 @@ impl RegionInner {
         self.pt.npages()
     }
     pub(crate) fn page_addr(&self, idx: u64) -> usize {
-        self.view.addr() + idx as usize * PAGE_SIZE
+        self.view.addr() + idx.usize() * PAGE_SIZE
     }
 }
 
@@ -161,7 +162,7 @@ fn new_region(mm: &Mm, len: usize, file: Option<FileMap>, noreserve: bool) -> Re
     } else {
         0
     };
-    let view = Mapping::anon(npages_all as usize * PAGE_SIZE, align)
+    let view = Mapping::anon(npages_all.usize() * PAGE_SIZE, align)
         .map_err(|e| undo(Error::io(format!("mmap of {len} bytes"), e)))?;
     view.advise(0, view.len(), Advice::NoHugePage)
         .map_err(|e| undo(Error::io("madvise(NOHUGEPAGE) on a region", e)))?;
@@ -266,7 +267,7 @@ impl Region {
         let mut v: Vec<(usize, usize)> = Vec::new();
         self.r.pt.for_each_used(0, self.r.npages(), |i, p| {
             if matches!(p, Pte::Frame(_) | Pte::Swap(_)) {
-                let off = i as usize * PAGE_SIZE;
+                let off = i.usize() * PAGE_SIZE;
                 match v.last_mut() {
                     Some((o, l)) if *o + *l == off => *l += PAGE_SIZE,
                     _ => v.push((off, PAGE_SIZE)),
@@ -435,8 +436,8 @@ pub(crate) fn release_range(m: &MmInner, r: &RegionInner, from: u64, to: u64, co
         }
         if zap_from < zap_to {
             let _ = r.view.advise(
-                zap_from as usize * PAGE_SIZE,
-                (zap_to - zap_from) as usize * PAGE_SIZE,
+                zap_from.usize() * PAGE_SIZE,
+                (zap_to - zap_from).usize() * PAGE_SIZE,
                 Advice::DontNeed,
             );
         }

@@ -15,6 +15,7 @@ use super::pgtable::Pte;
 use super::pool;
 use super::region::RegionInner;
 use super::MmInner;
+use crate::conv::Narrow;
 
 fn region_of(m: &MmInner, id: u32) -> Option<std::sync::Arc<RegionInner>> {
     m.regions.read().get(id).cloned()
@@ -140,12 +141,12 @@ pub(crate) fn unmap_file_page_at(m: &MmInner, r: &RegionInner, idx: u64, f: u32)
             let _ = m.pool.copy_from(
                 MmInner::frame_off(f),
                 &r.view,
-                idx as usize * PAGE_SIZE,
+                idx.usize() * PAGE_SIZE,
                 PAGE_SIZE,
             );
             let _ = r
                 .view
-                .advise(idx as usize * PAGE_SIZE, PAGE_SIZE, Advice::DontNeed);
+                .advise(idx.usize() * PAGE_SIZE, PAGE_SIZE, Advice::DontNeed);
         }
         Err(e) => log::error!("moving file page {f} out of {:#x}: {e}", r.page_addr(idx)),
     }

@@ -11,6 +11,7 @@ use super::filemap::*;
 use super::page::pg;
 use super::region::RegionInner;
 use super::MmInner;
+use crate::conv::Narrow;
 
 /// Truncates or extends `mapping` to `size` bytes: pages wholly past the new end are dropped
 /// (`truncate_inode_pages_range`), the partial last page is zeroed past the end.
@@ -26,7 +27,7 @@ pub fn truncate(m: &MmInner, mapping: &Arc<AddressSpace>, size: u64) -> Result<(
         if !size.is_multiple_of(ps) {
             let index = size / ps;
             if let Some(f) = find_lock_page(m, mapping, index)? {
-                let from = (size % ps) as usize;
+                let from = (size % ps).usize();
                 copy_to_page(m, mapping, f, from, &vec![0u8; PAGE_SIZE - from]);
                 m.pages[f as usize].unlock();
                 put_page(m, f);
@@ -113,7 +114,7 @@ pub(crate) fn file_grew(m: &MmInner, mapping: &AddressSpace, old: u64, new: u64)
             let mut g = r.pt.lock(i);
             if g.get() == super::pgtable::Pte::Poison {
                 let _ = r.view.advise(
-                    i as usize * PAGE_SIZE,
+                    i.usize() * PAGE_SIZE,
                     PAGE_SIZE,
                     crate::sys::Advice::DontNeed,
                 );

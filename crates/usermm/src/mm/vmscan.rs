@@ -24,6 +24,7 @@ use super::region::RegionInner;
 use super::rmap;
 use super::swap_state::SwapState;
 use super::MmInner;
+use crate::conv::Narrow;
 use crate::settings::Switch;
 
 /// Pages isolated and processed per batch.
@@ -82,9 +83,9 @@ pub fn alloc_frames(m: &MmInner, want: usize, out: &mut Vec<u32>) -> bool {
     let write_errors = m.vm.get(Item::SwapWriteError);
     loop {
         let free = m.frames.nr_free();
-        let above_min = free.saturating_sub(m.wmark.min) as usize;
+        let above_min = free.saturating_sub(m.wmark.min).usize();
         // Once direct reclaim has run and failed, dip into the reserve below min.
-        let can = if fails > 2 { free as usize } else { above_min };
+        let can = if fails > 2 { free.usize() } else { above_min };
         if can > 0 && m.frames.alloc(want.min(can), out) > 0 {
             if m.frames.nr_free() < m.wmark.low {
                 wake_kswapd(m);
@@ -196,7 +197,7 @@ fn balance_pgdat(m: &MmInner) {
     }
     let _clear = Clear(m);
     while m.frames.nr_free() < m.wmark.high && !m.shutdown.load(Ordering::Acquire) {
-        let want = (m.wmark.high - m.frames.nr_free()) as usize;
+        let want = (m.wmark.high - m.frames.nr_free()).usize();
         let mut sc = ScanControl::new(want.max(SWAP_CLUSTER_MAX), true);
         sc.priority = priority;
         // In trouble: write pages even in laptop mode (balance_pgdat).
@@ -226,7 +227,7 @@ pub fn reclaim_to(m: &MmInner, target: u64) -> u64 {
     let mut total = 0u64;
     let mut idle = 0;
     while m.resident_pages() > target && idle < 4 {
-        let want = (m.resident_pages() - target) as usize;
+        let want = (m.resident_pages() - target).usize();
         let mut sc = ScanControl::new(want, true);
         sc.priority = 0;
         shrink_node(m, &mut sc);
@@ -253,7 +254,10 @@ pub fn inactive_list_is_low(m: &MmInner, file: bool) -> bool {
     let active = m.lru.size(al);
     let gb = ((inactive + active) * PAGE_SIZE as u64) >> 30;
     let ratio = if gb > 0 {
-        ((10 * gb) as f64).sqrt() as u64
+        // A square root of a u64 fits a u64.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let ratio = ((10 * gb) as f64).sqrt() as u64;
+        ratio
     } else {
         1
     };
@@ -269,7 +273,7 @@ pub fn inactive_is_low(m: &MmInner) -> bool {
 /// inactive page cache, only file pages; otherwise anon and file in proportion to
 /// `swappiness` : `200 - swappiness`.
 fn get_scan_count(m: &MmInner, sc: &ScanControl, batch: usize) -> [usize; 4] {
-    let size = |l: Lru| m.lru.size(l) as usize;
+    let size = |l: Lru| m.lru.size(l).usize();
     let scan = |n: usize| {
         if n == 0 {
             0

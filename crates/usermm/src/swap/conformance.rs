@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use super::faulty::FailMode;
 use super::{FaultySwap, FileSwap, FileSwapOptions, RamSwap, SwapDevice};
+use crate::conv::Narrow;
 use crate::sys::{Mapping, PAGE_SIZE};
 
 const P: usize = PAGE_SIZE;
@@ -49,13 +50,13 @@ fn mix(slot: u64, seed: u64, i: u64) -> u64 {
 
 fn fill(pool: &Mapping, off: usize, slot: u64, seed: u64) {
     for i in 0..(P / 8) as u64 {
-        pool.write_u64(off + i as usize * 8, word(slot, seed, i));
+        pool.write_u64(off + i.usize() * 8, word(slot, seed, i));
     }
 }
 
 fn check(pool: &Mapping, off: usize, slot: u64, seed: u64, what: &str) {
     for i in 0..(P / 8) as u64 {
-        let got = pool.read_u64(off + i as usize * 8);
+        let got = pool.read_u64(off + i.usize() * 8);
         let want = word(slot, seed, i);
         assert_eq!(
             got, want,
@@ -207,14 +208,14 @@ fn concurrent(dev: &dyn SwapDevice, pat: u64) {
         for t in 0..THREADS {
             s.spawn(move || {
                 let base = NR - THREADS * PER + t * PER;
-                let src = pool(PER as usize);
-                let dst = pool(PER as usize);
-                let fwd: Vec<usize> = (0..PER as usize).map(|i| i * P).collect();
+                let src = pool(PER.usize());
+                let dst = pool(PER.usize());
+                let fwd: Vec<usize> = (0..PER.usize()).map(|i| i * P).collect();
                 let rev: Vec<usize> = fwd.iter().rev().copied().collect();
                 for round in 0..25u64 {
                     let seed = pat + 1000 * (t + 1) + round;
                     for i in 0..PER {
-                        fill(&src, i as usize * P, base + i, seed);
+                        fill(&src, i.usize() * P, base + i, seed);
                     }
                     // Alternate one whole batch with two halves.
                     if round % 2 == 0 {
@@ -226,7 +227,7 @@ fn concurrent(dev: &dyn SwapDevice, pat: u64) {
                     }
                     dev.read_pages(base, &dst, &rev).unwrap();
                     for i in 0..PER {
-                        check(&dst, rev[i as usize], base + i, seed, "concurrent");
+                        check(&dst, rev[i.usize()], base + i, seed, "concurrent");
                     }
                 }
             });

@@ -15,6 +15,7 @@
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::conv::Narrow;
 use chacha20poly1305::aead::{AeadInPlace, KeyInit};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce, Tag};
 
@@ -74,7 +75,7 @@ impl SlotCipher {
             .aead
             .encrypt_in_place_detached(&nonce_bytes(n), &slot.to_le_bytes(), page)
             .map_err(|_| io::Error::other(format!("encrypting swap slot {slot} failed")))?;
-        let m = &self.slots[slot as usize];
+        let m = &self.slots[slot.usize()];
         m.tag[0].store(
             u64::from_le_bytes(tag[..8].try_into().expect("8 bytes")),
             Ordering::Relaxed,
@@ -91,7 +92,7 @@ impl SlotCipher {
     /// as zeros, like an unwritten device; a page that fails authentication is an
     /// `InvalidData` error.
     pub fn open(&self, slot: u64, page: &mut [u8]) -> io::Result<()> {
-        let m = &self.slots[slot as usize];
+        let m = &self.slots[slot.usize()];
         let n = m.nonce.load(Ordering::Acquire);
         if n == 0 {
             page.fill(0);
@@ -120,7 +121,7 @@ impl SlotCipher {
 
     /// Slots `[slot, slot+n)` hold nothing any more.
     pub fn forget(&self, slot: u64, n: u64) {
-        for m in &self.slots[slot as usize..(slot + n) as usize] {
+        for m in &self.slots[slot.usize()..(slot + n).usize()] {
             m.nonce.store(0, Ordering::Release);
         }
     }

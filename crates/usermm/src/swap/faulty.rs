@@ -17,6 +17,7 @@ use std::sync::Arc;
 use crate::sync::Mutex;
 
 use super::SwapDevice;
+use crate::conv::Saturate;
 use crate::sys::Mapping;
 
 /// When a [`FaultySwap`] fails operations of one direction.
@@ -127,7 +128,7 @@ impl FaultySwap {
         match self.errno.load(Ordering::Relaxed) {
             0 => io::Error::other(msg),
             e => {
-                let os = io::Error::from_raw_os_error(e as i32);
+                let os = io::Error::from_raw_os_error(i32::try_from(e).unwrap_or(libc::EIO));
                 io::Error::new(os.kind(), format!("{msg}: {os}"))
             }
         }
@@ -188,7 +189,7 @@ impl FaultySwap {
     /// Slow I/O: from now on every read sleeps `d` first (a device that stalls).
     pub fn set_read_delay(&self, d: std::time::Duration) {
         self.read_delay_us
-            .store(d.as_micros() as u64, Ordering::Relaxed);
+            .store(d.as_micros().sat_u64(), Ordering::Relaxed);
     }
 
     /// The wrapped device.

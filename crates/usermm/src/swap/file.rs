@@ -42,6 +42,7 @@ use std::path::{Path, PathBuf};
 
 use super::crypt::SlotCipher;
 use super::SwapDevice;
+use crate::conv::Narrow;
 use crate::sys::{self, Mapping, PAGE_SIZE};
 
 const PAGE: u64 = PAGE_SIZE as u64;
@@ -566,7 +567,7 @@ fn write_header(file: &File, nr_pages: u64) -> io::Result<()> {
     let mut h = [0u8; 40];
     h[..16].copy_from_slice(HEADER_MAGIC);
     h[16..20].copy_from_slice(&HEADER_VERSION.to_le_bytes());
-    h[20..24].copy_from_slice(&(PAGE_SIZE as u32).to_le_bytes());
+    h[20..24].copy_from_slice(&PAGE_SIZE.u32().to_le_bytes());
     h[24..32].copy_from_slice(&nr_pages.to_le_bytes());
     h[32..36].copy_from_slice(&std::process::id().to_le_bytes());
     // Through a page-aligned buffer, so that an O_DIRECT descriptor takes it.

@@ -9,6 +9,9 @@
 //! way Linux's zswap sits in front of a swap device. [`SwapDevice::lower`] walks the chain and
 //! [`SwapDevice::counters`] gives each tier's counters, which the manager's vmstat reports.
 
+// Truncating casts are spelled out (sys::Narrow, sys::Saturate, try_from) in the core.
+#![warn(clippy::cast_possible_truncation)]
+
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -11,6 +11,7 @@ use std::io;
 
 use super::file::{check_pool_pages, check_slots, pages_for_size};
 use super::SwapDevice;
+use crate::conv::Narrow;
 use crate::sys::{Advice, Mapping, PAGE_SIZE};
 
 /// A swap device in RAM allocated on demand (see the module documentation).
@@ -25,7 +26,7 @@ impl RamSwap {
     /// No memory is used until slots are written.
     pub fn new(size: u64) -> io::Result<Self> {
         let nr_pages = pages_for_size(size)?;
-        let bytes = nr_pages as usize * PAGE_SIZE;
+        let bytes = nr_pages.usize() * PAGE_SIZE;
         let fail = |e: io::Error| {
             let text = e.to_string();
             let text = text.split(" (os error").next().unwrap_or(&text).to_owned();
@@ -64,7 +65,7 @@ impl SwapDevice for RamSwap {
         check_pool_pages(pool, pages)?;
         for (i, &p) in pages.iter().enumerate() {
             self.mem
-                .copy_from((slot as usize + i) * PAGE_SIZE, pool, p, PAGE_SIZE)?;
+                .copy_from((slot.usize() + i) * PAGE_SIZE, pool, p, PAGE_SIZE)?;
         }
         Ok(())
     }
@@ -73,7 +74,7 @@ impl SwapDevice for RamSwap {
         check_slots(slot, pages.len() as u64, self.nr_pages)?;
         check_pool_pages(pool, pages)?;
         for (i, &p) in pages.iter().enumerate() {
-            pool.copy_from(p, &self.mem, (slot as usize + i) * PAGE_SIZE, PAGE_SIZE)?;
+            pool.copy_from(p, &self.mem, (slot.usize() + i) * PAGE_SIZE, PAGE_SIZE)?;
         }
         Ok(())
     }
@@ -85,8 +86,8 @@ impl SwapDevice for RamSwap {
         }
         // Give the pages back (brd_do_discard); the next read of these slots sees zeros.
         self.mem.advise(
-            slot as usize * PAGE_SIZE,
-            n as usize * PAGE_SIZE,
+            slot.usize() * PAGE_SIZE,
+            n.usize() * PAGE_SIZE,
             Advice::DontNeed,
         )
     }

@@ -32,6 +32,7 @@ use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr
 use super::crypt::SlotCipher;
 use super::file::{check_pool_pages, check_slots, pages_for_size};
 use super::SwapDevice;
+use crate::conv::{Narrow, Saturate};
 use crate::sync::{AtomicU64, Mutex, Ordering};
 use crate::sys::{Mapping, PAGE_SIZE};
 
@@ -198,9 +199,12 @@ fn parse_cluster_slots(v: &redis::Value) -> Vec<(u16, u16, u32)> {
         .iter()
         .filter_map(|r| match r {
             redis::Value::Array(e) if e.len() >= 3 => match (&e[0], &e[1]) {
-                (redis::Value::Int(a), redis::Value::Int(b)) => {
-                    Some((*a as u16, *b as u16, (e.len() - 3) as u32))
-                }
+                // Hash slots are 0..16384; anything else is not a slot range.
+                (redis::Value::Int(a), redis::Value::Int(b)) => Some((
+                    u16::try_from(*a).ok()?,
+                    u16::try_from(*b).ok()?,
+                    (e.len() - 3).u32(),
+                )),
                 _ => None,
             },
             _ => None,
@@ -336,7 +340,7 @@ impl RedisSwap {
             // back as a count, not as a timed-out read.
             let mut wait = redis::cmd("WAIT");
             wait.arg(target)
-                .arg((self.cfg.timeout.as_millis() as u64 / 2).max(1));
+                .arg((self.cfg.timeout.as_millis().sat_u64() / 2).max(1));
             let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
                 hs,
                 SlotAddr::Master,
@@ -413,7 +417,7 @@ impl RedisSwap {
         let mut i = 0;
         while i < n {
             let s = slot + i as u64;
-            let left = (SLOTS_PER_TAG - s % SLOTS_PER_TAG) as usize;
+            let left = (SLOTS_PER_TAG - s % SLOTS_PER_TAG).usize();
             let k = left.min(n - i);
             out.push((s, k, i));
             i += k;
@@ -604,7 +608,7 @@ impl RedisSwap {
             c.forget(slot, n);
         }
         self.with_conn(|conn| {
-            for (s, k, _) in Self::groups(slot, n as usize) {
+            for (s, k, _) in Self::groups(slot, n.usize()) {
                 let mut cmd = redis::cmd("DEL");
                 for j in 0..k {
                     cmd.arg(self.key(s + j as u64));

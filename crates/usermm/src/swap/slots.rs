@@ -15,6 +15,7 @@
 use crate::sync::{AtomicU64, Ordering};
 use std::collections::VecDeque;
 
+use crate::conv::Narrow;
 use crate::sync::Mutex;
 
 /// Slots per cluster (Linux `SWAPFILE_CLUSTER` with 4 KiB pages: 256 slots = 1 MiB).
@@ -65,13 +66,13 @@ impl SwapSlots {
         let nr_clusters_u32 =
             u32::try_from(nr_clusters).expect("swap device too large for the cluster index");
         let inner = Inner {
-            bitmap: vec![0; nr_clusters as usize * WORDS_PER_CLUSTER],
-            used: vec![0; nr_clusters as usize],
-            on_free_list: vec![true; nr_clusters as usize],
+            bitmap: vec![0; nr_clusters.usize() * WORDS_PER_CLUSTER],
+            used: vec![0; nr_clusters.usize()],
+            on_free_list: vec![true; nr_clusters.usize()],
             free_clusters: (0..nr_clusters_u32).collect(),
             current: None,
             scan_cursor: 0,
-            discarding: vec![false; nr_clusters as usize],
+            discarding: vec![false; nr_clusters.usize()],
         };
         SwapSlots {
             nr_pages,
@@ -108,7 +109,7 @@ impl SwapSlots {
         }
         let mut inner = self.inner.lock();
         let free_before = self.nr_free.load(Ordering::Relaxed);
-        let want = (n as u64).min(free_before) as usize;
+        let want = (n as u64).min(free_before).usize();
         out.reserve(want);
         let mut got = 0usize;
         while got < want {
@@ -189,7 +190,7 @@ impl SwapSlots {
                 FreeOutcome::NotAllocated
             } else {
                 inner.bitmap[word] &= !bit;
-                let cluster = (slot / SWAPFILE_CLUSTER) as u32;
+                let cluster = (slot / SWAPFILE_CLUSTER).u32();
                 inner.used[cluster as usize] -= 1;
                 if inner.used[cluster as usize] == 0
                     && inner.current.map(|(c, _)| c) != Some(cluster)
@@ -249,7 +250,7 @@ impl Inner {
                 return Some(c);
             }
         }
-        let nr_clusters = self.used.len() as u32;
+        let nr_clusters = self.used.len().u32();
         for i in 0..nr_clusters {
             let c = (self.scan_cursor + i) % nr_clusters;
             let size = cluster_end(c, nr_pages) - u64::from(c) * SWAPFILE_CLUSTER;
@@ -293,18 +294,15 @@ mod tests {
     #[test]
     fn clusters_freed_for_discard_wait_for_it() {
         let s = SwapSlots::new(2 * SWAPFILE_CLUSTER);
-        let a = alloc_vec(&s, SWAPFILE_CLUSTER as usize + 1); // cluster 0 full, current is 1
-        for &x in &a[..SWAPFILE_CLUSTER as usize - 1] {
+        let a = alloc_vec(&s, SWAPFILE_CLUSTER.usize() + 1); // cluster 0 full, current is 1
+        for &x in &a[..SWAPFILE_CLUSTER.usize() - 1] {
             assert_eq!(s.free_for_discard(x), None);
         }
-        assert_eq!(
-            s.free_for_discard(a[SWAPFILE_CLUSTER as usize - 1]),
-            Some(0)
-        );
+        assert_eq!(s.free_for_discard(a[SWAPFILE_CLUSTER.usize() - 1]), Some(0));
         assert_eq!(s.cluster_range(0), (0, SWAPFILE_CLUSTER));
         // Cluster 1 fills up; cluster 0 is free but being discarded: nothing to hand out.
-        let b = alloc_vec(&s, 2 * SWAPFILE_CLUSTER as usize);
-        assert_eq!(b.len(), SWAPFILE_CLUSTER as usize - 1);
+        let b = alloc_vec(&s, 2 * SWAPFILE_CLUSTER.usize());
+        assert_eq!(b.len(), SWAPFILE_CLUSTER.usize() - 1);
         assert!(b.iter().all(|&x| x >= SWAPFILE_CLUSTER));
         s.discard_done(0);
         let c = alloc_vec(&s, 3);
@@ -357,7 +355,7 @@ mod tests {
     #[test]
     fn free_then_realloc() {
         let s = SwapSlots::new(SWAPFILE_CLUSTER);
-        let a = alloc_vec(&s, SWAPFILE_CLUSTER as usize);
+        let a = alloc_vec(&s, SWAPFILE_CLUSTER.usize());
         assert_eq!(s.nr_free(), 0);
         for &slot in &[5u64, 6, 100, 255] {
             s.free(slot);
@@ -373,7 +371,7 @@ mod tests {
     #[test]
     fn free_clusters_reused_before_partial_ones() {
         let s = SwapSlots::new(4 * SWAPFILE_CLUSTER);
-        let all = alloc_vec(&s, 4 * SWAPFILE_CLUSTER as usize);
+        let all = alloc_vec(&s, 4 * SWAPFILE_CLUSTER.usize());
         assert_eq!(all.len(), 1024);
         // Holes in clusters 0 and 3, cluster 2 wholly freed.
         s.free(3);
@@ -381,7 +379,7 @@ mod tests {
         for slot in 2 * SWAPFILE_CLUSTER..3 * SWAPFILE_CLUSTER {
             s.free(slot);
         }
-        let b = alloc_vec(&s, SWAPFILE_CLUSTER as usize);
+        let b = alloc_vec(&s, SWAPFILE_CLUSTER.usize());
         assert_eq!(
             b,
             (2 * SWAPFILE_CLUSTER..3 * SWAPFILE_CLUSTER).collect::<Vec<_>>()
@@ -405,7 +403,7 @@ mod tests {
         s.free(10);
         s.free(11);
         assert_eq!(s.nr_free(), 2 * SWAPFILE_CLUSTER);
-        let rest = alloc_vec(&s, 2 * SWAPFILE_CLUSTER as usize);
+        let rest = alloc_vec(&s, 2 * SWAPFILE_CLUSTER.usize());
         assert_eq!(rest.len(), 512);
         assert_eq!(rest.iter().copied().collect::<BTreeSet<_>>().len(), 512);
     }

@@ -34,6 +34,7 @@ use std::sync::Arc;
 
 use super::file::{check_pool_pages, check_slots};
 use super::SwapDevice;
+use crate::conv::{Narrow, Saturate};
 use crate::sync::{AtomicU64, Mutex, Ordering};
 use crate::sys::{Mapping, PAGE_SIZE};
 
@@ -76,7 +77,7 @@ impl PoolLimit {
     pub fn bytes(&self, budget: u64) -> u64 {
         match *self {
             PoolLimit::Bytes(b) => b,
-            PoolLimit::Percent(p) => (u128::from(budget) * u128::from(p) / 100) as u64,
+            PoolLimit::Percent(p) => (u128::from(budget) * u128::from(p) / 100).sat_u64(),
         }
     }
 }
@@ -620,7 +621,7 @@ impl SwapDevice for Zswap {
         check_slots(slot, n, self.nr_pages())?;
         {
             let mut t = self.tree.lock();
-            if n as usize > t.entries.len() {
+            if n.usize() > t.entries.len() {
                 let gone: Vec<u64> = t
                     .entries
                     .keys()
