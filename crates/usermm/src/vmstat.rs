@@ -75,6 +75,7 @@ items! {
     UffdEexist = "uffd_eexist",
     UffdEagain = "uffd_eagain",
     UffdMoveUnreported = "uffd_move_unreported",
+    MmWarn = "mm_warn",
     FaultDeferred = "fault_deferred",
     HandlerSpinHit = "handler_spin_hit",
     HandlerWakeup = "handler_wakeup",

@@ -104,6 +104,7 @@ fn run_workload(what: &str) -> usermm::vmstat::Vmstat {
         "fault_stale_unmapped",
         "pool_slot_lost",
         "pgunmap_zapped",
+        "mm_warn",
     ] {
         assert_eq!(v.val(c), 0, "{c} must stay zero:\n{v}");
     }

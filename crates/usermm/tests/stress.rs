@@ -408,6 +408,7 @@ fn usemem_random_shape_repeated_without_a_stuck_fault() {
                 "pool_slot_lost",
                 "pgunmap_zapped",
                 "oom_poison",
+                "mm_warn",
             ] {
                 assert_eq!(vm.val(c), 0, "{what}: {c} must stay zero\n{vm}");
             }

@@ -683,6 +683,8 @@ pub fn run(cfg: MmConfig, p: &Params) -> Result<(), Failure> {
         "fault_stale_unmapped",
         "pool_slot_lost",
         "pgunmap_zapped",
+        "mm_warn",
+        "uffd_move_unreported",
     ];
     if p.json {
         let ops: serde_json::Map<String, serde_json::Value> = OPS

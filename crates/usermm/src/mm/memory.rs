@@ -48,7 +48,11 @@ pub fn handle_fault(m: &MmInner, addr: usize, flags: u64) -> Fault {
             None => {
                 // Not ours any more (region dropped while a thread touched it): wake it; it will
                 // fault again on an unregistered range or see the kernel's own page.
-                let _ = m.uffd.wake(addr & !(PAGE_SIZE - 1), PAGE_SIZE);
+                warn_on(
+                    m,
+                    m.uffd.wake(addr & !(PAGE_SIZE - 1), PAGE_SIZE),
+                    "UFFDIO_WAKE",
+                );
                 return Fault::Done;
             }
         }
@@ -58,7 +62,7 @@ pub fn handle_fault(m: &MmInner, addr: usize, flags: u64) -> Fault {
     let wp = flags & pf::WP != 0;
     loop {
         if r.dead.load(Ordering::Acquire) {
-            let _ = m.uffd.wake(r.page_addr(idx), PAGE_SIZE);
+            warn_on(m, m.uffd.wake(r.page_addr(idx), PAGE_SIZE), "UFFDIO_WAKE");
             return Fault::Done;
         }
         let res = match (r.pt.get(idx), &r.file) {
@@ -172,13 +176,16 @@ pub(crate) fn poison_after_panic(m: &MmInner, addr: usize) {
             }
             g.set(Pte::Poison);
         }
-        let _ = r
-            .view
-            .advise(idx as usize * PAGE_SIZE, PAGE_SIZE, Advice::DontNeed);
+        warn_on(
+            m,
+            r.view
+                .advise(idx as usize * PAGE_SIZE, PAGE_SIZE, Advice::DontNeed),
+            "MADV_DONTNEED of view pages",
+        );
     }
     if let Err(e) = m.uffd.poison(page, PAGE_SIZE, false) {
         log::error!("UFFDIO_POISON at {page:#x} after a handler panic: {e}");
-        let _ = m.uffd.wake(page, PAGE_SIZE);
+        warn_on(m, m.uffd.wake(page, PAGE_SIZE), "UFFDIO_WAKE");
     }
 }
 
@@ -251,6 +258,24 @@ fn repoison(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
     }
     drop(g);
     Some(Fault::Done)
+}
+
+/// `WARN_ON`: an operation that fails only if usermm has a bug (an in-range copy or zap, a wake,
+/// a poison or write-protect of a registered page) failed. Logged with what it was and counted
+/// (`mm_warn`), never silently dropped; the caller carries on as the kernel does after a WARN.
+pub(crate) fn warn_on<T, E: std::fmt::Display>(
+    m: &MmInner,
+    r: std::result::Result<T, E>,
+    what: &str,
+) -> Option<T> {
+    match r {
+        Ok(v) => Some(v),
+        Err(e) => {
+            m.vm.inc(Item::MmWarn);
+            log::error!("{what} failed: {e}");
+            None
+        }
+    }
 }
 
 fn wake(m: &MmInner, r: &RegionInner, idx: u64) {
@@ -409,7 +434,11 @@ fn do_anonymous_page_win(
     let pooled = pool::pooled_batch(m, &frames[..n]);
     for (k, &f) in frames[..n].iter().enumerate() {
         if pooled[k] {
-            let _ = m.pool.fill(MmInner::frame_off(f), PAGE_SIZE, 0);
+            warn_on(
+                m,
+                m.pool.fill(MmInner::frame_off(f), PAGE_SIZE, 0),
+                "zero-filling a pool slot",
+            );
         }
     }
     let mut done = 0;
@@ -555,7 +584,11 @@ fn place_from_slot(m: &MmInner, f: u32, dst: usize, wp: bool) -> Result<usize, O
             m.uffd.copy(dst, src, PAGE_SIZE, true, true)
         })
         .inspect(|_| {
-            let _ = m.pool.advise(off, PAGE_SIZE, Advice::DontNeed);
+            warn_on(
+                m,
+                m.pool.advise(off, PAGE_SIZE, Advice::DontNeed),
+                "MADV_DONTNEED of pool slots",
+            );
         })
     } else {
         retry_again(m, PAGE_SIZE, |_| {
@@ -587,9 +620,12 @@ fn map_parked(m: &MmInner, r: &RegionInner, idx: u64, f: u32, write: bool, wake_
         log::warn!(
             "frame {f}: a stray page is mapped at {dst:#x} where the parked page belongs; replaced"
         );
-        let _ = r
-            .view
-            .advise(idx.usize() * PAGE_SIZE, PAGE_SIZE, Advice::DontNeed);
+        warn_on(
+            m,
+            r.view
+                .advise(idx.usize() * PAGE_SIZE, PAGE_SIZE, Advice::DontNeed),
+            "MADV_DONTNEED of view pages",
+        );
         res = place();
     }
     match res {
@@ -673,9 +709,12 @@ fn frame_fault(
             m.vm.inc(Item::Pgfault);
         } else if wp {
             // Write-protected though we did not ask (a leftover marker): clear it.
-            let _ = m
-                .uffd
-                .writeprotect(r.page_addr(idx), PAGE_SIZE, false, true);
+            warn_on(
+                m,
+                m.uffd
+                    .writeprotect(r.page_addr(idx), PAGE_SIZE, false, true),
+                "UFFDIO_WRITEPROTECT",
+            );
         }
         drop(g);
         p.unlock();
@@ -729,9 +768,12 @@ fn frame_fault(
     }
     drop(g);
     p.unlock();
-    let _ = m
-        .uffd
-        .wake(r.page_addr(idx), (last - idx + 1).usize() * PAGE_SIZE);
+    warn_on(
+        m,
+        m.uffd
+            .wake(r.page_addr(idx), (last - idx + 1).usize() * PAGE_SIZE),
+        "UFFDIO_WAKE",
+    );
     Some(Fault::Done)
 }
 
@@ -769,7 +811,11 @@ fn do_swap_page(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) 
             // out zeros in its place.
             sw.free_slot(slot, &m.vm);
             g.set(Pte::Poison);
-            let _ = m.uffd.poison(r.page_addr(idx), PAGE_SIZE, false);
+            warn_on(
+                m,
+                m.uffd.poison(r.page_addr(idx), PAGE_SIZE, false),
+                "UFFDIO_POISON",
+            );
             drop(rest);
             drop(g);
             pool::free_frames(m, &frames, false);
@@ -796,9 +842,12 @@ fn do_swap_page(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) 
         // kept) is copied write-protected in one step (see map_parked for why not MOVE + WP).
         let pooled = !keep && pool::pooled_and_present(m, f0) && p0.test_clear(pg::POOLED);
         if pooled {
-            let _ = m
-                .pool
-                .copy_from(MmInner::frame_off(f0), bounce, 0, PAGE_SIZE);
+            warn_on(
+                m,
+                m.pool
+                    .copy_from(MmInner::frame_off(f0), bounce, 0, PAGE_SIZE),
+                "copying a page into a pool slot",
+            );
         } else {
             pool::empty_slot(m, f0);
         }
@@ -820,9 +869,12 @@ fn do_swap_page(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) 
             // results mishandled): the swap copy is the page's data; replace the stray.
             m.vm.inc(Item::FaultStaleUnmapped);
             log::warn!("a stray page is mapped at {dst:#x} whose entry is a swap entry; replaced");
-            let _ = r
-                .view
-                .advise(idx.usize() * PAGE_SIZE, PAGE_SIZE, Advice::DontNeed);
+            warn_on(
+                m,
+                r.view
+                    .advise(idx.usize() * PAGE_SIZE, PAGE_SIZE, Advice::DontNeed),
+                "MADV_DONTNEED of view pages",
+            );
             placed = place();
         }
         if let Err(e) = placed {
@@ -912,7 +964,7 @@ fn oom(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
     );
     if let Err(e) = m.uffd.poison(addr, PAGE_SIZE, false) {
         log::error!("UFFDIO_POISON at {addr:#x}: {e}");
-        let _ = m.uffd.wake(addr, PAGE_SIZE);
+        warn_on(m, m.uffd.wake(addr, PAGE_SIZE), "UFFDIO_WAKE");
     }
     drop(g);
     Some(Fault::Done)
@@ -980,7 +1032,7 @@ fn beyond_eof(m: &MmInner, r: &RegionInner, fm: &FileMap, idx: u64) -> bool {
             }
         }
         drop(g);
-        let _ = m.uffd.wake(r.page_addr(idx), PAGE_SIZE);
+        warn_on(m, m.uffd.wake(r.page_addr(idx), PAGE_SIZE), "UFFDIO_WAKE");
         return true;
     }
     false
@@ -1025,7 +1077,11 @@ fn do_shared_fault(
                     );
                     let _ = pool::ensure_slot(m, f);
                     g.set(Pte::Poison);
-                    let _ = m.uffd.poison(r.page_addr(idx), PAGE_SIZE, false);
+                    warn_on(
+                        m,
+                        m.uffd.poison(r.page_addr(idx), PAGE_SIZE, false),
+                        "UFFDIO_POISON",
+                    );
                 }
                 p.clear(pg::MAPPED | pg::WP);
                 m.vm.sub(Item::NrMapped, 1);
@@ -1113,9 +1169,12 @@ fn do_shared_fault(
     if write {
         r.next_write.store(last + 1, Ordering::Relaxed);
     }
-    let _ = m
-        .uffd
-        .wake(r.page_addr(idx), (last - idx + 1).usize() * PAGE_SIZE);
+    warn_on(
+        m,
+        m.uffd
+            .wake(r.page_addr(idx), (last - idx + 1).usize() * PAGE_SIZE),
+        "UFFDIO_WAKE",
+    );
     Some(Fault::Done)
 }
 
@@ -1290,7 +1349,11 @@ fn do_huge_pmd_anonymous_page(
             return None;
         }
         let res = do_anonymous_page_win(m, r, u, Some(HPAGE_PMD_NR.usize()));
-        let _ = m.uffd.wake(r.page_addr(u), huge_memory::HPAGE_PMD_SIZE);
+        warn_on(
+            m,
+            m.uffd.wake(r.page_addr(u), huge_memory::HPAGE_PMD_SIZE),
+            "UFFDIO_WAKE",
+        );
         return Some(res.unwrap_or(Fault::Done));
     }
     let mut gs = lock_unit(r, u, Pte::None)?;
@@ -1309,7 +1372,11 @@ fn do_huge_pmd_anonymous_page(
     };
     if !ok || m.uffd.writeprotect(addr, len, true, true).is_err() {
         // Partly mapped by a racing path: undo and fall back to small pages.
-        let _ = r.view.advise(u.usize() * PAGE_SIZE, len, Advice::DontNeed);
+        warn_on(
+            m,
+            r.view.advise(u.usize() * PAGE_SIZE, len, Advice::DontNeed),
+            "MADV_DONTNEED of view pages",
+        );
         huge_memory::put_huge_zero_unit(m);
         drop(gs);
         return None;
@@ -1321,7 +1388,7 @@ fn do_huge_pmd_anonymous_page(
     m.vm.inc(Item::NrThpZeroMapped);
     m.vm.inc(Item::Pgfault);
     m.vm.inc(Item::ZeroPageFault);
-    let _ = m.uffd.wake(addr, len);
+    warn_on(m, m.uffd.wake(addr, len), "UFFDIO_WAKE");
     Some(Fault::Done)
 }
 
@@ -1333,10 +1400,14 @@ fn do_huge_pmd_wp_page(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> 
         // Split meanwhile (partial discard): small zero pages now.
         return None;
     };
-    let _ = r.view.advise(
-        u.usize() * PAGE_SIZE,
-        huge_memory::HPAGE_PMD_SIZE,
-        Advice::DontNeed,
+    warn_on(
+        m,
+        r.view.advise(
+            u.usize() * PAGE_SIZE,
+            huge_memory::HPAGE_PMD_SIZE,
+            Advice::DontNeed,
+        ),
+        "MADV_DONTNEED of view pages",
     );
     for g in gs.iter_mut() {
         g.set(Pte::None);
@@ -1345,7 +1416,11 @@ fn do_huge_pmd_wp_page(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> 
     m.vm.sub(Item::NrThpZeroMapped, 1);
     huge_memory::put_huge_zero_unit(m);
     let res = do_anonymous_page_win(m, r, u, Some(HPAGE_PMD_NR.usize()));
-    let _ = m.uffd.wake(r.page_addr(u), huge_memory::HPAGE_PMD_SIZE);
+    warn_on(
+        m,
+        m.uffd.wake(r.page_addr(u), huge_memory::HPAGE_PMD_SIZE),
+        "UFFDIO_WAKE",
+    );
     m.vm.inc(Item::WpFault);
     Some(res.unwrap_or(Fault::Done))
 }

@@ -133,9 +133,12 @@ pub fn pooled_batch(m: &MmInner, frames: &[u32]) -> Vec<bool> {
 /// Empties the pool slot of a freshly allocated frame that will not use the page parked there.
 pub fn empty_slot(m: &MmInner, f: u32) {
     if m.pages[f as usize].test_clear(pg::POOLED) {
-        let _ = m
-            .pool
-            .advise(MmInner::frame_off(f), PAGE_SIZE, Advice::DontNeed);
+        super::memory::warn_on(
+            m,
+            m.pool
+                .advise(MmInner::frame_off(f), PAGE_SIZE, Advice::DontNeed),
+            "MADV_DONTNEED of pool slots",
+        );
     }
 }
 
@@ -144,10 +147,14 @@ fn zap_pool(m: &MmInner, frames: &[u32]) {
     let mut sorted = frames.to_vec();
     sorted.sort_unstable();
     for run in runs(&sorted, |a, b| b == a + 1) {
-        let _ = m.pool.advise(
-            MmInner::frame_off(sorted[run.start]),
-            run.len() * PAGE_SIZE,
-            Advice::DontNeed,
+        super::memory::warn_on(
+            m,
+            m.pool.advise(
+                MmInner::frame_off(sorted[run.start]),
+                run.len() * PAGE_SIZE,
+                Advice::DontNeed,
+            ),
+            "MADV_DONTNEED of pool slots",
         );
     }
 }

@@ -80,9 +80,12 @@ fn try_to_unmap_one(m: &MmInner, r: &RegionInner, idx: u64, f: u32) {
         // drop it and move again.
         m.vm.inc(Item::PoolSlotLost);
         log::warn!("frame {f}: pool slot occupied while its page is mapped; slot dropped");
-        let _ = m
-            .pool
-            .advise(MmInner::frame_off(f), PAGE_SIZE, Advice::DontNeed);
+        memory::warn_on(
+            m,
+            m.pool
+                .advise(MmInner::frame_off(f), PAGE_SIZE, Advice::DontNeed),
+            "MADV_DONTNEED of pool slots",
+        );
         res = memory::retry_again(m, PAGE_SIZE, |_| {
             m.uffd.move_pages(dst, src, PAGE_SIZE, false, true)
         });
@@ -138,15 +141,22 @@ pub(crate) fn unmap_file_page_at(m: &MmInner, r: &RegionInner, idx: u64, f: u32)
         Err(e) if e.errno == libc::EEXIST => {
             // The slot still holds the page's copy (mapped by COPY, slot not yet dropped): the
             // view copy is the current one if dirty; copy it over.
-            let _ = m.pool.copy_from(
-                MmInner::frame_off(f),
-                &r.view,
-                idx.usize() * PAGE_SIZE,
-                PAGE_SIZE,
+            memory::warn_on(
+                m,
+                m.pool.copy_from(
+                    MmInner::frame_off(f),
+                    &r.view,
+                    idx.usize() * PAGE_SIZE,
+                    PAGE_SIZE,
+                ),
+                "copying a page into a pool slot",
             );
-            let _ = r
-                .view
-                .advise(idx.usize() * PAGE_SIZE, PAGE_SIZE, Advice::DontNeed);
+            memory::warn_on(
+                m,
+                r.view
+                    .advise(idx.usize() * PAGE_SIZE, PAGE_SIZE, Advice::DontNeed),
+                "MADV_DONTNEED of view pages",
+            );
         }
         Err(e) => log::error!("moving file page {f} out of {:#x}: {e}", r.page_addr(idx)),
     }
