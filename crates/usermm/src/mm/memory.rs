@@ -62,7 +62,7 @@ pub fn handle_fault(m: &MmInner, addr: usize, flags: u64) -> Fault {
     let wp = flags & pf::WP != 0;
     loop {
         if r.dead.load(Ordering::Acquire) {
-            warn_on(m, m.uffd.wake(r.page_addr(idx), PAGE_SIZE), "UFFDIO_WAKE");
+            wake(m, &r, idx);
             return Fault::Done;
         }
         let res = match (r.pt.get(idx), &r.file) {
@@ -279,7 +279,14 @@ pub(crate) fn warn_on<T, E: std::fmt::Display>(
 }
 
 fn wake(m: &MmInner, r: &RegionInner, idx: u64) {
-    if let Err(e) = m.uffd.wake(r.page_addr(idx), PAGE_SIZE) {
+    wake_pages(m, r, idx, 1);
+}
+
+/// UFFDIO_WAKE over `n` pages of `r` from page `idx`. It fails only on a usermm bug: logged with
+/// the address and counted (`mm_warn`), as `warn_on` does.
+fn wake_pages(m: &MmInner, r: &RegionInner, idx: u64, n: u64) {
+    if let Err(e) = m.uffd.wake(r.page_addr(idx), n.usize() * PAGE_SIZE) {
+        m.vm.inc(Item::MmWarn);
         log::error!("UFFDIO_WAKE at {:#x}: {e}", r.page_addr(idx));
     }
 }
@@ -768,12 +775,7 @@ fn frame_fault(
     }
     drop(g);
     p.unlock();
-    warn_on(
-        m,
-        m.uffd
-            .wake(r.page_addr(idx), (last - idx + 1).usize() * PAGE_SIZE),
-        "UFFDIO_WAKE",
-    );
+    wake_pages(m, r, idx, last - idx + 1);
     Some(Fault::Done)
 }
 
@@ -964,7 +966,7 @@ fn oom(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
     );
     if let Err(e) = m.uffd.poison(addr, PAGE_SIZE, false) {
         log::error!("UFFDIO_POISON at {addr:#x}: {e}");
-        warn_on(m, m.uffd.wake(addr, PAGE_SIZE), "UFFDIO_WAKE");
+        wake(m, r, idx);
     }
     drop(g);
     Some(Fault::Done)
@@ -1032,7 +1034,7 @@ fn beyond_eof(m: &MmInner, r: &RegionInner, fm: &FileMap, idx: u64) -> bool {
             }
         }
         drop(g);
-        warn_on(m, m.uffd.wake(r.page_addr(idx), PAGE_SIZE), "UFFDIO_WAKE");
+        wake(m, r, idx);
         return true;
     }
     false
@@ -1169,12 +1171,7 @@ fn do_shared_fault(
     if write {
         r.next_write.store(last + 1, Ordering::Relaxed);
     }
-    warn_on(
-        m,
-        m.uffd
-            .wake(r.page_addr(idx), (last - idx + 1).usize() * PAGE_SIZE),
-        "UFFDIO_WAKE",
-    );
+    wake_pages(m, r, idx, last - idx + 1);
     Some(Fault::Done)
 }
 
@@ -1349,11 +1346,7 @@ fn do_huge_pmd_anonymous_page(
             return None;
         }
         let res = do_anonymous_page_win(m, r, u, Some(HPAGE_PMD_NR.usize()));
-        warn_on(
-            m,
-            m.uffd.wake(r.page_addr(u), huge_memory::HPAGE_PMD_SIZE),
-            "UFFDIO_WAKE",
-        );
+        wake_pages(m, r, u, HPAGE_PMD_NR);
         return Some(res.unwrap_or(Fault::Done));
     }
     let mut gs = lock_unit(r, u, Pte::None)?;
@@ -1388,7 +1381,7 @@ fn do_huge_pmd_anonymous_page(
     m.vm.inc(Item::NrThpZeroMapped);
     m.vm.inc(Item::Pgfault);
     m.vm.inc(Item::ZeroPageFault);
-    warn_on(m, m.uffd.wake(addr, len), "UFFDIO_WAKE");
+    wake_pages(m, r, u, HPAGE_PMD_NR);
     Some(Fault::Done)
 }
 
@@ -1416,11 +1409,7 @@ fn do_huge_pmd_wp_page(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> 
     m.vm.sub(Item::NrThpZeroMapped, 1);
     huge_memory::put_huge_zero_unit(m);
     let res = do_anonymous_page_win(m, r, u, Some(HPAGE_PMD_NR.usize()));
-    warn_on(
-        m,
-        m.uffd.wake(r.page_addr(u), huge_memory::HPAGE_PMD_SIZE),
-        "UFFDIO_WAKE",
-    );
+    wake_pages(m, r, u, HPAGE_PMD_NR);
     m.vm.inc(Item::WpFault);
     Some(res.unwrap_or(Fault::Done))
 }
