@@ -635,7 +635,6 @@ fn check_programs(cases: &[String]) -> Result<(), Failure> {
 pub fn run(p: &Params) -> Result<(), Failure> {
     check_programs(&p.cases)?;
     engine::prepare(&p.engines)?;
-    crate::interrupt::catch_signals()?;
     let dir = p
         .dir
         .join(format!("usermm-bench-apps-{}", std::process::id()));

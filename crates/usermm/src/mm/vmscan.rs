@@ -642,7 +642,6 @@ fn pageout(m: &MmInner, sw: &SwapState, ready: &[u32]) -> Vec<u32> {
 /// `__remove_mapping`: the clean pages among `ready` (their swap copy is valid) leave memory:
 /// each entry becomes its swap entry and the page leaves the swap cache. Dirty pages that did
 /// not fail their write (not written this round) go to `keep`. Returns the freed frames.
-#[allow(clippy::used_underscore_items)]
 fn __remove_mapping(
     m: &MmInner,
     sw: &SwapState,
