@@ -7,13 +7,16 @@
 
 use loom::sync::Arc;
 use usermm::mm::lru::{Lru, Lruvec};
-use usermm::mm::page::{pg, Page};
+use usermm::mm::page::{pg, MemMap, Pfn};
 use usermm::mm::pgtable::{PageTable, Pte};
 use usermm::sync::yield_now;
 use usermm::vmstat::Counters;
 
+const F0: Pfn = Pfn::new(0);
+const F1: Pfn = Pfn::new(1);
+
 struct World {
-    pages: Vec<Page>,
+    pages: MemMap,
     lru: Lruvec,
     vm: Counters,
     pt: PageTable,
@@ -21,19 +24,19 @@ struct World {
 
 fn world() -> Arc<World> {
     let w = World {
-        pages: (0..2).map(|_| Page::default()).collect(),
+        pages: MemMap::new(2),
         lru: Lruvec::default(),
         vm: Counters::default(),
         pt: PageTable::new(4),
     };
-    w.pages[0].init(0, 0, pg::UPTODATE | pg::SWAPBACKED | pg::DIRTY | pg::MAPPED);
-    w.pages[0].clear(pg::MAPPED); // parked: unmapped by an earlier reference check
-    w.pages[0].set(pg::REFERENCED);
+    w.pages[F0].init(0, 0, pg::UPTODATE | pg::SWAPBACKED | pg::DIRTY | pg::MAPPED);
+    w.pages[F0].clear(pg::MAPPED); // parked: unmapped by an earlier reference check
+    w.pages[F0].set(pg::REFERENCED);
     {
         let mut g = w.pt.lock(0);
-        g.set(Pte::Frame(0));
+        g.set(Pte::Frame(F0));
     }
-    w.lru.add(&w.pages, &[0], &w.vm);
+    w.lru.add(&w.pages, &[F0], &w.vm);
     Arc::new(w)
 }
 
@@ -43,7 +46,7 @@ fn fault(w: &World) {
     loop {
         match w.pt.get(0) {
             Pte::Frame(f) => {
-                let p = &w.pages[f as usize];
+                let p = &w.pages[f];
                 if !p.trylock() {
                     yield_now();
                     continue;
@@ -65,10 +68,10 @@ fn fault(w: &World) {
                 if !matches!(g.get(), Pte::Swap(_)) {
                     continue;
                 }
-                w.pages[1].init(0, 0, pg::UPTODATE | pg::SWAPBACKED | pg::MAPPED);
-                g.set(Pte::Frame(1));
+                w.pages[F1].init(0, 0, pg::UPTODATE | pg::SWAPBACKED | pg::MAPPED);
+                g.set(Pte::Frame(F1));
                 drop(g);
-                w.lru.add(&w.pages, &[1], &w.vm);
+                w.lru.add(&w.pages, &[F1], &w.vm);
                 return;
             }
             other => panic!("unexpected entry {other:?}"),
@@ -83,7 +86,7 @@ fn reclaim(w: &World) {
     w.lru
         .isolate(&w.pages, Lru::InactiveAnon, 1, 1, &mut iso, &w.vm);
     for f in iso {
-        let p = &w.pages[f as usize];
+        let p = &w.pages[f];
         assert!(p.test(pg::LOCKED), "isolated pages are locked");
         let referenced_ptes = p.test(pg::MAPPED);
         if referenced_ptes {
@@ -117,18 +120,18 @@ fn fault_races_reclaim() {
         // frame, uptodate, unlocked, on the LRU, the other frame free. Swapped: no frame holds it.
         match w.pt.get(0) {
             Pte::Frame(f) => {
-                let p = &w.pages[f as usize];
+                let p = &w.pages[f];
                 assert!(p.test(pg::UPTODATE), "a resident page must be uptodate");
                 assert!(!p.test(pg::LOCKED), "no lock left held");
                 assert!(p.test(pg::LRU), "a resident page must be on an LRU list");
                 assert!(
-                    !w.pages[1 - f as usize].test(pg::LRU),
+                    !w.pages[if f == F0 { F1 } else { F0 }].test(pg::LRU),
                     "the freed frame must not stay on the LRU"
                 );
             }
             Pte::Swap(_) => {
                 assert!(
-                    !w.pages[0].test(pg::LRU) && !w.pages[1].test(pg::LRU),
+                    !w.pages[F0].test(pg::LRU) && !w.pages[F1].test(pg::LRU),
                     "a swapped page has no frame"
                 );
             }

@@ -400,7 +400,7 @@ mod tests {
         let (inner, a) = (m.inner(), &f.mapping);
         assert!(find_get_page(inner, a, 0).unwrap().is_none(), "no CREAT");
         let p = find_or_create_page(inner, a, 0).unwrap().unwrap();
-        let d = &inner.pages[p as usize];
+        let d = &inner.pages[p];
         assert!(d.test(pg::LOCKED) && d.test(pg::REFERENCED) && d.test(pg::LRU));
         assert!(!d.test(pg::ACTIVE));
         assert_eq!(d.page_count(), 2, "cache + caller");
@@ -435,13 +435,13 @@ mod tests {
             let f = m.memfile("t").unwrap();
             let (inner, a) = (m.inner(), &f.mapping);
             let p = grab_cache_page_write_begin(inner, a, 3).unwrap().unwrap();
-            let d = &inner.pages[p as usize];
+            let d = &inner.pages[p];
             assert_eq!(d.test(pg::REFERENCED), b == Behaviour::New, "{b:?}");
             d.unlock();
             put_page(inner, p);
             f.write_at(8 << 12, &[1u8; 4096]).unwrap();
             let p = find_get_page(inner, a, 8).unwrap().unwrap();
-            let d = &inner.pages[p as usize];
+            let d = &inner.pages[p];
             assert!(d.test(pg::REFERENCED) && !d.test(pg::ACTIVE), "{b:?}");
             put_page(inner, p);
             // A second write to the page activates it either way.

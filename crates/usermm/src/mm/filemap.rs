@@ -27,7 +27,7 @@ use crate::vmstat::{Counters, Item};
 
 use super::errseq::ErrSeq;
 use super::lru::mark_page_accessed;
-use super::page::pg;
+use super::page::{pg, Pfn};
 use super::radix_tree::{Mark, RadixTree};
 use super::region::RegionInner;
 use super::{page_writeback, pool, vmscan, MmInner};
@@ -128,7 +128,7 @@ const SWAP_ENTRY: u64 = 1 << 63;
 /// What a tree slot holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Entry {
-    Page(u32),
+    Page(Pfn),
     Swap(u64),
 }
 
@@ -137,12 +137,12 @@ impl Entry {
         if v & SWAP_ENTRY != 0 {
             Entry::Swap(v & !SWAP_ENTRY)
         } else {
-            Entry::Page(v.u32())
+            Entry::Page(Pfn::new(v.u32()))
         }
     }
     pub(crate) fn encode(self) -> u64 {
         match self {
-            Entry::Page(f) => f as u64,
+            Entry::Page(f) => u64::from(f.raw()),
             Entry::Swap(s) => s | SWAP_ENTRY,
         }
     }
@@ -260,9 +260,9 @@ impl AddressSpace {
     }
 
     /// Inserts a swap-cache entry (`__add_to_swap_cache`).
-    pub(crate) fn add_swap_entry(&self, vm: &Counters, slot: u64, f: u32) {
+    pub(crate) fn add_swap_entry(&self, vm: &Counters, slot: u64, f: Pfn) {
         self.lock_tree(vm, LockSite::AddToSwapCache)
-            .insert(slot, f as u64);
+            .insert(slot, Entry::Page(f).encode());
         self.nrpages.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -291,13 +291,13 @@ impl AddressSpace {
 }
 
 /// `get_page`.
-fn get_page(m: &MmInner, f: u32) {
-    m.pages[f as usize].get_page();
+fn get_page(m: &MmInner, f: Pfn) {
+    m.pages[f].get_page();
 }
 
 /// `put_page`: drops a reference taken by a lookup.
-pub fn put_page(m: &MmInner, f: u32) {
-    m.pages[f as usize].put_page();
+pub fn put_page(m: &MmInner, f: Pfn) {
+    m.pages[f].put_page();
 }
 
 /// `find_get_entry`: the entry at `index`, with a reference on a page.
@@ -315,11 +315,11 @@ pub(crate) fn find_get_entry(m: &MmInner, mapping: &AddressSpace, index: u64) ->
 pub(crate) fn lock_page_in(
     m: &MmInner,
     mapping: &AddressSpace,
-    f: u32,
+    f: Pfn,
     index: u64,
     nowait: bool,
 ) -> bool {
-    let p = &m.pages[f as usize];
+    let p = &m.pages[f];
     if nowait {
         if !p.trylock() {
             return false;
@@ -344,7 +344,7 @@ pub fn pagecache_get_page(
     mapping: &AddressSpace,
     index: u64,
     fgp: Fgp,
-) -> Result<Option<u32>> {
+) -> Result<Option<Pfn>> {
     loop {
         match find_get_entry(m, mapping, index) {
             Some(Entry::Page(f)) => {
@@ -396,7 +396,7 @@ pub fn pagecache_get_page(
             flags |= pg::REFERENCED;
             m.vm.inc(Item::InitPageAccessed);
         }
-        let p = &m.pages[f as usize];
+        let p = &m.pages[f];
         let pooled = p.test(pg::POOLED);
         p.init(
             mapping.id,
@@ -425,13 +425,13 @@ pub fn pagecache_get_page(
 }
 
 /// `add_to_page_cache_lru`: inserts locked frame `f` at `index`; false if the index is taken.
-fn add_to_page_cache_lru(m: &MmInner, mapping: &AddressSpace, f: u32, index: u64) -> bool {
+fn add_to_page_cache_lru(m: &MmInner, mapping: &AddressSpace, f: Pfn, index: u64) -> bool {
     {
         let mut t = mapping.lock_tree(&m.vm, LockSite::AddToPageCache);
         if t.get(index).is_some() {
             return false;
         }
-        t.insert(index, f as u64);
+        t.insert(index, Entry::Page(f).encode());
     }
     mapping.nrpages.fetch_add(1, Ordering::Relaxed);
     m.vm.inc(Item::NrFilePages);
@@ -443,17 +443,17 @@ fn add_to_page_cache_lru(m: &MmInner, mapping: &AddressSpace, f: u32, index: u64
 }
 
 /// `find_get_page`.
-pub fn find_get_page(m: &MmInner, mapping: &AddressSpace, index: u64) -> Result<Option<u32>> {
+pub fn find_get_page(m: &MmInner, mapping: &AddressSpace, index: u64) -> Result<Option<Pfn>> {
     pagecache_get_page(m, mapping, index, Fgp(0))
 }
 
 /// `find_lock_page`.
-pub fn find_lock_page(m: &MmInner, mapping: &AddressSpace, index: u64) -> Result<Option<u32>> {
+pub fn find_lock_page(m: &MmInner, mapping: &AddressSpace, index: u64) -> Result<Option<Pfn>> {
     pagecache_get_page(m, mapping, index, Fgp::LOCK)
 }
 
 /// `find_or_create_page`.
-pub fn find_or_create_page(m: &MmInner, mapping: &AddressSpace, index: u64) -> Result<Option<u32>> {
+pub fn find_or_create_page(m: &MmInner, mapping: &AddressSpace, index: u64) -> Result<Option<Pfn>> {
     pagecache_get_page(m, mapping, index, Fgp::LOCK | Fgp::ACCESSED | Fgp::CREAT)
 }
 
@@ -462,7 +462,7 @@ pub fn grab_cache_page_nowait(
     m: &MmInner,
     mapping: &AddressSpace,
     index: u64,
-) -> Result<Option<u32>> {
+) -> Result<Option<Pfn>> {
     pagecache_get_page(m, mapping, index, Fgp::LOCK | Fgp::CREAT | Fgp::NOWAIT)
 }
 
@@ -472,7 +472,7 @@ pub fn grab_cache_page_write_begin(
     m: &MmInner,
     mapping: &AddressSpace,
     index: u64,
-) -> Result<Option<u32>> {
+) -> Result<Option<Pfn>> {
     let mut fgp = Fgp::LOCK | Fgp::WRITE | Fgp::CREAT;
     if m.cfg.settings.is_new(Switch::AccessedInit) {
         fgp = fgp | Fgp::ACCESSED;
@@ -487,8 +487,8 @@ pub(crate) enum Loc {
 }
 
 /// The location of locked frame `f`'s bytes.
-pub(crate) fn page_loc(m: &MmInner, f: u32) -> Loc {
-    let p = &m.pages[f as usize];
+pub(crate) fn page_loc(m: &MmInner, f: Pfn) -> Loc {
+    let p = &m.pages[f];
     if p.test(pg::MAPPED) {
         let (rid, idx) = p.mapped_at();
         if let Some(r) = m.regions.read().get(rid).cloned() {
@@ -498,11 +498,11 @@ pub(crate) fn page_loc(m: &MmInner, f: u32) -> Loc {
         }
         log::error!("frame {f} is mapped in region {rid} page {idx}, which is gone");
     }
-    Loc::Pool(MmInner::frame_off(f))
+    Loc::Pool(f.offset())
 }
 
 /// Copies bytes out of locked page `f` at `off`.
-pub(crate) fn copy_from_page(m: &MmInner, f: u32, off: usize, buf: &mut [u8]) {
+pub(crate) fn copy_from_page(m: &MmInner, f: Pfn, off: usize, buf: &mut [u8]) {
     let r = match page_loc(m, f) {
         Loc::Pool(o) => m.pool.read_bytes(o + off, buf),
         Loc::View(r, o) => r.view.read_bytes(o + off, buf),
@@ -518,14 +518,14 @@ pub(crate) fn copy_from_page(m: &MmInner, f: u32, off: usize, buf: &mut [u8]) {
 pub(crate) fn copy_to_page(
     m: &MmInner,
     mapping: &Arc<AddressSpace>,
-    f: u32,
+    f: Pfn,
     off: usize,
     buf: &[u8],
 ) {
     let r = match page_loc(m, f) {
         Loc::Pool(o) => m.pool.write_bytes(o + off, buf),
         Loc::View(r, o) => {
-            let p = &m.pages[f as usize];
+            let p = &m.pages[f];
             if p.test(pg::WP) {
                 if let Err(e) = m
                     .uffd
@@ -548,8 +548,8 @@ pub(crate) fn copy_to_page(
 /// `set_page_dirty` for a locked page of `mapping`: the DIRTY flag, the tree's DIRTY mark, the
 /// dirty counters and the mapping's place on its flusher's dirty list. In-memory files have no
 /// writeback: only the flag (`__set_page_dirty_no_writeback`).
-pub fn set_page_dirty(m: &MmInner, mapping: &Arc<AddressSpace>, f: u32) {
-    let p = &m.pages[f as usize];
+pub fn set_page_dirty(m: &MmInner, mapping: &Arc<AddressSpace>, f: Pfn) {
+    let p = &m.pages[f];
     if p.test_set(pg::DIRTY) {
         return;
     }
@@ -567,8 +567,8 @@ pub fn set_page_dirty(m: &MmInner, mapping: &Arc<AddressSpace>, f: u32) {
 
 /// `clear_page_dirty_for_io`: write-protects the page where it is mapped (so the next store is
 /// seen and redirties it), then clears PG_dirty. The DIRTY mark stays until writeback starts.
-pub(crate) fn clear_page_dirty_for_io(m: &MmInner, mapping: &AddressSpace, f: u32) -> bool {
-    let p = &m.pages[f as usize];
+pub(crate) fn clear_page_dirty_for_io(m: &MmInner, mapping: &AddressSpace, f: Pfn) -> bool {
+    let p = &m.pages[f];
     if p.test(pg::MAPPED) && !p.test(pg::WP) {
         if let Loc::View(r, o) = page_loc(m, f) {
             match m
@@ -595,8 +595,8 @@ pub(crate) fn clear_page_dirty_for_io(m: &MmInner, mapping: &AddressSpace, f: u3
 
 /// `__test_set_page_writeback`: PG_writeback, and unless the mapping has NO_WRITEBACK_TAGS, the
 /// WRITEBACK mark set and the DIRTY (if clean now) and TOWRITE marks cleared under the tree lock.
-pub(crate) fn set_page_writeback(m: &MmInner, mapping: &AddressSpace, f: u32, index: u64) {
-    let p = &m.pages[f as usize];
+pub(crate) fn set_page_writeback(m: &MmInner, mapping: &AddressSpace, f: Pfn, index: u64) {
+    let p = &m.pages[f];
     if p.test_set(pg::WRITEBACK) {
         return;
     }
@@ -612,8 +612,8 @@ pub(crate) fn set_page_writeback(m: &MmInner, mapping: &AddressSpace, f: u32, in
 }
 
 /// `test_clear_page_writeback` (`end_page_writeback`).
-pub(crate) fn end_page_writeback(m: &MmInner, mapping: &AddressSpace, f: u32, index: u64) {
-    let p = &m.pages[f as usize];
+pub(crate) fn end_page_writeback(m: &MmInner, mapping: &AddressSpace, f: Pfn, index: u64) {
+    let p = &m.pages[f];
     if !p.test_clear(pg::WRITEBACK) {
         return;
     }
@@ -628,7 +628,7 @@ pub(crate) fn end_page_writeback(m: &MmInner, mapping: &AddressSpace, f: u32, in
 
 /// Writes locked, dirty-for-io pages `run` (consecutive indices) to the mapping's file in as few
 /// calls as their locations allow, extending the file only to i_size.
-fn write_run(m: &MmInner, mapping: &AddressSpace, run: &[(u64, u32)]) -> io::Result<()> {
+fn write_run(m: &MmInner, mapping: &AddressSpace, run: &[(u64, Pfn)]) -> io::Result<()> {
     let Some(file) = mapping.file() else {
         return Ok(());
     };
@@ -676,7 +676,7 @@ fn write_run(m: &MmInner, mapping: &AddressSpace, run: &[(u64, u32)]) -> io::Res
 pub(crate) fn write_pages_locked(
     m: &MmInner,
     mapping: &AddressSpace,
-    batch: &[(u64, u32)],
+    batch: &[(u64, Pfn)],
 ) -> io::Result<()> {
     let mut first = None;
     for run in pool::runs_max(batch, 512, |a, b| b.0 == a.0 + 1) {
@@ -693,7 +693,7 @@ pub(crate) fn write_pages_locked(
 pub(crate) fn writeback_locked(
     m: &MmInner,
     mapping: &Arc<AddressSpace>,
-    mut batch: Vec<(u64, u32)>,
+    mut batch: Vec<(u64, Pfn)>,
 ) -> io::Result<()> {
     batch.sort_unstable();
     let mut first_err = None;
@@ -716,14 +716,14 @@ pub(crate) fn writeback_locked(
             m.vm.inc(Item::FileWriteError);
             mapping.wb_err.set(err.raw_os_error().unwrap_or(libc::EIO));
             for &(_, f) in run {
-                m.pages[f as usize].set(pg::ERROR);
+                m.pages[f].set(pg::ERROR);
                 set_page_dirty(m, mapping, f);
             }
             first_err.get_or_insert(err);
         }
     }
     for &(_, f) in &batch {
-        m.pages[f as usize].unlock();
+        m.pages[f].unlock();
         put_page(m, f);
     }
     first_err.map_or(Ok(()), Err)
@@ -793,7 +793,7 @@ pub fn write_cache_pages(
                         .lock_tree(&m.vm, LockSite::SetPageWriteback)
                         .clear_mark(i, Mark::Towrite);
                 }
-                m.pages[f as usize].unlock();
+                m.pages[f].unlock();
                 put_page(m, f);
                 continue;
             }
@@ -840,12 +840,12 @@ pub fn sync_range(
 }
 
 /// Reads `frames.len()` consecutive pages from `start` into the (locked, new) frames.
-fn read_into(m: &MmInner, mapping: &AddressSpace, start: u64, frames: &[u32]) -> io::Result<()> {
+fn read_into(m: &MmInner, mapping: &AddressSpace, start: u64, frames: &[Pfn]) -> io::Result<()> {
     let n = frames.len();
     let Some(file) = mapping.file() else {
         // In-memory file: new pages are zeros.
         for &f in frames {
-            let _ = m.pool.fill(MmInner::frame_off(f), PAGE_SIZE, 0);
+            let _ = m.pool.fill(f.offset(), PAGE_SIZE, 0);
         }
         return Ok(());
     };
@@ -858,7 +858,7 @@ fn read_into(m: &MmInner, mapping: &AddressSpace, start: u64, frames: &[u32]) ->
         }
         for (k, &f) in frames.iter().enumerate() {
             m.pool
-                .copy_from(MmInner::frame_off(f), bounce, k * PAGE_SIZE, PAGE_SIZE)?;
+                .copy_from(f.offset(), bounce, k * PAGE_SIZE, PAGE_SIZE)?;
         }
         Ok::<(), io::Error>(())
     })?;
@@ -905,7 +905,7 @@ pub fn do_page_cache_readahead(
         let mut added = Vec::with_capacity(frames.len());
         for (k, &f) in frames.iter().enumerate() {
             let idx = run[0] + k as u64;
-            let p = &m.pages[f as usize];
+            let p = &m.pages[f];
             let pooled = p.test(pg::POOLED);
             let mut flags = pg::LOCKED | pg::PAGECACHE;
             if mapping.is_memory() {
@@ -939,7 +939,7 @@ pub fn do_page_cache_readahead(
             m.vm.inc(Item::FileReadError);
         }
         for &f in &added {
-            let p = &m.pages[f as usize];
+            let p = &m.pages[f];
             if ok.is_ok() {
                 p.set(pg::UPTODATE);
             } else {
@@ -950,7 +950,7 @@ pub fn do_page_cache_readahead(
         if ok.is_err() {
             // Drop them so a later read retries the I/O.
             for (k, &f) in added.iter().enumerate() {
-                let p = &m.pages[f as usize];
+                let p = &m.pages[f];
                 if p.trylock() && !remove_page(m, mapping, f, run[0] + k as u64, false) {
                     p.unlock();
                 }
@@ -971,14 +971,14 @@ pub fn do_page_cache_readahead(
 pub(crate) fn remove_page(
     m: &MmInner,
     mapping: &AddressSpace,
-    f: u32,
+    f: Pfn,
     index: u64,
     reclaim: bool,
 ) -> bool {
-    let p = &m.pages[f as usize];
+    let p = &m.pages[f];
     {
         let mut t = mapping.lock_tree(&m.vm, LockSite::DeleteFromPageCache);
-        if t.get(index) != Some(f as u64) || (reclaim && p.page_count() != 1) {
+        if t.get(index) != Some(Entry::Page(f).encode()) || (reclaim && p.page_count() != 1) {
             return false;
         }
         t.remove(index);
@@ -1038,25 +1038,25 @@ pub fn file_read(
                 // No readahead possible (memory is short): read just this page.
                 match pagecache_get_page(m, mapping, index, Fgp::LOCK | Fgp::CREAT)? {
                     Some(f) => {
-                        if !m.pages[f as usize].test(pg::UPTODATE) {
+                        if !m.pages[f].test(pg::UPTODATE) {
                             if let Err(e) = read_into(m, mapping, index, &[f]) {
                                 m.vm.inc(Item::FileReadError);
                                 put_page(m, f);
                                 if !remove_page(m, mapping, f, index, false) {
-                                    m.pages[f as usize].unlock();
+                                    m.pages[f].unlock();
                                 }
                                 return Err(Error::io(format!("reading {}", mapping.name()), e));
                             }
-                            m.pages[f as usize].set(pg::UPTODATE);
+                            m.pages[f].set(pg::UPTODATE);
                         }
-                        m.pages[f as usize].unlock();
+                        m.pages[f].unlock();
                         f
                     }
                     None => continue,
                 }
             }
         };
-        let p = &m.pages[f as usize];
+        let p = &m.pages[f];
         if p.test_clear(pg::READAHEAD) {
             m.vm.inc(Item::FileRaHit);
             let w = ra.lock().on_marker(index, req, max);
@@ -1103,13 +1103,13 @@ pub fn file_write(m: &MmInner, mapping: &Arc<AddressSpace>, pos: u64, buf: &[u8]
         let Some(f) = grab_cache_page_write_begin(m, mapping, index)? else {
             continue;
         };
-        let p = &m.pages[f as usize];
+        let p = &m.pages[f];
         if !p.test(pg::UPTODATE) {
             let size = mapping.size.load(Ordering::Acquire);
             if n == PAGE_SIZE || index * ps >= size {
                 // Fully overwritten, or beyond EOF: the rest is zeros.
                 if n != PAGE_SIZE {
-                    let _ = m.pool.fill(MmInner::frame_off(f), PAGE_SIZE, 0);
+                    let _ = m.pool.fill(f.offset(), PAGE_SIZE, 0);
                 }
             } else if let Err(e) = read_into(m, mapping, index, &[f]) {
                 m.vm.inc(Item::FileReadError);

@@ -6,7 +6,7 @@
 //! all under one `lru_lock` per lruvec (Linux's `lruvec->lru_lock`). Head = most recently added;
 //! reclaim takes from the tail, so LRU order holds.
 
-use super::page::{pg, Page, NO_FRAME};
+use super::page::{pg, MemMap, Pfn};
 use crate::sync::Mutex;
 use crate::vmstat::{Counters, Item};
 
@@ -58,14 +58,14 @@ impl Lru {
 
 #[derive(Debug, Clone, Copy)]
 struct ListHead {
-    head: u32,
-    tail: u32,
+    head: Pfn,
+    tail: Pfn,
     len: u64,
 }
 
 const EMPTY: ListHead = ListHead {
-    head: NO_FRAME,
-    tail: NO_FRAME,
+    head: Pfn::NONE,
+    tail: Pfn::NONE,
     len: 0,
 };
 
@@ -83,12 +83,12 @@ impl Default for Lruvec {
     }
 }
 
-fn link_head(pages: &[Page], l: &mut ListHead, f: u32) {
-    let p = &pages[f as usize];
-    p.set_lru_prev(NO_FRAME);
+fn link_head(pages: &MemMap, l: &mut ListHead, f: Pfn) {
+    let p = &pages[f];
+    p.set_lru_prev(Pfn::NONE);
     p.set_lru_next(l.head);
-    if l.head != NO_FRAME {
-        pages[l.head as usize].set_lru_prev(f);
+    if l.head != Pfn::NONE {
+        pages[l.head].set_lru_prev(f);
     } else {
         l.tail = f;
     }
@@ -96,16 +96,16 @@ fn link_head(pages: &[Page], l: &mut ListHead, f: u32) {
     l.len += 1;
 }
 
-fn unlink(pages: &[Page], l: &mut ListHead, f: u32) {
-    let p = &pages[f as usize];
+fn unlink(pages: &MemMap, l: &mut ListHead, f: Pfn) {
+    let p = &pages[f];
     let (prev, next) = p.lru_links();
-    if prev != NO_FRAME {
-        pages[prev as usize].set_lru_next(next);
+    if prev != Pfn::NONE {
+        pages[prev].set_lru_next(next);
     } else {
         l.head = next;
     }
-    if next != NO_FRAME {
-        pages[next as usize].set_lru_prev(prev);
+    if next != Pfn::NONE {
+        pages[next].set_lru_prev(prev);
     } else {
         l.tail = prev;
     }
@@ -118,13 +118,13 @@ impl Lruvec {
     }
 
     /// `lru_cache_add` for a batch: puts pages at the head of the list their PG_active says.
-    pub fn add(&self, pages: &[Page], frames: &[u32], vm: &Counters) {
+    pub fn add(&self, pages: &MemMap, frames: &[Pfn], vm: &Counters) {
         if frames.is_empty() {
             return;
         }
         let mut ls = self.lists.lock();
         for &f in frames {
-            let p = &pages[f as usize];
+            let p = &pages[f];
             debug_assert!(!p.test(pg::LRU), "frame {f} already on an LRU list");
             let lru = Lru::of(p.flags());
             link_head(pages, &mut ls[lru as usize], f);
@@ -135,9 +135,9 @@ impl Lruvec {
 
     /// Removes a page from its list if it is on one (`del_page_from_lru_list`); returns whether it
     /// was.
-    pub fn del(&self, pages: &[Page], f: u32, vm: &Counters) -> bool {
+    pub fn del(&self, pages: &MemMap, f: Pfn, vm: &Counters) -> bool {
         let mut ls = self.lists.lock();
-        let p = &pages[f as usize];
+        let p = &pages[f];
         if !p.test(pg::LRU) {
             return false;
         }
@@ -153,11 +153,11 @@ impl Lruvec {
     /// locked, off the list); busy pages are rotated to the head. Returns pages scanned.
     pub fn isolate(
         &self,
-        pages: &[Page],
+        pages: &MemMap,
         lru: Lru,
         nr: usize,
         nr_scan: usize,
-        out: &mut Vec<u32>,
+        out: &mut Vec<Pfn>,
         vm: &Counters,
     ) -> usize {
         self.isolate_mode(pages, lru, nr, nr_scan, false, out, vm)
@@ -168,22 +168,22 @@ impl Lruvec {
     #[allow(clippy::too_many_arguments)]
     pub fn isolate_mode(
         &self,
-        pages: &[Page],
+        pages: &MemMap,
         lru: Lru,
         nr: usize,
         nr_scan: usize,
         clean_only: bool,
-        out: &mut Vec<u32>,
+        out: &mut Vec<Pfn>,
         vm: &Counters,
     ) -> usize {
         let mut ls = self.lists.lock();
         let l = &mut ls[lru as usize];
         let mut scanned = 0;
         let mut taken = 0;
-        while scanned < nr_scan && taken < nr && l.tail != NO_FRAME {
+        while scanned < nr_scan && taken < nr && l.tail != Pfn::NONE {
             let f = l.tail;
             scanned += 1;
-            let p = &pages[f as usize];
+            let p = &pages[f];
             unlink(pages, l, f);
             if clean_only && p.test(pg::DIRTY | pg::WRITEBACK) {
                 link_head(pages, l, f);
@@ -205,13 +205,13 @@ impl Lruvec {
 
     /// `putback_lru_page` for isolated, locked pages: relinks each on the list its flags say,
     /// then unlocks it.
-    pub fn putback(&self, pages: &[Page], frames: &[u32], vm: &Counters) {
+    pub fn putback(&self, pages: &MemMap, frames: &[Pfn], vm: &Counters) {
         if frames.is_empty() {
             return;
         }
         let mut ls = self.lists.lock();
         for &f in frames {
-            let p = &pages[f as usize];
+            let p = &pages[f];
             let lru = Lru::of(p.flags());
             link_head(pages, &mut ls[lru as usize], f);
             p.set(pg::LRU);
@@ -220,14 +220,14 @@ impl Lruvec {
         }
         drop(ls);
         for &f in frames {
-            pages[f as usize].unlock();
+            pages[f].unlock();
         }
     }
 
     /// Moves an LRU page to the active list (`activate_page`).
-    pub fn activate(&self, pages: &[Page], f: u32, vm: &Counters) {
+    pub fn activate(&self, pages: &MemMap, f: Pfn, vm: &Counters) {
         let mut ls = self.lists.lock();
-        let p = &pages[f as usize];
+        let p = &pages[f];
         if p.test(pg::LRU) && !p.test(pg::ACTIVE) {
             let from = Lru::of(p.flags());
             unlink(pages, &mut ls[from as usize], f);
@@ -241,22 +241,22 @@ impl Lruvec {
     }
 
     /// Frames on `lru` from head to tail (tests and debugging).
-    pub fn list(&self, pages: &[Page], lru: Lru) -> Vec<u32> {
+    pub fn list(&self, pages: &MemMap, lru: Lru) -> Vec<Pfn> {
         let ls = self.lists.lock();
         let mut v = vec![];
         let mut f = ls[lru as usize].head;
-        while f != NO_FRAME {
+        while f != Pfn::NONE {
             v.push(f);
-            f = pages[f as usize].lru_links().1;
+            f = pages[f].lru_links().1;
         }
         v
     }
 }
 
 /// `mark_page_accessed`: inactive,unreferenced -> inactive,referenced -> active,unreferenced.
-pub fn mark_page_accessed(lruvec: &Lruvec, pages: &[Page], f: u32, vm: &Counters) {
+pub fn mark_page_accessed(lruvec: &Lruvec, pages: &MemMap, f: Pfn, vm: &Counters) {
     vm.inc(Item::MarkPageAccessed);
-    let p = &pages[f as usize];
+    let p = &pages[f];
     let flags = p.flags();
     if flags & pg::ACTIVE == 0 && flags & pg::REFERENCED != 0 {
         if flags & pg::LRU != 0 {
@@ -276,55 +276,52 @@ pub fn mark_page_accessed(lruvec: &Lruvec, pages: &[Page], f: u32, vm: &Counters
 mod tests {
     use super::*;
 
-    fn setup(n: usize) -> (Vec<Page>, Lruvec, Counters) {
-        (
-            (0..n)
-                .map(|_| {
-                    let p = Page::default();
-                    p.set(pg::SWAPBACKED);
-                    p
-                })
-                .collect(),
-            Lruvec::default(),
-            Counters::default(),
-        )
+    fn setup(n: u32) -> (MemMap, Lruvec, Counters) {
+        let pages = MemMap::new(n);
+        pages.iter().for_each(|(_, p)| p.set(pg::SWAPBACKED));
+        (pages, Lruvec::default(), Counters::default())
+    }
+
+    /// Frames by number.
+    fn pf(v: &[u32]) -> Vec<Pfn> {
+        v.iter().map(|&n| Pfn::new(n)).collect()
     }
 
     #[test]
     fn lru_order_and_isolation_from_tail() {
         let (pages, l, vm) = setup(8);
-        l.add(&pages, &[0, 1, 2, 3], &vm);
-        assert_eq!(l.list(&pages, Lru::InactiveAnon), vec![3, 2, 1, 0]);
+        l.add(&pages, &pf(&[0, 1, 2, 3]), &vm);
+        assert_eq!(l.list(&pages, Lru::InactiveAnon), pf(&[3, 2, 1, 0]));
         let mut out = vec![];
         l.isolate(&pages, Lru::InactiveAnon, 2, 32, &mut out, &vm);
-        assert_eq!(out, vec![0, 1], "oldest first");
+        assert_eq!(out, pf(&[0, 1]), "oldest first");
         assert_eq!(vm.get(Item::NrInactiveAnon), 2);
-        assert!(pages[0].test(pg::LOCKED));
+        assert!(pages[Pfn::new(0)].test(pg::LOCKED));
         l.putback(&pages, &out, &vm);
-        assert_eq!(l.list(&pages, Lru::InactiveAnon), vec![1, 0, 3, 2]);
-        assert!(!pages[0].test(pg::LOCKED));
+        assert_eq!(l.list(&pages, Lru::InactiveAnon), pf(&[1, 0, 3, 2]));
+        assert!(!pages[Pfn::new(0)].test(pg::LOCKED));
     }
 
     #[test]
     fn locked_pages_are_skipped() {
         let (pages, l, vm) = setup(4);
-        l.add(&pages, &[0, 1], &vm);
-        assert!(pages[0].trylock());
+        l.add(&pages, &pf(&[0, 1]), &vm);
+        assert!(pages[Pfn::new(0)].trylock());
         let mut out = vec![];
         l.isolate(&pages, Lru::InactiveAnon, 2, 2, &mut out, &vm);
-        assert_eq!(out, vec![1]);
-        assert_eq!(l.list(&pages, Lru::InactiveAnon), vec![0]);
+        assert_eq!(out, pf(&[1]));
+        assert_eq!(l.list(&pages, Lru::InactiveAnon), pf(&[0]));
     }
 
     #[test]
     fn two_step_promotion() {
         let (pages, l, vm) = setup(2);
-        l.add(&pages, &[0], &vm);
-        mark_page_accessed(&l, &pages, 0, &vm);
-        assert!(pages[0].test(pg::REFERENCED) && !pages[0].test(pg::ACTIVE));
-        mark_page_accessed(&l, &pages, 0, &vm);
-        assert!(pages[0].test(pg::ACTIVE) && !pages[0].test(pg::REFERENCED));
-        assert_eq!(l.list(&pages, Lru::ActiveAnon), vec![0]);
+        l.add(&pages, &pf(&[0]), &vm);
+        mark_page_accessed(&l, &pages, Pfn::new(0), &vm);
+        assert!(pages[Pfn::new(0)].test(pg::REFERENCED) && !pages[Pfn::new(0)].test(pg::ACTIVE));
+        mark_page_accessed(&l, &pages, Pfn::new(0), &vm);
+        assert!(pages[Pfn::new(0)].test(pg::ACTIVE) && !pages[Pfn::new(0)].test(pg::REFERENCED));
+        assert_eq!(l.list(&pages, Lru::ActiveAnon), pf(&[0]));
         assert_eq!(vm.get(Item::Pgactivate), 1);
         assert_eq!(vm.get(Item::NrActiveAnon), 1);
         assert_eq!(vm.get(Item::NrInactiveAnon), 0);

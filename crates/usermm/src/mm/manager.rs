@@ -16,7 +16,7 @@ use crate::sys::{Advice, Mapping, PAGE_SIZE};
 use crate::vmstat::{Counters, Item, Vmstat};
 
 use super::lru::Lruvec;
-use super::page::{FrameAlloc, Page};
+use super::page::{FrameAlloc, MemMap, Pfn};
 use super::region::{self, Region, RegionInner};
 use super::swap_state::SwapState;
 use super::{handler, vmscan};
@@ -348,7 +348,7 @@ pub struct MmInner {
     pub(crate) uffd: Uffd,
     pub(crate) pool: Mapping,
     pub(crate) zero_src: Mapping,
-    pub(crate) pages: Box<[Page]>,
+    pub(crate) pages: MemMap,
     pub(crate) frames: FrameAlloc,
     pub(crate) lru: Lruvec,
     pub(crate) vm: Counters,
@@ -392,9 +392,6 @@ impl MmInner {
     pub(crate) fn note_resident(&self) {
         let r = self.resident_pages();
         self.peak_resident.fetch_max(r, Ordering::Relaxed);
-    }
-    pub(crate) fn frame_off(f: u32) -> usize {
-        f as usize * PAGE_SIZE
     }
 }
 
@@ -605,7 +602,7 @@ impl Mm {
         };
         let inner = Arc::new(MmInner {
             commit_limit: nr_frames + swap_pages,
-            pages: (0..nr_frames).map(|_| Page::default()).collect(),
+            pages: MemMap::new(nr_frames.u32()),
             frames: FrameAlloc::new(nr_frames.u32()),
             lru: Lruvec::default(),
             vm,
@@ -828,7 +825,7 @@ impl Mm {
         for r in t.by_id.iter().flatten() {
             r.pt.for_each_used(0, r.npages(), |i, p| {
                 if let Pte::Frame(f) = p {
-                    let pg_ = &m.pages[f as usize];
+                    let pg_ = &m.pages[f];
                     if m.frames.is_free(f) {
                         bad.push(format!("region {} page {i}: frame {f} is free", r.id));
                     }
@@ -845,7 +842,7 @@ impl Mm {
                             pg_.owner()
                         ));
                     }
-                    if std::mem::replace(&mut owned[f as usize], true) {
+                    if std::mem::replace(&mut owned[f.idx()], true) {
                         bad.push(format!("frame {f} owned twice (region {} page {i})", r.id));
                     }
                 }
@@ -853,16 +850,16 @@ impl Mm {
         }
         // Page-cache pages need no mapping: their file's tree owns them.
         let files = m.mappings.read().all();
-        let in_its_file = |f: u32| {
-            let (id, index) = m.pages[f as usize].owner();
+        let in_its_file = |f: Pfn| {
+            let (id, index) = m.pages[f].owner();
             files.iter().any(|a| {
                 a.id == id
                     && matches!(a.peek(&m.vm, index), Some(super::filemap::Entry::Page(g)) if g == f)
             })
         };
-        for f in 0..m.nr_frames().u32() {
-            if !m.frames.is_free(f) && !owned[f as usize] {
-                let p = &m.pages[f as usize];
+        for (f, _) in m.pages.iter() {
+            if !m.frames.is_free(f) && !owned[f.idx()] {
+                let p = &m.pages[f];
                 if p.test(pg::PAGECACHE) && in_its_file(f) {
                     continue;
                 }
@@ -871,7 +868,7 @@ impl Mm {
                     p.owner(),
                     p.flags()
                 ));
-            } else if m.frames.is_free(f) && m.pages[f as usize].test(pg::LRU) {
+            } else if m.frames.is_free(f) && m.pages[f].test(pg::LRU) {
                 bad.push(format!("free frame {f} is on an LRU list"));
             }
         }

@@ -14,7 +14,7 @@ use crate::vmstat::Item;
 
 use super::filemap;
 use super::lru::mark_page_accessed;
-use super::page::pg;
+use super::page::{pg, Pfn};
 use super::pgtable::{Pte, PteGuard};
 use super::pool;
 use super::region::{FileMap, RegionInner};
@@ -135,7 +135,7 @@ pub(crate) fn describe_page(m: &MmInner, addr: usize) -> String {
         view_present(&r, idx)
     );
     if let Pte::Frame(f) = pte {
-        let p = &m.pages[f as usize];
+        let p = &m.pages[f];
         s += &format!(
             ", descriptor {{ flags: {}, owner: {:?}, private: {} }}, pool slot present: {}",
             pg::describe(p.flags()),
@@ -443,7 +443,7 @@ fn do_anonymous_page_win(
         if pooled[k] {
             warn_on(
                 m,
-                m.pool.fill(MmInner::frame_off(f), PAGE_SIZE, 0),
+                m.pool.fill(f.offset(), PAGE_SIZE, 0),
                 "zero-filling a pool slot",
             );
         }
@@ -453,10 +453,10 @@ fn do_anonymous_page_win(
     while k < n {
         let mut e = k + 1;
         let res = if pooled[k] {
-            while e < n && pooled[e] && frames[e] == frames[e - 1] + 1 {
+            while e < n && pooled[e] && frames[e] == frames[e - 1].next() {
                 e += 1;
             }
-            let src = m.pool.addr() + MmInner::frame_off(frames[k]);
+            let src = m.pool.addr() + frames[k].offset();
             let len = (e - k) * PAGE_SIZE;
             let dst = addr + k * PAGE_SIZE;
             retry_again(m, len, |o| {
@@ -497,7 +497,7 @@ fn do_anonymous_page_win(
     let flags = pg::UPTODATE | pg::DIRTY | pg::SWAPBACKED | pg::MAPPED;
     for k in 0..done {
         let f = frames[k];
-        m.pages[f as usize].init(r.id, idx + k as u64, flags);
+        m.pages[f].init(r.id, idx + k as u64, flags);
         if k == 0 {
             g.set(Pte::Frame(f));
         } else {
@@ -542,7 +542,7 @@ fn do_wp_page(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
         pool::free_frames(m, &frames, false);
         return None;
     }
-    m.pages[f as usize].init(
+    m.pages[f].init(
         r.id,
         idx,
         pg::UPTODATE | pg::DIRTY | pg::SWAPBACKED | pg::MAPPED,
@@ -570,8 +570,8 @@ fn do_wp_page(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
 }
 
 /// Drops the swap copy of a page about to be written (`try_to_free_swap` on a write fault).
-fn drop_swap_copy(m: &MmInner, f: u32) {
-    let p = &m.pages[f as usize];
+fn drop_swap_copy(m: &MmInner, f: Pfn) {
+    let p = &m.pages[f];
     if p.test_clear(pg::SWAPCACHE) {
         if let Some(sw) = &m.swap {
             sw.free_slot(p.swap_entry(), &m.vm);
@@ -583,8 +583,8 @@ fn drop_swap_copy(m: &MmInner, f: u32) {
 /// Places the page parked in frame `f`'s pool slot at view address `dst`: write-protected with
 /// one UFFDIO_COPY(MODE_WP) and the slot dropped (`wp`: a clean page, so its first store is seen;
 /// MOVE always installs a writable pte), else moved with UFFDIO_MOVE.
-fn place_from_slot(m: &MmInner, f: u32, dst: usize, wp: bool) -> Result<usize, OpError> {
-    let off = MmInner::frame_off(f);
+fn place_from_slot(m: &MmInner, f: Pfn, dst: usize, wp: bool) -> Result<usize, OpError> {
+    let off = f.offset();
     let src = m.pool.addr() + off;
     if wp {
         retry_again(m, PAGE_SIZE, |_| {
@@ -610,8 +610,8 @@ fn place_from_slot(m: &MmInner, f: u32, dst: usize, wp: bool) -> Result<usize, O
 /// writable pte, and write-protecting after the move would leave a window in which another
 /// thread's store lands unseen and the page is later dropped as clean. Returns false if the page
 /// could not be mapped (it stays parked).
-fn map_parked(m: &MmInner, r: &RegionInner, idx: u64, f: u32, write: bool, wake_now: bool) -> bool {
-    let p = &m.pages[f as usize];
+fn map_parked(m: &MmInner, r: &RegionInner, idx: u64, f: Pfn, write: bool, wake_now: bool) -> bool {
+    let p = &m.pages[f];
     if write {
         drop_swap_copy(m, f);
     }
@@ -673,11 +673,11 @@ fn frame_fault(
     m: &MmInner,
     r: &RegionInner,
     idx: u64,
-    f: u32,
+    f: Pfn,
     write: bool,
     wp: bool,
 ) -> Option<Fault> {
-    let p = &m.pages[f as usize];
+    let p = &m.pages[f];
     if !p.trylock() {
         m.vm.inc(Item::FaultDeferred);
         return Some(Fault::Retry);
@@ -750,7 +750,7 @@ fn frame_fault(
         let mut j = idx + 1;
         while j < r.npages() && j - idx < RA_AROUND {
             let Pte::Frame(f2) = r.pt.get(j) else { break };
-            let p2 = &m.pages[f2 as usize];
+            let p2 = &m.pages[f2];
             if !p2.test(pg::READAHEAD) || p2.test(pg::MAPPED) || !p2.trylock() {
                 break;
             }
@@ -829,7 +829,7 @@ fn do_swap_page(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) 
         // The faulting page: copied straight into the view, write-protected while its swap copy
         // stays valid (a later write is a wp fault that drops the copy).
         let f0 = frames[0];
-        let p0 = &m.pages[f0 as usize];
+        let p0 = &m.pages[f0];
         let mut flags = pg::UPTODATE | pg::SWAPBACKED | pg::MAPPED;
         if keep {
             flags |= pg::SWAPCACHE | pg::WP;
@@ -846,8 +846,7 @@ fn do_swap_page(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) 
         if pooled {
             warn_on(
                 m,
-                m.pool
-                    .copy_from(MmInner::frame_off(f0), bounce, 0, PAGE_SIZE),
+                m.pool.copy_from(f0.offset(), bounce, 0, PAGE_SIZE),
                 "copying a page into a pool slot",
             );
         } else {
@@ -855,7 +854,7 @@ fn do_swap_page(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) 
         }
         let place = || {
             if pooled {
-                let src = m.pool.addr() + MmInner::frame_off(f0);
+                let src = m.pool.addr() + f0.offset();
                 retry_again(m, PAGE_SIZE, |_| {
                     m.uffd.move_pages(dst, src, PAGE_SIZE, false, true)
                 })
@@ -909,8 +908,8 @@ fn do_swap_page(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) 
 /// clean swap-cache page), else with zeros (what a discarded anonymous page reads as; the swap
 /// copy, now stale, is dropped). Counted as `pgunmap_zapped` and logged. False if the swap read
 /// failed (the caller retries).
-pub(crate) fn refill_lost_slot(m: &MmInner, f: u32) -> bool {
-    let p = &m.pages[f as usize];
+pub(crate) fn refill_lost_slot(m: &MmInner, f: Pfn) -> bool {
+    let p = &m.pages[f];
     m.vm.inc(Item::PgunmapZapped);
     if p.test(pg::SWAPCACHE) && !p.test(pg::DIRTY) {
         if let Some(sw) = &m.swap {
@@ -979,7 +978,7 @@ const FILE_FAULT_AROUND: u64 = 128;
 
 /// The page-cache page for file page `index` of a file region, read (with read-around) if
 /// absent, returned locked and up to date with a reference; None: retry the fault.
-fn filemap_fault(m: &MmInner, fm: &FileMap, index: u64) -> std::result::Result<u32, Fault> {
+fn filemap_fault(m: &MmInner, fm: &FileMap, index: u64) -> std::result::Result<Pfn, Fault> {
     let a = &fm.mapping;
     let f = match filemap::find_get_page(m, a, index) {
         Ok(Some(f)) => f,
@@ -998,7 +997,7 @@ fn filemap_fault(m: &MmInner, fm: &FileMap, index: u64) -> std::result::Result<u
         }
         Err(_) => return Err(Fault::Retry),
     };
-    let p = &m.pages[f as usize];
+    let p = &m.pages[f];
     if !p.trylock() {
         filemap::put_page(m, f);
         m.vm.inc(Item::FaultDeferred);
@@ -1055,7 +1054,7 @@ fn do_shared_fault(
     let index = fm.pgoff + idx;
     match r.pt.get(idx) {
         Pte::Frame(f) => {
-            let p = &m.pages[f as usize];
+            let p = &m.pages[f];
             if !p.trylock() {
                 m.vm.inc(Item::FaultDeferred);
                 return Some(Fault::Retry);
@@ -1126,7 +1125,7 @@ fn do_shared_fault(
         Ok(f) => f,
         Err(fault) => return Some(fault),
     };
-    let p = &m.pages[f as usize];
+    let p = &m.pages[f];
     // Mapped in another view: take it from there first (before our pte lock: lock order).
     if p.test(pg::MAPPED) {
         unmap_file_page(m, f);
@@ -1183,10 +1182,10 @@ fn map_file_page(
     r: &RegionInner,
     a: &Arc<filemap::AddressSpace>,
     idx: u64,
-    f: u32,
+    f: Pfn,
     dirty_it: bool,
 ) -> bool {
-    let p = &m.pages[f as usize];
+    let p = &m.pages[f];
     if dirty_it {
         filemap::set_page_dirty(m, a, f);
     }
@@ -1222,7 +1221,7 @@ fn map_around_one(m: &MmInner, r: &RegionInner, fm: &FileMap, j: u64, write: boo
     let Ok(Some(f)) = filemap::find_get_page(m, a, index) else {
         return false;
     };
-    let p = &m.pages[f as usize];
+    let p = &m.pages[f];
     let ok = p.trylock();
     if !ok {
         filemap::put_page(m, f);
@@ -1259,7 +1258,7 @@ fn do_cow_fault(m: &MmInner, r: &Arc<RegionInner>, fm: &FileMap, idx: u64) -> Op
         Ok(f) => f,
         Err(fault) => return Some(fault),
     };
-    let p = &m.pages[f as usize];
+    let p = &m.pages[f];
     let mut frames = Vec::with_capacity(1);
     if !vmscan::alloc_frames(m, 1, &mut frames) {
         p.unlock();
@@ -1294,7 +1293,7 @@ fn do_cow_fault(m: &MmInner, r: &Arc<RegionInner>, fm: &FileMap, idx: u64) -> Op
     mark_page_accessed(&m.lru, &m.pages, f, &m.vm);
     p.unlock();
     filemap::put_page(m, f);
-    m.pages[nf as usize].init(
+    m.pages[nf].init(
         r.id,
         idx,
         pg::UPTODATE | pg::DIRTY | pg::SWAPBACKED | pg::MAPPED,

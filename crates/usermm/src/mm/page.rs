@@ -86,8 +86,82 @@ pub struct Page {
     lru_next: AtomicU32,
 }
 
-pub const NO_FRAME: u32 = u32::MAX;
 const INDEX_BITS: u32 = 40;
+
+/// A page frame number: frame N of the pool and descriptor N in the [`MemMap`] (`pfn`).
+/// Frames and their descriptors are only ever named by a `Pfn`; its byte offset in the pool
+/// is [`Pfn::offset`] (`pfn << PAGE_SHIFT`).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default)]
+#[repr(transparent)]
+pub struct Pfn(u32);
+
+impl Pfn {
+    /// No frame: the end of an LRU list, a page-table slot without a frame.
+    pub const NONE: Pfn = Pfn(u32::MAX);
+
+    pub const fn new(n: u32) -> Pfn {
+        Pfn(n)
+    }
+    /// The frame number.
+    #[inline]
+    pub const fn raw(self) -> u32 {
+        self.0
+    }
+    /// The frame number as an index (into the mem_map, a bitmap).
+    #[inline]
+    pub const fn idx(self) -> usize {
+        self.0 as usize
+    }
+    /// The frame's byte offset in the pool.
+    #[cfg(not(loom))]
+    #[inline]
+    pub const fn offset(self) -> usize {
+        self.0 as usize * crate::sys::PAGE_SIZE
+    }
+    /// The next frame: runs of consecutive frames are moved in one call.
+    #[inline]
+    pub const fn next(self) -> Pfn {
+        Pfn(self.0 + 1)
+    }
+    pub const fn is_none(self) -> bool {
+        self.0 == u32::MAX
+    }
+}
+
+impl std::fmt::Display for Pfn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// The array of page descriptors, one per frame (`mem_map`), indexed by [`Pfn`]
+/// (`pfn_to_page`).
+#[derive(Debug)]
+pub struct MemMap(Box<[Page]>);
+
+impl MemMap {
+    pub fn new(nr: u32) -> MemMap {
+        MemMap((0..nr).map(|_| Page::default()).collect())
+    }
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    /// Every frame with its descriptor (`for_each_valid_pfn`).
+    pub fn iter(&self) -> impl Iterator<Item = (Pfn, &Page)> {
+        self.0.iter().enumerate().map(|(i, p)| (Pfn(i.u32()), p))
+    }
+}
+
+impl std::ops::Index<Pfn> for MemMap {
+    type Output = Page;
+    #[inline]
+    fn index(&self, f: Pfn) -> &Page {
+        &self.0[f.idx()]
+    }
+}
 
 impl Page {
     #[inline]
@@ -181,17 +255,17 @@ impl Page {
         self.refcount.store(n, Ordering::Release);
     }
     /// The LRU neighbours (`page->lru`), owned by lru.rs under the lruvec lock.
-    pub(super) fn lru_links(&self) -> (u32, u32) {
+    pub(super) fn lru_links(&self) -> (Pfn, Pfn) {
         (
-            self.lru_prev.load(Ordering::Relaxed),
-            self.lru_next.load(Ordering::Relaxed),
+            Pfn(self.lru_prev.load(Ordering::Relaxed)),
+            Pfn(self.lru_next.load(Ordering::Relaxed)),
         )
     }
-    pub(super) fn set_lru_prev(&self, f: u32) {
-        self.lru_prev.store(f, Ordering::Relaxed);
+    pub(super) fn set_lru_prev(&self, f: Pfn) {
+        self.lru_prev.store(f.0, Ordering::Relaxed);
     }
-    pub(super) fn set_lru_next(&self, f: u32) {
-        self.lru_next.store(f, Ordering::Relaxed);
+    pub(super) fn set_lru_next(&self, f: Pfn) {
+        self.lru_next.store(f.0, Ordering::Relaxed);
     }
     /// Resets a freshly allocated descriptor with the given flags.
     pub fn init(&self, region: u32, index: u64, flags: u32) {
@@ -254,7 +328,7 @@ impl FrameAlloc {
     }
 
     /// Appends up to `n` free frames (ascending from the cursor) to `out`; returns how many.
-    pub fn alloc(&self, n: usize, out: &mut Vec<u32>) -> usize {
+    pub fn alloc(&self, n: usize, out: &mut Vec<Pfn>) -> usize {
         if n == 0 || self.nr_free() == 0 {
             return 0;
         }
@@ -268,7 +342,7 @@ impl FrameAlloc {
             while word != 0 && got < n {
                 let bit = word.trailing_zeros() as usize;
                 word &= word - 1;
-                out.push((w * 64 + bit).u32());
+                out.push(Pfn((w * 64 + bit).u32()));
                 got += 1;
             }
             b.words[w] = word;
@@ -284,19 +358,19 @@ impl FrameAlloc {
     }
 
     /// Whether frame `f` is free.
-    pub fn is_free(&self, f: u32) -> bool {
+    pub fn is_free(&self, f: Pfn) -> bool {
         let b = self.inner.lock();
-        b.words[f as usize / 64] & (1 << (f % 64)) != 0
+        b.words[f.idx() / 64] & (1 << (f.0 % 64)) != 0
     }
 
     /// Returns frames to the free pool.
-    pub fn free(&self, frames: &[u32]) {
+    pub fn free(&self, frames: &[Pfn]) {
         if frames.is_empty() {
             return;
         }
         let mut b = self.inner.lock();
         for &f in frames {
-            let (w, bit) = (f as usize / 64, f % 64);
+            let (w, bit) = (f.idx() / 64, f.0 % 64);
             debug_assert!(b.words[w] & (1 << bit) == 0, "double free of frame {f}");
             b.words[w] |= 1 << bit;
         }
@@ -321,7 +395,7 @@ mod tests {
         let a = FrameAlloc::new(130);
         let mut v = vec![];
         assert_eq!(a.alloc(100, &mut v), 100);
-        assert_eq!(v, (0..100).collect::<Vec<_>>());
+        assert_eq!(v, (0..100).map(Pfn).collect::<Vec<_>>());
         assert_eq!(a.nr_free(), 30);
         let mut w = vec![];
         assert_eq!(a.alloc(100, &mut w), 30);
@@ -329,7 +403,7 @@ mod tests {
         a.free(&v[10..42]);
         let mut x = vec![];
         assert_eq!(a.alloc(32, &mut x), 32);
-        assert_eq!(x, (10..42).collect::<Vec<_>>());
+        assert_eq!(x, (10..42).map(Pfn).collect::<Vec<_>>());
     }
 
     #[test]

@@ -7,6 +7,7 @@
 
 use std::sync::OnceLock;
 
+use super::page::Pfn;
 use crate::conv::Narrow;
 use crate::sync::{backoff, AtomicU64, Ordering};
 
@@ -32,7 +33,7 @@ pub enum Pte {
     /// The shared zero page is mapped read-only and write-protected.
     Zero,
     /// Resident in frame N (mapped in the view, or parked in the frame pool).
-    Frame(u32),
+    Frame(Pfn),
     /// On the swap device at slot N.
     Swap(u64),
     /// Contents lost (swap full under overcommit, or a swap read error): accesses raise SIGBUS.
@@ -46,7 +47,7 @@ impl Pte {
         match self {
             Pte::None => 0,
             Pte::Zero => T_ZERO << TYPE_SHIFT,
-            Pte::Frame(f) => (T_FRAME << TYPE_SHIFT) | f as u64,
+            Pte::Frame(f) => (T_FRAME << TYPE_SHIFT) | u64::from(f.raw()),
             Pte::Swap(s) => (T_SWAP << TYPE_SHIFT) | (s & VAL_MASK),
             Pte::Poison => T_POISON << TYPE_SHIFT,
             Pte::HugeZero => T_HUGEZERO << TYPE_SHIFT,
@@ -57,7 +58,7 @@ impl Pte {
         match (v & TYPE_MASK) >> TYPE_SHIFT {
             T_NONE => Pte::None,
             T_ZERO => Pte::Zero,
-            T_FRAME => Pte::Frame(val.u32()),
+            T_FRAME => Pte::Frame(Pfn::new(val.u32())),
             T_SWAP => Pte::Swap(val),
             T_HUGEZERO => Pte::HugeZero,
             _ => Pte::Poison,
@@ -222,8 +223,8 @@ mod tests {
         for p in [
             Pte::None,
             Pte::Zero,
-            Pte::Frame(7),
-            Pte::Frame(u32::MAX),
+            Pte::Frame(Pfn::new(7)),
+            Pte::Frame(Pfn::NONE),
             Pte::Swap(1 << 40),
             Pte::Poison,
         ] {

@@ -16,7 +16,7 @@ use std::ops::Range;
 use crate::sys::{Advice, Mapping, PAGE_SIZE};
 use crate::vmstat::Item;
 
-use super::page::pg;
+use super::page::{pg, Pfn};
 use super::MmInner;
 
 /// The runs of `v`: maximal index ranges whose neighbours satisfy `next(prev, cur)` (consecutive
@@ -50,14 +50,14 @@ pub(crate) fn runs_max<'a, T: Copy>(
 
 /// Returns frames to the allocator. `zap`: drop the pages their pool slots hold first;
 /// otherwise each frame's PG_pooled says whether its slot still holds a page.
-pub fn free_frames(m: &MmInner, frames: &[u32], zap: bool) {
+pub fn free_frames(m: &MmInner, frames: &[Pfn], zap: bool) {
     if frames.is_empty() {
         return;
     }
     if zap {
         zap_pool(m, frames);
         for &f in frames {
-            m.pages[f as usize].reset_flags(0);
+            m.pages[f].reset_flags(0);
         }
     }
     m.frames.free(frames);
@@ -67,9 +67,9 @@ pub fn free_frames(m: &MmInner, frames: &[u32], zap: bool) {
 /// Frees frames whose pool slots hold reclaimed pages, keeping those pages for reuse: the next
 /// allocation zeroes or fills them in user space and moves them, which is cheaper than the
 /// kernel's allocate-zero-copy of UFFDIO_COPY and than MADV_DONTNEED now.
-pub fn recycle_frames(m: &MmInner, frames: &[u32]) {
+pub fn recycle_frames(m: &MmInner, frames: &[Pfn]) {
     for &f in frames {
-        m.pages[f as usize].reset_flags(pg::POOLED);
+        m.pages[f].reset_flags(pg::POOLED);
     }
     m.frames.free(frames);
     m.vm.add(Item::Pgfree, frames.len() as u64);
@@ -79,12 +79,12 @@ pub fn recycle_frames(m: &MmInner, frames: &[u32]) {
 /// empty slot would fault into the handlers (the pool is registered) and, from a handler
 /// thread, never be served; a lost slot is counted (`pool_slot_lost`) and the frame treated as
 /// not pooled.
-pub fn pooled_and_present(m: &MmInner, f: u32) -> bool {
-    let p = &m.pages[f as usize];
+pub fn pooled_and_present(m: &MmInner, f: Pfn) -> bool {
+    let p = &m.pages[f];
     if !p.test(pg::POOLED) {
         return false;
     }
-    match m.pool.resident(MmInner::frame_off(f), PAGE_SIZE) {
+    match m.pool.resident(f.offset(), PAGE_SIZE) {
         Ok(v) if v[0] => true,
         _ => {
             m.vm.inc(Item::PoolSlotLost);
@@ -96,23 +96,21 @@ pub fn pooled_and_present(m: &MmInner, f: u32) -> bool {
 }
 
 /// Whether frame `f`'s pool slot holds a page (mincore), whatever its flags say.
-pub fn slot_present(m: &MmInner, f: u32) -> bool {
-    m.pool
-        .resident(MmInner::frame_off(f), PAGE_SIZE)
-        .is_ok_and(|v| v[0])
+pub fn slot_present(m: &MmInner, f: Pfn) -> bool {
+    m.pool.resident(f.offset(), PAGE_SIZE).is_ok_and(|v| v[0])
 }
 
 /// [`pooled_and_present`] for a batch, with one mincore per run of consecutive frames.
-pub fn pooled_batch(m: &MmInner, frames: &[u32]) -> Vec<bool> {
+pub fn pooled_batch(m: &MmInner, frames: &[Pfn]) -> Vec<bool> {
     let mut out = vec![false; frames.len()];
-    for run in runs(frames, |a, b| b == a + 1) {
+    for run in runs(frames, |a, b| b == a.next()) {
         let (k, e) = (run.start, run.end);
         let res = m
             .pool
-            .resident(MmInner::frame_off(frames[k]), (e - k) * PAGE_SIZE)
+            .resident(frames[k].offset(), (e - k) * PAGE_SIZE)
             .unwrap_or_else(|_| vec![false; e - k]);
         for j in k..e {
-            let p = &m.pages[frames[j] as usize];
+            let p = &m.pages[frames[j]];
             if p.test(pg::POOLED) {
                 if res[j - k] {
                     out[j] = true;
@@ -131,26 +129,25 @@ pub fn pooled_batch(m: &MmInner, frames: &[u32]) -> Vec<bool> {
 }
 
 /// Empties the pool slot of a freshly allocated frame that will not use the page parked there.
-pub fn empty_slot(m: &MmInner, f: u32) {
-    if m.pages[f as usize].test_clear(pg::POOLED) {
+pub fn empty_slot(m: &MmInner, f: Pfn) {
+    if m.pages[f].test_clear(pg::POOLED) {
         super::memory::warn_on(
             m,
-            m.pool
-                .advise(MmInner::frame_off(f), PAGE_SIZE, Advice::DontNeed),
+            m.pool.advise(f.offset(), PAGE_SIZE, Advice::DontNeed),
             "MADV_DONTNEED of pool slots",
         );
     }
 }
 
 /// MADV_DONTNEED over the pool slots of `frames`, one call per run of consecutive frames.
-fn zap_pool(m: &MmInner, frames: &[u32]) {
+fn zap_pool(m: &MmInner, frames: &[Pfn]) {
     let mut sorted = frames.to_vec();
     sorted.sort_unstable();
-    for run in runs(&sorted, |a, b| b == a + 1) {
+    for run in runs(&sorted, |a, b| b == a.next()) {
         super::memory::warn_on(
             m,
             m.pool.advise(
-                MmInner::frame_off(sorted[run.start]),
+                sorted[run.start].offset(),
                 run.len() * PAGE_SIZE,
                 Advice::DontNeed,
             ),
@@ -161,13 +158,11 @@ fn zap_pool(m: &MmInner, frames: &[u32]) {
 
 /// Puts the page at `off` of `bounce` into frame `f`'s pool slot: a plain copy into a recycled
 /// page, or UFFDIO_COPY into an empty slot.
-pub(crate) fn fill_slot(m: &MmInner, f: u32, bounce: &Mapping, off: usize) -> bool {
-    if pooled_and_present(m, f) && m.pages[f as usize].test_clear(pg::POOLED) {
-        m.pool
-            .copy_from(MmInner::frame_off(f), bounce, off, PAGE_SIZE)
-            .is_ok()
+pub(crate) fn fill_slot(m: &MmInner, f: Pfn, bounce: &Mapping, off: usize) -> bool {
+    if pooled_and_present(m, f) && m.pages[f].test_clear(pg::POOLED) {
+        m.pool.copy_from(f.offset(), bounce, off, PAGE_SIZE).is_ok()
     } else {
-        let dst = m.pool.addr() + MmInner::frame_off(f);
+        let dst = m.pool.addr() + f.offset();
         m.uffd
             .copy(dst, bounce.addr() + off, PAGE_SIZE, false, true)
             .is_ok()
@@ -195,12 +190,12 @@ pub(crate) fn with_bounce<R>(pages: usize, f: impl FnOnce(&Mapping) -> R) -> R {
 
 /// Makes frame `f`'s pool slot hold a page (the recycled one, or a fresh zeroed one), so its
 /// bytes can be accessed. A recycled page keeps stale bytes: the caller overwrites them.
-pub(crate) fn ensure_slot(m: &MmInner, f: u32) -> bool {
-    let p = &m.pages[f as usize];
+pub(crate) fn ensure_slot(m: &MmInner, f: Pfn) -> bool {
+    let p = &m.pages[f];
     if pooled_and_present(m, f) && p.test_clear(pg::POOLED) {
         return true;
     }
-    let dst = m.pool.addr() + MmInner::frame_off(f);
+    let dst = m.pool.addr() + f.offset();
     match m.uffd.copy(dst, m.zero_src.addr(), PAGE_SIZE, false, true) {
         Ok(_) => true,
         Err(e) if e.is_exists() => true,

@@ -346,7 +346,7 @@ pub(crate) fn release_range(m: &MmInner, r: &RegionInner, from: u64, to: u64, co
                 let frame = match pte {
                     Pte::Frame(f) => {
                         // Page lock before pte lock, as everywhere.
-                        m.pages[f as usize].lock();
+                        m.pages[f].lock();
                         Some(f)
                     }
                     _ => None,
@@ -361,7 +361,7 @@ pub(crate) fn release_range(m: &MmInner, r: &RegionInner, from: u64, to: u64, co
                     // A fault or reclaim changed the entry meanwhile: take the locks again.
                     drop(g);
                     if let Some(f) = frame {
-                        m.pages[f as usize].unlock();
+                        m.pages[f].unlock();
                     }
                     continue;
                 }
@@ -390,9 +390,9 @@ pub(crate) fn release_range(m: &MmInner, r: &RegionInner, from: u64, to: u64, co
                             sw.free_slot(s, &m.vm);
                         }
                     }
-                    Pte::Frame(f) if m.pages[f as usize].test(pg::PAGECACHE) => {
+                    Pte::Frame(f) if m.pages[f].test(pg::PAGECACHE) => {
                         // A shared file page: back to the page cache, not freed.
-                        let p = &m.pages[f as usize];
+                        let p = &m.pages[f];
                         if p.test(pg::MAPPED) {
                             super::rmap::unmap_file_page_at(m, r, i, f);
                         }
@@ -402,7 +402,7 @@ pub(crate) fn release_range(m: &MmInner, r: &RegionInner, from: u64, to: u64, co
                         break;
                     }
                     Pte::Frame(f) => {
-                        let p = &m.pages[f as usize];
+                        let p = &m.pages[f];
                         m.lru.del(&m.pages, f, &m.vm);
                         if p.test(pg::SWAPCACHE) {
                             if let Some(sw) = &m.swap {
@@ -414,9 +414,7 @@ pub(crate) fn release_range(m: &MmInner, r: &RegionInner, from: u64, to: u64, co
                             zap_from = zap_from.min(i);
                             zap_to = zap_to.max(i + 1);
                         } else {
-                            let _ =
-                                m.pool
-                                    .advise(MmInner::frame_off(f), PAGE_SIZE, Advice::DontNeed);
+                            let _ = m.pool.advise(f.offset(), PAGE_SIZE, Advice::DontNeed);
                         }
                         m.vm.sub(Item::NrAnonPages, 1);
                         p.reset_flags(0);

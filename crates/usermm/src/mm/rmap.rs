@@ -10,7 +10,7 @@ use crate::sys::{Advice, PAGE_SIZE};
 use crate::vmstat::Item;
 
 use super::memory;
-use super::page::pg;
+use super::page::{pg, Pfn};
 use super::pgtable::Pte;
 use super::pool;
 use super::region::RegionInner;
@@ -23,14 +23,14 @@ fn region_of(m: &MmInner, id: u32) -> Option<std::sync::Arc<RegionInner>> {
 
 /// Unmaps locked, mapped pages into their pool slots ("clears the young bit"): one UFFDIO_MOVE
 /// per run of pages consecutive both in the view and in the pool.
-pub fn try_to_unmap(m: &MmInner, frames: &[u32]) {
+pub fn try_to_unmap(m: &MmInner, frames: &[Pfn]) {
     if frames.is_empty() {
         return;
     }
-    let mut v: Vec<(u32, u64, u32)> = frames
+    let mut v: Vec<(u32, u64, Pfn)> = frames
         .iter()
         .map(|&f| {
-            let p = &m.pages[f as usize];
+            let p = &m.pages[f];
             let (rid, idx) = if p.test(pg::PAGECACHE) {
                 // Where a mapped page-cache page is mapped.
                 p.mapped_at()
@@ -41,7 +41,7 @@ pub fn try_to_unmap(m: &MmInner, frames: &[u32]) {
         })
         .collect();
     v.sort_unstable();
-    for run in pool::runs(&v, |a, b| b.0 == a.0 && b.1 == a.1 + 1 && b.2 == a.2 + 1) {
+    for run in pool::runs(&v, |a, b| b.0 == a.0 && b.1 == a.1 + 1 && b.2 == a.2.next()) {
         let (k, e) = (run.start, run.end);
         let (rid, idx0, f0) = v[k];
         let Some(r) = region_of(m, rid).filter(|r| v[e - 1].1 < r.npages()) else {
@@ -49,7 +49,7 @@ pub fn try_to_unmap(m: &MmInner, frames: &[u32]) {
         };
         let n = e - k;
         let src = r.page_addr(idx0);
-        let dst = m.pool.addr() + MmInner::frame_off(f0);
+        let dst = m.pool.addr() + f0.offset();
         // A partial move reports every page it moved (sys::uffd resumes the kernel's partial
         // results): those are unmapped; the rest go one by one.
         let moved = match m.uffd.move_pages(dst, src, n * PAGE_SIZE, false, true) {
@@ -69,9 +69,9 @@ pub fn try_to_unmap(m: &MmInner, frames: &[u32]) {
 
 /// `try_to_unmap_one`: unmaps one locked, mapped page into its pool slot (the fallback of
 /// [`try_to_unmap`] for the pages of a run that did not move with it).
-fn try_to_unmap_one(m: &MmInner, r: &RegionInner, idx: u64, f: u32) {
+fn try_to_unmap_one(m: &MmInner, r: &RegionInner, idx: u64, f: Pfn) {
     let src = r.page_addr(idx);
-    let dst = m.pool.addr() + MmInner::frame_off(f);
+    let dst = m.pool.addr() + f.offset();
     let mut res = memory::retry_again(m, PAGE_SIZE, |_| {
         m.uffd.move_pages(dst, src, PAGE_SIZE, false, true)
     });
@@ -82,8 +82,7 @@ fn try_to_unmap_one(m: &MmInner, r: &RegionInner, idx: u64, f: u32) {
         log::warn!("frame {f}: pool slot occupied while its page is mapped; slot dropped");
         memory::warn_on(
             m,
-            m.pool
-                .advise(MmInner::frame_off(f), PAGE_SIZE, Advice::DontNeed),
+            m.pool.advise(f.offset(), PAGE_SIZE, Advice::DontNeed),
             "MADV_DONTNEED of pool slots",
         );
         res = memory::retry_again(m, PAGE_SIZE, |_| {
@@ -98,7 +97,7 @@ fn try_to_unmap_one(m: &MmInner, r: &RegionInner, idx: u64, f: u32) {
         Err(e) if e.errno == libc::ENOENT => {
             // Nothing mapped there: the program discarded the page (MADV_DONTNEED) behind our
             // back. Its slot gets its swap copy or zeros, and it is parked like any other.
-            if m.pages[f as usize].test(pg::PAGECACHE) {
+            if m.pages[f].test(pg::PAGECACHE) {
                 log::error!("file page in frame {f} lost from its mapping at {src:#x}");
             }
             if memory::refill_lost_slot(m, f) {
@@ -112,8 +111,8 @@ fn try_to_unmap_one(m: &MmInner, r: &RegionInner, idx: u64, f: u32) {
 
 /// A page-cache page unmapped from a shared file region leaves no entry behind: the region's
 /// next access looks the page up in the cache again.
-fn clear_file_pte(m: &MmInner, r: &RegionInner, idx: u64, f: u32) {
-    if m.pages[f as usize].test(pg::PAGECACHE) {
+fn clear_file_pte(m: &MmInner, r: &RegionInner, idx: u64, f: Pfn) {
+    if m.pages[f].test(pg::PAGECACHE) {
         let mut g = r.pt.lock(idx);
         if g.get() == Pte::Frame(f) {
             g.set(Pte::None);
@@ -121,8 +120,8 @@ fn clear_file_pte(m: &MmInner, r: &RegionInner, idx: u64, f: u32) {
     }
 }
 
-fn mark_unmapped(m: &MmInner, f: u32) {
-    let p = &m.pages[f as usize];
+fn mark_unmapped(m: &MmInner, f: Pfn) {
+    let p = &m.pages[f];
     p.clear(pg::MAPPED | pg::WP);
     m.vm.sub(Item::NrMapped, 1);
     m.vm.inc(Item::PgUnmapRef);
@@ -130,9 +129,9 @@ fn mark_unmapped(m: &MmInner, f: u32) {
 
 /// Moves locked, mapped page-cache page `f` from page `idx` of `r`'s view back into its pool
 /// slot (the pte lock of `idx` is held by the caller or not needed).
-pub(crate) fn unmap_file_page_at(m: &MmInner, r: &RegionInner, idx: u64, f: u32) {
-    let p = &m.pages[f as usize];
-    let dst = m.pool.addr() + MmInner::frame_off(f);
+pub(crate) fn unmap_file_page_at(m: &MmInner, r: &RegionInner, idx: u64, f: Pfn) {
+    let p = &m.pages[f];
+    let dst = m.pool.addr() + f.offset();
     match m
         .uffd
         .move_pages(dst, r.page_addr(idx), PAGE_SIZE, false, true)
@@ -143,12 +142,8 @@ pub(crate) fn unmap_file_page_at(m: &MmInner, r: &RegionInner, idx: u64, f: u32)
             // view copy is the current one if dirty; copy it over.
             memory::warn_on(
                 m,
-                m.pool.copy_from(
-                    MmInner::frame_off(f),
-                    &r.view,
-                    idx.usize() * PAGE_SIZE,
-                    PAGE_SIZE,
-                ),
+                m.pool
+                    .copy_from(f.offset(), &r.view, idx.usize() * PAGE_SIZE, PAGE_SIZE),
                 "copying a page into a pool slot",
             );
             memory::warn_on(
@@ -166,8 +161,8 @@ pub(crate) fn unmap_file_page_at(m: &MmInner, r: &RegionInner, idx: u64, f: u32)
 
 /// Unmaps locked page-cache page `f` from the shared region that maps it (taking that region's
 /// pte lock) and clears the entry, so the next access there faults.
-pub(crate) fn unmap_file_page(m: &MmInner, f: u32) {
-    let p = &m.pages[f as usize];
+pub(crate) fn unmap_file_page(m: &MmInner, f: Pfn) {
+    let p = &m.pages[f];
     if !p.test(pg::MAPPED) {
         return;
     }

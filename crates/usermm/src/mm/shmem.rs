@@ -9,7 +9,7 @@ use crate::sync::Ordering;
 use crate::vmstat::Item;
 
 use super::filemap::*;
-use super::page::pg;
+use super::page::{pg, Pfn};
 use super::{pool, vmscan, MmInner};
 
 /// Swaps an in-memory file's page back in (`shmem_swapin`): a new frame at `index` replacing
@@ -50,7 +50,7 @@ pub(crate) fn shmem_swapin(
             ));
         }
     }
-    let p = &m.pages[f as usize];
+    let p = &m.pages[f];
     p.init(
         mapping.id,
         index,
@@ -65,7 +65,7 @@ pub(crate) fn shmem_swapin(
             pool::recycle_frames(m, &[f]);
             return Ok(());
         }
-        t.insert(index, f as u64);
+        t.insert(index, Entry::Page(f).encode());
     }
     sw.free_slot(slot, &m.vm);
     m.vm.sub(Item::NrShmemSwapped, 1);
@@ -83,14 +83,14 @@ pub(crate) fn shmem_swapin(
 pub(crate) fn shmem_replace_with_swap(
     m: &MmInner,
     mapping: &AddressSpace,
-    f: u32,
+    f: Pfn,
     index: u64,
     slot: u64,
 ) -> bool {
-    let p = &m.pages[f as usize];
+    let p = &m.pages[f];
     {
         let mut t = mapping.lock_tree(&m.vm, LockSite::DeleteFromPageCache);
-        if t.get(index) != Some(f as u64) || p.page_count() != 1 {
+        if t.get(index) != Some(Entry::Page(f).encode()) || p.page_count() != 1 {
             return false;
         }
         t.insert(index, Entry::Swap(slot).encode());

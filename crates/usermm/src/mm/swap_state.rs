@@ -17,7 +17,7 @@ use crate::sys::{Mapping, PAGE_SIZE};
 use crate::vmstat::{Counters, Item};
 
 use super::filemap::{as_flags, AddressSpace, Host};
-use super::page::pg;
+use super::page::{pg, Pfn};
 use super::pgtable::{Pte, PteGuard};
 use super::pool;
 use super::region::RegionInner;
@@ -85,7 +85,7 @@ impl SwapState {
     }
 
     /// Adds a page to the swap cache under `slot` (`__add_to_swap_cache`).
-    pub fn add_to_cache(&self, slot: u64, frame: u32, vm: &Counters) {
+    pub fn add_to_cache(&self, slot: u64, frame: Pfn, vm: &Counters) {
         self.space(slot).add_swap_entry(vm, slot, frame);
         vm.inc(Item::NrSwapcache);
     }
@@ -168,21 +168,21 @@ pub(crate) fn park_readahead(
     r: &RegionInner,
     idx: u64,
     slots: &[u64],
-    frames: &[u32],
+    frames: &[Pfn],
     ok: &[bool],
     rest: &mut [PteGuard<'_>],
     bounce: &Mapping,
-) -> (Vec<u32>, Vec<u32>) {
+) -> (Vec<Pfn>, Vec<Pfn>) {
     let n = slots.len();
     let mut used = Vec::with_capacity(n);
-    let mut unused: Vec<u32> = frames[n..].to_vec();
+    let mut unused: Vec<Pfn> = frames[n..].to_vec();
     for k in 1..n {
         let f = frames[k];
         if !ok[k] || !pool::fill_slot(m, f, bounce, k * PAGE_SIZE) {
             unused.push(f);
             continue;
         }
-        let p = &m.pages[f as usize];
+        let p = &m.pages[f];
         p.init(
             r.id,
             idx + k as u64,
@@ -236,7 +236,7 @@ mod tests {
         let vm = Counters::default();
         let s = SwapState::new(dev.clone(), false);
         assert!(!s.space(0).use_writeback_tags());
-        s.add_to_cache(5, 9, &vm);
+        s.add_to_cache(5, Pfn::new(9), &vm);
         assert_eq!(s.cache_len(), 1);
         assert_eq!(vm.get(Item::NrSwapcache), 1);
         s.delete_from_cache(5, &vm);

@@ -17,7 +17,7 @@ use crate::vmstat::Item;
 
 use super::filemap;
 use super::lru::Lru;
-use super::page::{pg, Page};
+use super::page::{pg, Page, Pfn};
 use super::pgtable::Pte;
 use super::pool;
 use super::region::RegionInner;
@@ -75,7 +75,7 @@ pub fn wake_kswapd(m: &MmInner) {
 
 /// Allocates up to `want` frames into `out` (at least one), reclaiming directly when free frames
 /// are below the min watermark. Returns false when nothing can be freed (out of memory).
-pub fn alloc_frames(m: &MmInner, want: usize, out: &mut Vec<u32>) -> bool {
+pub fn alloc_frames(m: &MmInner, want: usize, out: &mut Vec<Pfn>) -> bool {
     let want = want.max(1);
     let start = Instant::now();
     let mut stalled = false;
@@ -367,14 +367,14 @@ pub fn shrink_active_list(m: &MmInner, lru: Lru, nr: usize, sc: &mut ScanControl
         .isolate(&m.pages, lru, nr, nr * 4, &mut isolated, &m.vm);
     sc.nr_scanned += scanned;
     m.vm.add(Item::PgrefillActive, scanned as u64);
-    let mapped: Vec<u32> = isolated
+    let mapped: Vec<Pfn> = isolated
         .iter()
         .copied()
-        .filter(|&f| m.pages[f as usize].test(pg::MAPPED))
+        .filter(|&f| m.pages[f].test(pg::MAPPED))
         .collect();
     rmap::try_to_unmap(m, &mapped);
     for &f in &isolated {
-        m.pages[f as usize].clear(pg::ACTIVE);
+        m.pages[f].clear(pg::ACTIVE);
     }
     m.vm.add(Item::Pgdeactivate, isolated.len() as u64);
     m.lru.putback(&m.pages, &isolated, &m.vm);
@@ -413,9 +413,9 @@ pub fn shrink_inactive_list(m: &MmInner, lru: Lru, nr: usize, sc: &mut ScanContr
         return 0;
     }
     let nr_taken = isolated.len();
-    let (cache, anon): (Vec<u32>, Vec<u32>) = isolated
+    let (cache, anon): (Vec<Pfn>, Vec<Pfn>) = isolated
         .into_iter()
-        .partition(|&f| m.pages[f as usize].test(pg::PAGECACHE));
+        .partition(|&f| m.pages[f].test(pg::PAGECACHE));
     let mut reclaimed = 0;
     let mut unqueued_dirty = 0;
     if !anon.is_empty() {
@@ -492,14 +492,14 @@ pub fn page_check_references(p: &Page) -> PageRef {
 /// reference is seen. False for a page to reclaim.
 fn keep_referenced(
     m: &MmInner,
-    f: u32,
+    f: Pfn,
     r: PageRef,
-    to_unmap: &mut Vec<u32>,
-    keep: &mut Vec<u32>,
+    to_unmap: &mut Vec<Pfn>,
+    keep: &mut Vec<Pfn>,
 ) -> bool {
     match r {
         PageRef::Activate => {
-            m.pages[f as usize].set(pg::ACTIVE);
+            m.pages[f].set(pg::ACTIVE);
             m.vm.inc(Item::Pgactivate);
         }
         PageRef::Keep => {}
@@ -517,7 +517,7 @@ fn region_of(m: &MmInner, id: u32) -> Option<std::sync::Arc<RegionInner>> {
 /// `shrink_page_list`: decides each isolated (locked) page's fate, unmaps, adds to swap, writes
 /// dirty pages in batches of consecutive slots, and frees clean pages (`__remove_mapping`).
 /// Returns pages freed.
-pub fn shrink_page_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -> usize {
+pub fn shrink_page_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -> usize {
     let Some(sw) = &m.swap else {
         m.lru.putback(&m.pages, &isolated, &m.vm);
         return 0;
@@ -526,7 +526,7 @@ pub fn shrink_page_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -
     let mut reclaim = Vec::new();
     let mut to_unmap = Vec::new();
     for f in isolated {
-        let r = page_check_references(&m.pages[f as usize]);
+        let r = page_check_references(&m.pages[f]);
         if !keep_referenced(m, f, r, &mut to_unmap, &mut keep) {
             reclaim.push(f);
         }
@@ -556,19 +556,19 @@ pub fn shrink_page_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -
 fn add_to_swap(
     m: &MmInner,
     sw: &SwapState,
-    mut reclaim: Vec<u32>,
-    keep: &mut Vec<u32>,
-) -> Vec<u32> {
-    reclaim.sort_unstable_by_key(|&f| m.pages[f as usize].owner());
-    let need: Vec<u32> = reclaim
+    mut reclaim: Vec<Pfn>,
+    keep: &mut Vec<Pfn>,
+) -> Vec<Pfn> {
+    reclaim.sort_unstable_by_key(|&f| m.pages[f].owner());
+    let need: Vec<Pfn> = reclaim
         .iter()
         .copied()
-        .filter(|&f| !m.pages[f as usize].test(pg::SWAPCACHE))
+        .filter(|&f| !m.pages[f].test(pg::SWAPCACHE))
         .collect();
     let mut slots = Vec::with_capacity(need.len());
     sw.slots.alloc(need.len(), &mut slots);
     for (k, &f) in need.iter().enumerate() {
-        let p = &m.pages[f as usize];
+        let p = &m.pages[f];
         if let Some(&s) = slots.get(k) {
             p.set_swap_entry(s);
             p.set(pg::SWAPCACHE | pg::DIRTY);
@@ -577,7 +577,7 @@ fn add_to_swap(
     }
     let mut ready = Vec::with_capacity(reclaim.len());
     for f in reclaim {
-        let p = &m.pages[f as usize];
+        let p = &m.pages[f];
         if p.test(pg::SWAPCACHE) {
             ready.push(f);
         } else {
@@ -592,21 +592,21 @@ fn add_to_swap(
 /// `pageout` (`swap_writepage`) of the dirty swap-cache pages among `ready`: one device write
 /// per run of consecutive slots, under writeback state. A failed write leaves its pages
 /// resident, dirty, PG_error and active, their slots freed; they are returned.
-fn pageout(m: &MmInner, sw: &SwapState, ready: &[u32]) -> Vec<u32> {
-    let mut dirty: Vec<(u64, u32)> = ready
+fn pageout(m: &MmInner, sw: &SwapState, ready: &[Pfn]) -> Vec<Pfn> {
+    let mut dirty: Vec<(u64, Pfn)> = ready
         .iter()
-        .filter(|&&f| m.pages[f as usize].test(pg::DIRTY))
-        .map(|&f| (m.pages[f as usize].swap_entry(), f))
+        .filter(|&&f| m.pages[f].test(pg::DIRTY))
+        .map(|&f| (m.pages[f].swap_entry(), f))
         .collect();
     dirty.sort_unstable();
     let mut failed = Vec::new();
     for run in pool::runs(&dirty, |a, b| b.0 == a.0 + 1) {
         let run = &dirty[run];
-        let offs: Vec<usize> = run.iter().map(|&(_, f)| MmInner::frame_off(f)).collect();
+        let offs: Vec<usize> = run.iter().map(|&(_, f)| f.offset()).collect();
         // Writeback state through the swap cache's mapping, which with the new behaviour of
         // seed 000 keeps no tags (no tree lock taken here).
         for &(slot, f) in run {
-            m.pages[f as usize].clear(pg::DIRTY);
+            m.pages[f].clear(pg::DIRTY);
             filemap::set_page_writeback(m, sw.space(slot), f, slot);
         }
         let res = sw.dev.write_pages(run[0].0, &m.pool, &offs);
@@ -626,7 +626,7 @@ fn pageout(m: &MmInner, sw: &SwapState, ready: &[u32]) -> Vec<u32> {
                 );
                 m.vm.inc(Item::SwapWriteError);
                 for &(s, f) in run {
-                    let p = &m.pages[f as usize];
+                    let p = &m.pages[f];
                     p.set(pg::ERROR | pg::DIRTY);
                     p.clear(pg::SWAPCACHE);
                     sw.free_slot(s, &m.vm);
@@ -645,14 +645,14 @@ fn pageout(m: &MmInner, sw: &SwapState, ready: &[u32]) -> Vec<u32> {
 fn __remove_mapping(
     m: &MmInner,
     sw: &SwapState,
-    ready: Vec<u32>,
-    failed: &[u32],
-    keep: &mut Vec<u32>,
-) -> Vec<u32> {
+    ready: Vec<Pfn>,
+    failed: &[Pfn],
+    keep: &mut Vec<Pfn>,
+) -> Vec<Pfn> {
     let mut freed = Vec::with_capacity(ready.len());
     let mut cur: Option<std::sync::Arc<RegionInner>> = None;
     for f in ready {
-        let p = &m.pages[f as usize];
+        let p = &m.pages[f];
         if p.test(pg::DIRTY) {
             if !failed.contains(&f) {
                 keep.push(f);
@@ -693,16 +693,16 @@ fn __remove_mapping(
 /// the page was seen before: PG_reclaim), otherwise they are marked PG_reclaim and rotated
 /// (activated with the new behaviour) for the flushers; in-memory file pages go to swap.
 /// Returns (pages freed, dirty pages not under writeback).
-pub fn shrink_file_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -> (usize, usize) {
+pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -> (usize, usize) {
     let settings = &m.cfg.settings;
     let mut keep = Vec::new();
     let mut to_unmap = Vec::new();
-    let mut clean: Vec<(std::sync::Arc<filemap::AddressSpace>, u32)> = Vec::new();
-    let mut write: Vec<(std::sync::Arc<filemap::AddressSpace>, u32)> = Vec::new();
-    let mut shmem: Vec<(std::sync::Arc<filemap::AddressSpace>, u32)> = Vec::new();
+    let mut clean: Vec<(std::sync::Arc<filemap::AddressSpace>, Pfn)> = Vec::new();
+    let mut write: Vec<(std::sync::Arc<filemap::AddressSpace>, Pfn)> = Vec::new();
+    let mut shmem: Vec<(std::sync::Arc<filemap::AddressSpace>, Pfn)> = Vec::new();
     let mut unqueued_dirty = 0;
     for f in isolated {
-        let p = &m.pages[f as usize];
+        let p = &m.pages[f];
         let Some(a) = m.mappings.read().get(p.owner().0).cloned() else {
             keep.push(f);
             continue;
@@ -757,7 +757,7 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -
         while e < write.len() && write[e].0.id == a.id {
             let f = write[e].1;
             if filemap::clear_page_dirty_for_io(m, &a, f) {
-                batch.push((m.pages[f as usize].owner().1, f));
+                batch.push((m.pages[f].owner().1, f));
             }
             e += 1;
         }
@@ -773,7 +773,7 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -
             Ok(()) => {
                 m.vm.add(Item::NrVmscanWrite, batch.len() as u64);
                 for &(_, f) in &batch {
-                    m.pages[f as usize].clear(pg::RECLAIM);
+                    m.pages[f].clear(pg::RECLAIM);
                     clean.push((a.clone(), f));
                 }
             }
@@ -783,7 +783,7 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -
                 m.vm.inc(Item::FileWriteError);
                 for &(_, f) in &batch {
                     filemap::set_page_dirty(m, &a, f);
-                    m.pages[f as usize].set(pg::ACTIVE);
+                    m.pages[f].set(pg::ACTIVE);
                     keep.push(f);
                 }
             }
@@ -798,15 +798,12 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -
         sw.slots.alloc(shmem.len(), &mut slots);
         for (k, (a, f)) in shmem.iter().enumerate() {
             let Some(&slot) = slots.get(k) else {
-                m.pages[*f as usize].set(pg::ACTIVE);
+                m.pages[*f].set(pg::ACTIVE);
                 keep.push(*f);
                 continue;
             };
-            let idx = m.pages[*f as usize].owner().1;
-            let ok = sw
-                .dev
-                .write_pages(slot, &m.pool, &[MmInner::frame_off(*f)])
-                .is_ok();
+            let idx = m.pages[*f].owner().1;
+            let ok = sw.dev.write_pages(slot, &m.pool, &[f.offset()]).is_ok();
             if ok && super::shmem::shmem_replace_with_swap(m, a, *f, idx, slot) {
                 m.vm.inc(Item::Pswpout);
                 freed.push(*f);
@@ -823,7 +820,7 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -
     }
     let nr_shmem_freed = freed.len();
     for &f in &freed {
-        let p = &m.pages[f as usize];
+        let p = &m.pages[f];
         p.reset_flags(pg::POOLED);
         p.set_page_count(0);
     }
@@ -832,8 +829,8 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -
     // __remove_mapping for clean pages.
     let mut n_clean = 0;
     for (a, f) in clean {
-        let idx = m.pages[f as usize].owner().1;
-        let item = if m.pages[f as usize].test(pg::SWAPBACKED) {
+        let idx = m.pages[f].owner().1;
+        let item = if m.pages[f].test(pg::SWAPBACKED) {
             Item::NrIsolatedAnon
         } else {
             Item::NrIsolatedFile
@@ -851,7 +848,7 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<u32>, sc: &mut ScanControl) -
 }
 
 /// Frees frames of reclaimed pages whose isolated count is still held.
-fn vmscan_recycle(m: &MmInner, frames: &[u32], anon_list: bool) {
+fn vmscan_recycle(m: &MmInner, frames: &[Pfn], anon_list: bool) {
     if frames.is_empty() {
         return;
     }
@@ -928,7 +925,7 @@ mod tests {
         std::mem::forget(f); // closed files stay cached; keep the pages where they are
         let inner = m.inner();
         assert_eq!(inner.lru.size(Lru::InactiveFile), 256);
-        for p in inner.pages.iter() {
+        for (_, p) in inner.pages.iter() {
             if p.test(pg::PAGECACHE) {
                 p.clear(pg::REFERENCED);
             }
