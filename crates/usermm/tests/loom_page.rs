@@ -7,7 +7,7 @@
 
 use loom::sync::Arc;
 use usermm::mm::lru::{Lru, Lruvec};
-use usermm::mm::page::{pg, MemMap, Pfn};
+use usermm::mm::page::{pg, MemMap, Owner, Pfn, RegionId};
 use usermm::mm::pgtable::{PageTable, Pte};
 use usermm::sync::yield_now;
 use usermm::vmstat::Counters;
@@ -29,7 +29,10 @@ fn world() -> Arc<World> {
         vm: Counters::default(),
         pt: PageTable::new(4),
     };
-    w.pages[F0].init(0, 0, pg::UPTODATE | pg::SWAPBACKED | pg::DIRTY | pg::MAPPED);
+    w.pages[F0].init(
+        Owner::Anon(RegionId::new(0), 0),
+        pg::UPTODATE | pg::SWAPBACKED | pg::DIRTY | pg::MAPPED,
+    );
     w.pages[F0].clear(pg::MAPPED); // parked: unmapped by an earlier reference check
     w.pages[F0].set(pg::REFERENCED);
     {
@@ -68,7 +71,10 @@ fn fault(w: &World) {
                 if !matches!(g.get(), Pte::Swap(_)) {
                     continue;
                 }
-                w.pages[F1].init(0, 0, pg::UPTODATE | pg::SWAPBACKED | pg::MAPPED);
+                w.pages[F1].init(
+                    Owner::Anon(RegionId::new(0), 0),
+                    pg::UPTODATE | pg::SWAPBACKED | pg::MAPPED,
+                );
                 g.set(Pte::Frame(F1));
                 drop(g);
                 w.lru.add(&w.pages, &[F1], &w.vm);

@@ -19,9 +19,9 @@ use crate::error::{Error, Result};
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
 
 use super::filemap::{self, AddressSpace, FileRaState, Host};
+use super::page::{IdTable, MappingId};
 use super::region::Region;
 use super::{Mm, MmHandle, MmInner};
-use crate::conv::Narrow;
 
 /// How a file region shares its pages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,27 +36,17 @@ pub enum MapKind {
 /// Live address spaces by id (the id is what page descriptors name) and by inode.
 #[derive(Debug, Default)]
 pub struct MappingTable {
-    by_id: Vec<Option<Arc<AddressSpace>>>,
-    free_ids: Vec<u32>,
-    by_inode: HashMap<(u64, u64), u32>,
+    by_id: IdTable<MappingId, AddressSpace>,
+    by_inode: HashMap<(u64, u64), MappingId>,
 }
 
 impl MappingTable {
-    pub(crate) fn get(&self, id: u32) -> Option<&Arc<AddressSpace>> {
-        self.by_id.get(id as usize).and_then(|a| a.as_ref())
-    }
-    fn alloc_id(&mut self) -> u32 {
-        match self.free_ids.pop() {
-            Some(id) => id,
-            None => {
-                self.by_id.push(None);
-                (self.by_id.len() - 1).u32()
-            }
-        }
+    pub(crate) fn get(&self, id: MappingId) -> Option<&Arc<AddressSpace>> {
+        self.by_id.get(id)
     }
     /// All live mappings.
     pub(crate) fn all(&self) -> Vec<Arc<AddressSpace>> {
-        self.by_id.iter().flatten().cloned().collect()
+        self.by_id.iter().cloned().collect()
     }
 }
 
@@ -110,37 +100,37 @@ pub(crate) fn get_mapping(m: &MmInner, path: &Path, create: bool) -> Result<Arc<
         a.users.fetch_add(1, Ordering::AcqRel);
         return Ok(a);
     }
-    let id = t.alloc_id();
-    let a = Arc::new(AddressSpace::new(
-        id,
-        Host::File {
-            file,
-            path: path.to_path_buf(),
-            direct,
-            dev: md.dev(),
-            ino: md.ino(),
-        },
-        md.len(),
-        0,
-    ));
+    let a = t.by_id.insert(|id| {
+        Arc::new(AddressSpace::new(
+            id,
+            Host::File {
+                file,
+                path: path.to_path_buf(),
+                direct,
+                dev: md.dev(),
+                ino: md.ino(),
+            },
+            md.len(),
+            0,
+        ))
+    });
     a.users.store(1, Ordering::Release);
-    t.by_id[id as usize] = Some(a.clone());
-    t.by_inode.insert(key, id);
+    t.by_inode.insert(key, a.id);
     Ok(a)
 }
 
 /// A new in-memory file's address space.
 fn new_memory_mapping(m: &MmInner, name: &str) -> Arc<AddressSpace> {
     let mut t = m.mappings.write();
-    let id = t.alloc_id();
-    let a = Arc::new(AddressSpace::new(
-        id,
-        Host::Memory { name: name.into() },
-        0,
-        0,
-    ));
+    let a = t.by_id.insert(|id| {
+        Arc::new(AddressSpace::new(
+            id,
+            Host::Memory { name: name.into() },
+            0,
+            0,
+        ))
+    });
     a.users.store(1, Ordering::Release);
-    t.by_id[id as usize] = Some(a.clone());
     a
 }
 
@@ -172,8 +162,7 @@ pub(crate) fn put_mapping(m: &MmInner, a: &Arc<AddressSpace>) {
     drop(t);
     super::truncate::evict_all(m, a);
     let mut t = m.mappings.write();
-    t.by_id[a.id as usize] = None;
-    t.free_ids.push(a.id);
+    t.by_id.remove(a.id);
 }
 
 /// Forgets a closed file's mapping once it holds no page (called at last close and when
@@ -192,8 +181,7 @@ pub(crate) fn forget_if_unused(m: &MmInner, a: &AddressSpace) {
     if let Host::File { dev, ino, .. } = &a.host {
         t.by_inode.remove(&(*dev, *ino));
     }
-    t.by_id[a.id as usize] = None;
-    t.free_ids.push(a.id);
+    t.by_id.remove(a.id);
 }
 
 /// Writes back every closed file's dirty pages (manager teardown).

@@ -27,7 +27,7 @@ use crate::vmstat::{Counters, Item};
 
 use super::errseq::ErrSeq;
 use super::lru::mark_page_accessed;
-use super::page::{pg, Pfn};
+use super::page::{pg, MappingId, Owner, Pfn};
 use super::radix_tree::{Mark, RadixTree};
 use super::region::RegionInner;
 use super::{page_writeback, pool, vmscan, MmInner};
@@ -151,7 +151,7 @@ impl Entry {
 /// `struct address_space`.
 #[derive(Debug)]
 pub struct AddressSpace {
-    pub(crate) id: u32,
+    pub(crate) id: MappingId,
     pub(crate) flags: AtomicU32,
     tree: Mutex<RadixTree<u64>>,
     /// Pages in the tree (`nrpages`).
@@ -181,7 +181,7 @@ pub struct AddressSpace {
 }
 
 impl AddressSpace {
-    pub(crate) fn new(id: u32, host: Host, size: u64, flags: u32) -> AddressSpace {
+    pub(crate) fn new(id: MappingId, host: Host, size: u64, flags: u32) -> AddressSpace {
         AddressSpace {
             id,
             flags: AtomicU32::new(flags),
@@ -327,7 +327,7 @@ pub(crate) fn lock_page_in(
     } else {
         p.lock();
     }
-    if p.test(pg::PAGECACHE) && p.owner() == (mapping.id, index) {
+    if p.owner() == Owner::Cache(mapping.id, index) {
         true
     } else {
         p.unlock();
@@ -399,8 +399,7 @@ pub fn pagecache_get_page(
         let p = &m.pages[f];
         let pooled = p.test(pg::POOLED);
         p.init(
-            mapping.id,
-            index,
+            Owner::Cache(mapping.id, index),
             flags | if pooled { pg::POOLED } else { 0 },
         );
         if !pool::ensure_slot(m, f) {
@@ -491,7 +490,7 @@ pub(crate) fn page_loc(m: &MmInner, f: Pfn) -> Loc {
     let p = &m.pages[f];
     if p.test(pg::MAPPED) {
         let (rid, idx) = p.mapped_at();
-        if let Some(r) = m.regions.read().get(rid).cloned() {
+        if let Some(r) = m.region(rid) {
             if idx < r.npages() {
                 return Loc::View(r, idx.usize() * PAGE_SIZE);
             }
@@ -556,7 +555,7 @@ pub fn set_page_dirty(m: &MmInner, mapping: &Arc<AddressSpace>, f: Pfn) {
     if mapping.is_memory() {
         return;
     }
-    let index = p.owner().1;
+    let index = p.index();
     mapping
         .lock_tree(&m.vm, LockSite::SetPageDirty)
         .set_mark(index, Mark::Dirty);
@@ -914,7 +913,10 @@ pub fn do_page_cache_readahead(
             if Some(idx) == mark {
                 flags |= pg::READAHEAD;
             }
-            p.init(mapping.id, idx, flags | if pooled { pg::POOLED } else { 0 });
+            p.init(
+                Owner::Cache(mapping.id, idx),
+                flags | if pooled { pg::POOLED } else { 0 },
+            );
             if added.len() == k
                 && pool::ensure_slot(m, f)
                 && add_to_page_cache_lru(m, mapping, f, idx)

@@ -16,7 +16,7 @@ use crate::sys::{Advice, Mapping, PAGE_SIZE};
 use crate::vmstat::{Counters, Item, Vmstat};
 
 use super::lru::Lruvec;
-use super::page::{FrameAlloc, MemMap, Pfn};
+use super::page::{FrameAlloc, IdTable, MemMap, Owner, Pfn, RegionId};
 use super::region::{self, Region, RegionInner};
 use super::swap_state::SwapState;
 use super::{handler, vmscan};
@@ -289,30 +289,21 @@ impl MmConfig {
 /// Address-ordered and id-indexed region tables.
 #[derive(Debug, Default)]
 pub(crate) struct RegionTable {
-    by_id: Vec<Option<Arc<RegionInner>>>,
-    free_ids: Vec<u32>,
-    by_addr: BTreeMap<usize, u32>,
+    by_id: IdTable<RegionId, RegionInner>,
+    by_addr: BTreeMap<usize, RegionId>,
 }
 
 impl RegionTable {
     pub(crate) fn insert(
         &mut self,
-        make: impl FnOnce(u32) -> Arc<RegionInner>,
+        make: impl FnOnce(RegionId) -> Arc<RegionInner>,
     ) -> Arc<RegionInner> {
-        let id = match self.free_ids.pop() {
-            Some(id) => id,
-            None => {
-                self.by_id.push(None);
-                (self.by_id.len() - 1).u32()
-            }
-        };
-        let r = make(id);
-        self.by_addr.insert(r.view.addr(), id);
-        self.by_id[id as usize] = Some(r.clone());
+        let r = self.by_id.insert(make);
+        self.by_addr.insert(r.view.addr(), r.id);
         r
     }
-    pub(crate) fn get(&self, id: u32) -> Option<&Arc<RegionInner>> {
-        self.by_id.get(id as usize).and_then(|r| r.as_ref())
+    pub(crate) fn get(&self, id: RegionId) -> Option<&Arc<RegionInner>> {
+        self.by_id.get(id)
     }
     pub(crate) fn find(&self, addr: usize) -> Option<&Arc<RegionInner>> {
         let (_, id) = self.by_addr.range(..=addr).next_back()?;
@@ -322,12 +313,8 @@ impl RegionTable {
     pub(crate) fn remove_addr(&mut self, addr: usize) {
         self.by_addr.remove(&addr);
     }
-    pub(crate) fn remove_id(&mut self, id: u32) {
-        if let Some(slot) = self.by_id.get_mut(id as usize) {
-            if slot.take().is_some() {
-                self.free_ids.push(id);
-            }
-        }
+    pub(crate) fn remove_id(&mut self, id: RegionId) {
+        self.by_id.remove(id);
     }
     pub(crate) fn len(&self) -> usize {
         self.by_addr.len()
@@ -388,6 +375,10 @@ impl MmInner {
     }
     pub(crate) fn resident_pages(&self) -> u64 {
         self.nr_frames() - self.frames.nr_free()
+    }
+    /// The live region `id` (the rmap's way from a page to its mapping).
+    pub(crate) fn region(&self, id: RegionId) -> Option<Arc<super::region::RegionInner>> {
+        self.regions.read().get(id).cloned()
     }
     pub(crate) fn note_resident(&self) {
         let r = self.resident_pages();
@@ -822,7 +813,7 @@ impl Mm {
         let mut bad = Vec::new();
         let mut owned = vec![false; m.nr_frames().usize()];
         let t = m.regions.read();
-        for r in t.by_id.iter().flatten() {
+        for r in t.by_id.iter() {
             r.pt.for_each_used(0, r.npages(), |i, p| {
                 if let Pte::Frame(f) = p {
                     let pg_ = &m.pages[f];
@@ -832,8 +823,10 @@ impl Mm {
                     // A page-cache page mapped in a shared file region is named by its
                     // file (address space, page offset), not by the region.
                     let want = match &r.file {
-                        Some(fm) if pg_.test(pg::PAGECACHE) => (fm.mapping.id, fm.pgoff + i),
-                        _ => (r.id, i),
+                        Some(fm) if pg_.test(pg::PAGECACHE) => {
+                            Owner::Cache(fm.mapping.id, fm.pgoff + i)
+                        }
+                        _ => Owner::Anon(r.id, i),
                     };
                     if pg_.owner() != want {
                         bad.push(format!(
@@ -851,7 +844,9 @@ impl Mm {
         // Page-cache pages need no mapping: their file's tree owns them.
         let files = m.mappings.read().all();
         let in_its_file = |f: Pfn| {
-            let (id, index) = m.pages[f].owner();
+            let Owner::Cache(id, index) = m.pages[f].owner() else {
+                return false;
+            };
             files.iter().any(|a| {
                 a.id == id
                     && matches!(a.peek(&m.vm, index), Some(super::filemap::Entry::Page(g)) if g == f)
@@ -860,7 +855,7 @@ impl Mm {
         for (f, _) in m.pages.iter() {
             if !m.frames.is_free(f) && !owned[f.idx()] {
                 let p = &m.pages[f];
-                if p.test(pg::PAGECACHE) && in_its_file(f) {
+                if in_its_file(f) {
                     continue;
                 }
                 bad.push(format!(

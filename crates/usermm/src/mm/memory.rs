@@ -14,7 +14,7 @@ use crate::vmstat::Item;
 
 use super::filemap;
 use super::lru::mark_page_accessed;
-use super::page::{pg, Pfn};
+use super::page::{pg, Owner, Pfn};
 use super::pgtable::{Pte, PteGuard};
 use super::pool;
 use super::region::{FileMap, RegionInner};
@@ -497,7 +497,7 @@ fn do_anonymous_page_win(
     let flags = pg::UPTODATE | pg::DIRTY | pg::SWAPBACKED | pg::MAPPED;
     for k in 0..done {
         let f = frames[k];
-        m.pages[f].init(r.id, idx + k as u64, flags);
+        m.pages[f].init(Owner::Anon(r.id, idx + k as u64), flags);
         if k == 0 {
             g.set(Pte::Frame(f));
         } else {
@@ -543,8 +543,7 @@ fn do_wp_page(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
         return None;
     }
     m.pages[f].init(
-        r.id,
-        idx,
+        Owner::Anon(r.id, idx),
         pg::UPTODATE | pg::DIRTY | pg::SWAPBACKED | pg::MAPPED,
     );
     g.set(Pte::Frame(f));
@@ -881,7 +880,7 @@ fn do_swap_page(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) 
         if let Err(e) = placed {
             log::error!("placing a swapped-in page at {dst:#x}: {e}");
         }
-        p0.init(r.id, idx, flags);
+        p0.init(Owner::Anon(r.id, idx), flags);
         p0.set_swap_entry(slot);
         used.push(f0);
         m.lru.add(&m.pages, &used, &m.vm);
@@ -1003,7 +1002,7 @@ fn filemap_fault(m: &MmInner, fm: &FileMap, index: u64) -> std::result::Result<P
         m.vm.inc(Item::FaultDeferred);
         return Err(Fault::Retry);
     }
-    if !p.test(pg::PAGECACHE) || p.owner() != (a.id, index) || !p.test(pg::UPTODATE) {
+    if p.owner() != Owner::Cache(a.id, index) || !p.test(pg::UPTODATE) {
         p.unlock();
         filemap::put_page(m, f);
         return Err(Fault::Retry);
@@ -1227,10 +1226,8 @@ fn map_around_one(m: &MmInner, r: &RegionInner, fm: &FileMap, j: u64, write: boo
         filemap::put_page(m, f);
         return false;
     }
-    let usable = p.test(pg::PAGECACHE)
-        && p.owner() == (a.id, index)
-        && p.test(pg::UPTODATE)
-        && !p.test(pg::MAPPED);
+    let usable =
+        p.owner() == Owner::Cache(a.id, index) && p.test(pg::UPTODATE) && !p.test(pg::MAPPED);
     let mapped = usable
         && match r.pt.try_lock(j) {
             Some(mut g) if g.get() == Pte::None && map_file_page(m, r, a, j, f, write) => {
@@ -1294,8 +1291,7 @@ fn do_cow_fault(m: &MmInner, r: &Arc<RegionInner>, fm: &FileMap, idx: u64) -> Op
     p.unlock();
     filemap::put_page(m, f);
     m.pages[nf].init(
-        r.id,
-        idx,
+        Owner::Anon(r.id, idx),
         pg::UPTODATE | pg::DIRTY | pg::SWAPBACKED | pg::MAPPED,
     );
     g.set(Pte::Frame(nf));

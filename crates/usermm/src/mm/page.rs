@@ -77,7 +77,7 @@ pub mod pg {
 pub struct Page {
     flags: AtomicU32,
     refcount: AtomicU32,
-    /// Owner: region id << 40 | page index in the region.
+    /// Owner (`page->mapping` + `page->index`): region or address-space id << 40 | page index.
     mapping: AtomicU64,
     /// Swap slot while PG_swapcache; where it is mapped for a mapped page-cache page.
     private: AtomicU64,
@@ -212,12 +212,19 @@ impl Page {
     pub fn reset_flags(&self, flags: u32) {
         self.flags.store(flags, Ordering::Release);
     }
-    /// The owner (region or address-space id, page index): `page->mapping` and `page->index`.
-    pub fn owner(&self) -> (u32, u64) {
-        unpack(self.mapping.load(Ordering::Acquire))
+    /// Who owns the page and at which index (`page->mapping`, `page->index`): a region for an
+    /// anonymous page, an address space for a page-cache page (PG_pagecache says which).
+    pub fn owner(&self) -> Owner {
+        let (id, index) = unpack(self.mapping.load(Ordering::Acquire));
+        if self.test(pg::PAGECACHE) {
+            Owner::Cache(MappingId(id), index)
+        } else {
+            Owner::Anon(RegionId(id), index)
+        }
     }
-    pub fn set_owner(&self, region: u32, index: u64) {
-        self.mapping.store(pack(region, index), Ordering::Release);
+    /// `page->index`: the page's index in its region or file.
+    pub fn index(&self) -> u64 {
+        unpack(self.mapping.load(Ordering::Acquire)).1
     }
     /// The swap slot of a swap-cache page (`page_private()` holding the swap entry).
     pub fn swap_entry(&self) -> u64 {
@@ -228,11 +235,12 @@ impl Page {
     }
     /// Where a page-cache page is mapped: the shared file region and the page index in it
     /// (usermm maps a cache page in at most one view). Kept in the private word.
-    pub fn mapped_at(&self) -> (u32, u64) {
-        unpack(self.private.load(Ordering::Acquire))
+    pub fn mapped_at(&self) -> (RegionId, u64) {
+        let (id, index) = unpack(self.private.load(Ordering::Acquire));
+        (RegionId(id), index)
     }
-    pub fn set_mapped_at(&self, region: u32, index: u64) {
-        self.private.store(pack(region, index), Ordering::Release);
+    pub fn set_mapped_at(&self, region: RegionId, index: u64) {
+        self.private.store(pack(region.0, index), Ordering::Release);
     }
     /// The raw private word (for descriptions in logs).
     pub fn private_word(&self) -> u64 {
@@ -267,12 +275,135 @@ impl Page {
     pub(super) fn set_lru_next(&self, f: Pfn) {
         self.lru_next.store(f.0, Ordering::Relaxed);
     }
-    /// Resets a freshly allocated descriptor with the given flags.
-    pub fn init(&self, region: u32, index: u64, flags: u32) {
-        self.set_owner(region, index);
+    /// Resets a freshly allocated descriptor for `owner` with the given flags; a page-cache
+    /// owner sets PG_pagecache.
+    pub fn init(&self, owner: Owner, flags: u32) {
+        let (id, index, flags) = match owner {
+            Owner::Anon(r, i) => {
+                debug_assert!(
+                    flags & pg::PAGECACHE == 0,
+                    "an anonymous page in the page cache"
+                );
+                (r.0, i, flags)
+            }
+            Owner::Cache(a, i) => (a.0, i, flags | pg::PAGECACHE),
+        };
+        self.mapping.store(pack(id, index), Ordering::Release);
         self.private.store(0, Ordering::Relaxed);
         self.refcount.store(1, Ordering::Relaxed);
         self.flags.store(flags, Ordering::Release);
+    }
+}
+
+/// A region's number in the manager's region table: the owner of its anonymous pages, the
+/// rmap's way back from a page to where it is mapped (`anon_vma`, by number).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct RegionId(u32);
+
+/// An address space's number in the manager's file table (`page->mapping` of a page-cache
+/// page: a cached file or an in-memory file).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct MappingId(u32);
+
+macro_rules! table_id {
+    ($t:ident) => {
+        impl $t {
+            pub const fn new(n: u32) -> $t {
+                $t(n)
+            }
+            /// The slot in its table.
+            pub const fn idx(self) -> usize {
+                self.0 as usize
+            }
+        }
+        impl From<u32> for $t {
+            fn from(n: u32) -> $t {
+                $t(n)
+            }
+        }
+        impl From<$t> for usize {
+            fn from(id: $t) -> usize {
+                id.0 as usize
+            }
+        }
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "{}", self.0)
+            }
+        }
+    };
+}
+table_id!(RegionId);
+table_id!(MappingId);
+
+impl MappingId {
+    /// The swap cache's address spaces: not in the file table, never a page's owner
+    /// (a swap-cache page stays owned by its region).
+    pub const SWAP: MappingId = MappingId(u32::MAX);
+}
+
+/// A table of owners by id, reusing freed ids (the region table, the file table).
+#[cfg(not(loom))]
+#[derive(Debug)]
+pub struct IdTable<I, T> {
+    slots: Vec<Option<std::sync::Arc<T>>>,
+    free: Vec<I>,
+}
+
+#[cfg(not(loom))]
+impl<I, T> Default for IdTable<I, T> {
+    fn default() -> Self {
+        IdTable {
+            slots: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+}
+
+#[cfg(not(loom))]
+impl<I: Copy + From<u32> + Into<usize>, T> IdTable<I, T> {
+    /// Stores the owner `make` builds for a free id; returns it.
+    pub fn insert(&mut self, make: impl FnOnce(I) -> std::sync::Arc<T>) -> std::sync::Arc<T> {
+        let id = self.free.pop().unwrap_or_else(|| {
+            self.slots.push(None);
+            I::from((self.slots.len() - 1).u32())
+        });
+        let v = make(id);
+        self.slots[id.into()] = Some(v.clone());
+        v
+    }
+    pub fn get(&self, id: I) -> Option<&std::sync::Arc<T>> {
+        self.slots.get(id.into()).and_then(|v| v.as_ref())
+    }
+    /// Frees `id` for reuse; returns what it held.
+    pub fn remove(&mut self, id: I) -> Option<std::sync::Arc<T>> {
+        let v = self.slots.get_mut(id.into())?.take();
+        if v.is_some() {
+            self.free.push(id);
+        }
+        v
+    }
+    /// The live owners.
+    pub fn iter(&self) -> impl Iterator<Item = &std::sync::Arc<T>> {
+        self.slots.iter().flatten()
+    }
+}
+
+/// Who owns a page, and the page's index there (`page->mapping` + `page->index`).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub enum Owner {
+    /// An anonymous page of a region (`PageAnon`), possibly in the swap cache.
+    Anon(RegionId, u64),
+    /// A page-cache page of an address space.
+    Cache(MappingId, u64),
+}
+
+impl Owner {
+    /// The page's index in its region or file.
+    pub fn index(self) -> u64 {
+        match self {
+            Owner::Anon(_, i) | Owner::Cache(_, i) => i,
+        }
     }
 }
 
@@ -409,8 +540,12 @@ mod tests {
     #[test]
     fn flags_and_lock() {
         let p = Page::default();
-        p.init(3, 99, pg::UPTODATE);
-        assert_eq!(p.owner(), (3, 99));
+        p.init(Owner::Anon(RegionId(3), 99), pg::UPTODATE);
+        assert_eq!(p.owner(), Owner::Anon(RegionId(3), 99));
+        assert_eq!(p.index(), 99);
+        p.init(Owner::Cache(MappingId(3), 7), pg::UPTODATE);
+        assert!(p.test(pg::PAGECACHE), "a cache owner sets PG_pagecache");
+        assert_eq!(p.owner(), Owner::Cache(MappingId(3), 7));
         assert!(p.trylock());
         assert!(!p.trylock());
         p.unlock();

@@ -13,7 +13,7 @@ use crate::vmstat::Item;
 
 use super::file::MapKind;
 use super::filemap::{self, AddressSpace};
-use super::page::{pg, MAX_REGION_PAGES};
+use super::page::{pg, RegionId, MAX_REGION_PAGES};
 use super::pgtable::{PageTable, Pte};
 use super::{Mm, MmHandle, MmInner};
 use crate::conv::Narrow;
@@ -21,7 +21,7 @@ use crate::conv::Narrow;
 /// The shared part of a region.
 #[derive(Debug)]
 pub struct RegionInner {
-    pub(crate) id: u32,
+    pub(crate) id: RegionId,
     pub(crate) view: Mapping,
     pub(crate) pt: PageTable,
     pub(crate) dead: AtomicBool,

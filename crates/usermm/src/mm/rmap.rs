@@ -10,16 +10,12 @@ use crate::sys::{Advice, PAGE_SIZE};
 use crate::vmstat::Item;
 
 use super::memory;
-use super::page::{pg, Pfn};
+use super::page::{pg, Owner, Pfn, RegionId};
 use super::pgtable::Pte;
 use super::pool;
 use super::region::RegionInner;
 use super::MmInner;
 use crate::conv::Narrow;
-
-fn region_of(m: &MmInner, id: u32) -> Option<std::sync::Arc<RegionInner>> {
-    m.regions.read().get(id).cloned()
-}
 
 /// Unmaps locked, mapped pages into their pool slots ("clears the young bit"): one UFFDIO_MOVE
 /// per run of pages consecutive both in the view and in the pool.
@@ -27,15 +23,14 @@ pub fn try_to_unmap(m: &MmInner, frames: &[Pfn]) {
     if frames.is_empty() {
         return;
     }
-    let mut v: Vec<(u32, u64, Pfn)> = frames
+    let mut v: Vec<(RegionId, u64, Pfn)> = frames
         .iter()
         .map(|&f| {
             let p = &m.pages[f];
-            let (rid, idx) = if p.test(pg::PAGECACHE) {
+            let (rid, idx) = match p.owner() {
+                Owner::Anon(rid, idx) => (rid, idx),
                 // Where a mapped page-cache page is mapped.
-                p.mapped_at()
-            } else {
-                p.owner()
+                Owner::Cache(..) => p.mapped_at(),
             };
             (rid, idx, f)
         })
@@ -44,7 +39,7 @@ pub fn try_to_unmap(m: &MmInner, frames: &[Pfn]) {
     for run in pool::runs(&v, |a, b| b.0 == a.0 && b.1 == a.1 + 1 && b.2 == a.2.next()) {
         let (k, e) = (run.start, run.end);
         let (rid, idx0, f0) = v[k];
-        let Some(r) = region_of(m, rid).filter(|r| v[e - 1].1 < r.npages()) else {
+        let Some(r) = m.region(rid).filter(|r| v[e - 1].1 < r.npages()) else {
             continue;
         };
         let n = e - k;
@@ -167,7 +162,7 @@ pub(crate) fn unmap_file_page(m: &MmInner, f: Pfn) {
         return;
     }
     let (rid, idx) = p.mapped_at();
-    let Some(r) = m.regions.read().get(rid).cloned() else {
+    let Some(r) = m.region(rid) else {
         p.clear(pg::MAPPED | pg::WP);
         m.vm.sub(Item::NrMapped, 1);
         return;

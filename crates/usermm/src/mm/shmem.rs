@@ -9,7 +9,7 @@ use crate::sync::Ordering;
 use crate::vmstat::Item;
 
 use super::filemap::*;
-use super::page::{pg, Pfn};
+use super::page::{pg, Owner, Pfn};
 use super::{pool, vmscan, MmInner};
 
 /// Swaps an in-memory file's page back in (`shmem_swapin`): a new frame at `index` replacing
@@ -52,9 +52,8 @@ pub(crate) fn shmem_swapin(
     }
     let p = &m.pages[f];
     p.init(
-        mapping.id,
-        index,
-        pg::PAGECACHE | pg::SWAPBACKED | pg::UPTODATE | pg::DIRTY,
+        Owner::Cache(mapping.id, index),
+        pg::SWAPBACKED | pg::UPTODATE | pg::DIRTY,
     );
     {
         let mut t = mapping.lock_tree(&m.vm, LockSite::AddToPageCache);

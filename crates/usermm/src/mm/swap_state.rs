@@ -17,7 +17,7 @@ use crate::sys::{Mapping, PAGE_SIZE};
 use crate::vmstat::{Counters, Item};
 
 use super::filemap::{as_flags, AddressSpace, Host};
-use super::page::{pg, Pfn};
+use super::page::{pg, MappingId, Owner, Pfn};
 use super::pgtable::{Pte, PteGuard};
 use super::pool;
 use super::region::RegionInner;
@@ -60,7 +60,7 @@ impl SwapState {
             dev,
             slots,
             spaces: (0..n)
-                .map(|_| AddressSpace::new(u32::MAX, Host::Swap, 0, flags))
+                .map(|_| AddressSpace::new(MappingId::SWAP, Host::Swap, 0, flags))
                 .collect(),
         }
     }
@@ -184,8 +184,7 @@ pub(crate) fn park_readahead(
         }
         let p = &m.pages[f];
         p.init(
-            r.id,
-            idx + k as u64,
+            Owner::Anon(r.id, idx + k as u64),
             pg::UPTODATE | pg::SWAPBACKED | pg::SWAPCACHE | pg::READAHEAD,
         );
         p.set_swap_entry(slots[k]);

@@ -17,7 +17,7 @@ use crate::vmstat::Item;
 
 use super::filemap;
 use super::lru::Lru;
-use super::page::{pg, Page, Pfn};
+use super::page::{pg, Owner, Page, Pfn};
 use super::pgtable::Pte;
 use super::pool;
 use super::region::RegionInner;
@@ -510,10 +510,6 @@ fn keep_referenced(
     true
 }
 
-fn region_of(m: &MmInner, id: u32) -> Option<std::sync::Arc<RegionInner>> {
-    m.regions.read().get(id).cloned()
-}
-
 /// `shrink_page_list`: decides each isolated (locked) page's fate, unmaps, adds to swap, writes
 /// dirty pages in batches of consecutive slots, and frees clean pages (`__remove_mapping`).
 /// Returns pages freed.
@@ -659,9 +655,13 @@ fn __remove_mapping(
             }
             continue;
         }
-        let (rid, idx) = p.owner();
+        let Owner::Anon(rid, idx) = p.owner() else {
+            log::error!("frame {f} on the anon reclaim path is a page-cache page; keeping it");
+            keep.push(f);
+            continue;
+        };
         if cur.as_ref().is_none_or(|r| r.id != rid) {
-            cur = region_of(m, rid);
+            cur = m.region(rid);
         }
         let slot = p.swap_entry();
         match &cur {
@@ -703,7 +703,11 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
     let mut unqueued_dirty = 0;
     for f in isolated {
         let p = &m.pages[f];
-        let Some(a) = m.mappings.read().get(p.owner().0).cloned() else {
+        let Owner::Cache(id, _) = p.owner() else {
+            keep.push(f);
+            continue;
+        };
+        let Some(a) = m.mappings.read().get(id).cloned() else {
             keep.push(f);
             continue;
         };
@@ -757,7 +761,7 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
         while e < write.len() && write[e].0.id == a.id {
             let f = write[e].1;
             if filemap::clear_page_dirty_for_io(m, &a, f) {
-                batch.push((m.pages[f].owner().1, f));
+                batch.push((m.pages[f].index(), f));
             }
             e += 1;
         }
@@ -802,7 +806,7 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
                 keep.push(*f);
                 continue;
             };
-            let idx = m.pages[*f].owner().1;
+            let idx = m.pages[*f].index();
             let ok = sw.dev.write_pages(slot, &m.pool, &[f.offset()]).is_ok();
             if ok && super::shmem::shmem_replace_with_swap(m, a, *f, idx, slot) {
                 m.vm.inc(Item::Pswpout);
@@ -829,7 +833,7 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
     // __remove_mapping for clean pages.
     let mut n_clean = 0;
     for (a, f) in clean {
-        let idx = m.pages[f].owner().1;
+        let idx = m.pages[f].index();
         let item = if m.pages[f].test(pg::SWAPBACKED) {
             Item::NrIsolatedAnon
         } else {
