@@ -7,7 +7,7 @@
 
 use loom::sync::Arc;
 use usermm::mm::lru::{Lru, Lruvec};
-use usermm::mm::page::{pg, MemMap, Owner, Pfn, RegionId};
+use usermm::mm::page::{pg, MemMap, Owner, Pfn, RegionId, SwapEntry};
 use usermm::mm::pgtable::{PageTable, Pte};
 use usermm::sync::yield_now;
 use usermm::vmstat::Counters;
@@ -107,7 +107,7 @@ fn reclaim(w: &World) {
             Pte::Frame(f),
             "the entry cannot change while reclaim holds the page"
         );
-        g.set(Pte::Swap(7));
+        g.set(Pte::Swap(SwapEntry::new(7)));
         drop(g);
         p.reset_flags(0);
     }

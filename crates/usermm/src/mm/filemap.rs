@@ -27,7 +27,7 @@ use crate::vmstat::{Counters, Item};
 
 use super::errseq::ErrSeq;
 use super::lru::mark_page_accessed;
-use super::page::{pg, MappingId, Owner, Pfn};
+use super::page::{pg, MappingId, Owner, Pfn, SwapEntry};
 use super::radix_tree::{Mark, RadixTree};
 use super::region::RegionInner;
 use super::{page_writeback, pool, vmscan, MmInner};
@@ -129,13 +129,13 @@ const SWAP_ENTRY: u64 = 1 << 63;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Entry {
     Page(Pfn),
-    Swap(u64),
+    Swap(SwapEntry),
 }
 
 impl Entry {
     pub(crate) fn decode(v: u64) -> Entry {
         if v & SWAP_ENTRY != 0 {
-            Entry::Swap(v & !SWAP_ENTRY)
+            Entry::Swap(SwapEntry::new(v & !SWAP_ENTRY))
         } else {
             Entry::Page(Pfn::new(v.u32()))
         }
@@ -143,7 +143,7 @@ impl Entry {
     pub(crate) fn encode(self) -> u64 {
         match self {
             Entry::Page(f) => u64::from(f.raw()),
-            Entry::Swap(s) => s | SWAP_ENTRY,
+            Entry::Swap(s) => s.offset() | SWAP_ENTRY,
         }
     }
 }
@@ -260,17 +260,17 @@ impl AddressSpace {
     }
 
     /// Inserts a swap-cache entry (`__add_to_swap_cache`).
-    pub(crate) fn add_swap_entry(&self, vm: &Counters, slot: u64, f: Pfn) {
+    pub(crate) fn add_swap_entry(&self, vm: &Counters, entry: SwapEntry, f: Pfn) {
         self.lock_tree(vm, LockSite::AddToSwapCache)
-            .insert(slot, Entry::Page(f).encode());
+            .insert(entry.offset(), Entry::Page(f).encode());
         self.nrpages.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Removes a swap-cache entry (`__delete_from_swap_cache`); true if it was there.
-    pub(crate) fn remove_swap_entry(&self, vm: &Counters, slot: u64) -> bool {
+    pub(crate) fn remove_swap_entry(&self, vm: &Counters, entry: SwapEntry) -> bool {
         let had = self
             .lock_tree(vm, LockSite::DeleteFromSwapCache)
-            .remove(slot)
+            .remove(entry.offset())
             .is_some();
         if had {
             self.nrpages.fetch_sub(1, Ordering::Relaxed);

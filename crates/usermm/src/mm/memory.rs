@@ -14,7 +14,7 @@ use crate::vmstat::Item;
 
 use super::filemap;
 use super::lru::mark_page_accessed;
-use super::page::{pg, Owner, Pfn};
+use super::page::{pg, Owner, Pfn, SwapEntry};
 use super::pgtable::{Pte, PteGuard};
 use super::pool;
 use super::region::{FileMap, RegionInner};
@@ -573,7 +573,7 @@ fn drop_swap_copy(m: &MmInner, f: Pfn) {
     let p = &m.pages[f];
     if p.test_clear(pg::SWAPCACHE) {
         if let Some(sw) = &m.swap {
-            sw.free_slot(p.swap_entry(), &m.vm);
+            sw.swap_free(p.swap_entry(), &m.vm);
         }
     }
     p.set(pg::DIRTY);
@@ -782,7 +782,13 @@ fn frame_fault(
 /// (`swap_state::swapin_window`), reads the page and its virtual neighbours that are also
 /// swapped (`swap_state::swap_read`, swap_vma_readahead's choice of pages), parks the
 /// neighbours in the swap cache (`swap_state::park_readahead`) and maps the faulting page.
-fn do_swap_page(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) -> Option<Fault> {
+fn do_swap_page(
+    m: &MmInner,
+    r: &RegionInner,
+    idx: u64,
+    slot: SwapEntry,
+    write: bool,
+) -> Option<Fault> {
     let Some(sw) = &m.swap else {
         return oom(m, r, idx);
     };
@@ -799,7 +805,7 @@ fn do_swap_page(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) 
     }
     let mut rest = lock_run(r, idx, frames.len() as u64, |p| matches!(p, Pte::Swap(_)));
     let n = 1 + rest.len();
-    let slots: Vec<u64> = std::iter::once(slot)
+    let slots: Vec<SwapEntry> = std::iter::once(slot)
         .chain(rest.iter().map(|g| match g.get() {
             Pte::Swap(s) => s,
             _ => unreachable!(),
@@ -810,7 +816,7 @@ fn do_swap_page(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) 
         if !ok[0] {
             // The faulting page's contents are lost: poison it (SIGBUS on access), never hand
             // out zeros in its place.
-            sw.free_slot(slot, &m.vm);
+            sw.swap_free(slot, &m.vm);
             g.set(Pte::Poison);
             warn_on(
                 m,
@@ -834,7 +840,7 @@ fn do_swap_page(m: &MmInner, r: &RegionInner, idx: u64, slot: u64, write: bool) 
             flags |= pg::SWAPCACHE | pg::WP;
             sw.add_to_cache(slot, f0, &m.vm);
         } else {
-            sw.free_slot(slot, &m.vm);
+            sw.swap_free(slot, &m.vm);
             flags |= pg::DIRTY;
         }
         g.set(Pte::Frame(f0));
@@ -917,7 +923,7 @@ pub(crate) fn refill_lost_slot(m: &MmInner, f: Pfn) -> bool {
                 "frame {f}: page in neither view nor pool slot; reread from swap slot {slot}"
             );
             return pool::with_bounce(1, |b| {
-                if let Err(e) = sw.dev.read_pages(slot, b, &[0]) {
+                if let Err(e) = sw.dev.read_pages(slot.offset(), b, &[0]) {
                     log::error!("swap read of slot {slot} (refilling frame {f}): {e}");
                     m.vm.inc(Item::SwapReadError);
                     return false;
@@ -948,7 +954,7 @@ fn oom(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
         Pte::Frame(_) | Pte::Zero | Pte::HugeZero => return None,
         Pte::Swap(s) => {
             if let Some(sw) = &m.swap {
-                sw.free_slot(s, &m.vm);
+                sw.swap_free(s, &m.vm);
             }
         }
         _ => {}

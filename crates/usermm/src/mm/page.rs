@@ -134,6 +134,35 @@ impl std::fmt::Display for Pfn {
     }
 }
 
+/// A swap entry: a slot on the manager's swap device (`swp_entry_t`). usermm has one swap
+/// device per manager, so the entry is the slot's offset (`swp_offset`), which is what the
+/// device's I/O takes.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default)]
+#[repr(transparent)]
+pub struct SwapEntry(u64);
+
+impl SwapEntry {
+    pub const fn new(offset: u64) -> SwapEntry {
+        SwapEntry(offset)
+    }
+    /// `swp_offset`: the slot on the device.
+    #[inline]
+    pub const fn offset(self) -> u64 {
+        self.0
+    }
+    /// The next slot: a run of consecutive slots is one device I/O.
+    #[inline]
+    pub const fn next(self) -> SwapEntry {
+        SwapEntry(self.0 + 1)
+    }
+}
+
+impl std::fmt::Display for SwapEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
 /// The array of page descriptors, one per frame (`mem_map`), indexed by [`Pfn`]
 /// (`pfn_to_page`).
 #[derive(Debug)]
@@ -227,11 +256,11 @@ impl Page {
         unpack(self.mapping.load(Ordering::Acquire)).1
     }
     /// The swap slot of a swap-cache page (`page_private()` holding the swap entry).
-    pub fn swap_entry(&self) -> u64 {
-        self.private.load(Ordering::Acquire)
+    pub fn swap_entry(&self) -> SwapEntry {
+        SwapEntry(self.private.load(Ordering::Acquire))
     }
-    pub fn set_swap_entry(&self, slot: u64) {
-        self.private.store(slot, Ordering::Release);
+    pub fn set_swap_entry(&self, entry: SwapEntry) {
+        self.private.store(entry.0, Ordering::Release);
     }
     /// Where a page-cache page is mapped: the shared file region and the page index in it
     /// (usermm maps a cache page in at most one view). Kept in the private word.

@@ -7,7 +7,7 @@
 
 use std::sync::OnceLock;
 
-use super::page::Pfn;
+use super::page::{Pfn, SwapEntry};
 use crate::conv::Narrow;
 use crate::sync::{backoff, AtomicU64, Ordering};
 
@@ -35,7 +35,7 @@ pub enum Pte {
     /// Resident in frame N (mapped in the view, or parked in the frame pool).
     Frame(Pfn),
     /// On the swap device at slot N.
-    Swap(u64),
+    Swap(SwapEntry),
     /// Contents lost (swap full under overcommit, or a swap read error): accesses raise SIGBUS.
     Poison,
     /// Part of a 2 MiB unit mapped to the huge zero page (read-only, write-protected).
@@ -48,7 +48,7 @@ impl Pte {
             Pte::None => 0,
             Pte::Zero => T_ZERO << TYPE_SHIFT,
             Pte::Frame(f) => (T_FRAME << TYPE_SHIFT) | u64::from(f.raw()),
-            Pte::Swap(s) => (T_SWAP << TYPE_SHIFT) | (s & VAL_MASK),
+            Pte::Swap(s) => (T_SWAP << TYPE_SHIFT) | (s.offset() & VAL_MASK),
             Pte::Poison => T_POISON << TYPE_SHIFT,
             Pte::HugeZero => T_HUGEZERO << TYPE_SHIFT,
         }
@@ -59,7 +59,7 @@ impl Pte {
             T_NONE => Pte::None,
             T_ZERO => Pte::Zero,
             T_FRAME => Pte::Frame(Pfn::new(val.u32())),
-            T_SWAP => Pte::Swap(val),
+            T_SWAP => Pte::Swap(SwapEntry::new(val)),
             T_HUGEZERO => Pte::HugeZero,
             _ => Pte::Poison,
         }
@@ -225,7 +225,7 @@ mod tests {
             Pte::Zero,
             Pte::Frame(Pfn::new(7)),
             Pte::Frame(Pfn::NONE),
-            Pte::Swap(1 << 40),
+            Pte::Swap(SwapEntry::new(1 << 40)),
             Pte::Poison,
         ] {
             assert_eq!(Pte::decode(p.encode()), p);
@@ -239,13 +239,13 @@ mod tests {
         assert_eq!(t.get(12345678), Pte::None);
         {
             let mut g = t.lock(12345678);
-            g.set(Pte::Swap(5));
+            g.set(Pte::Swap(SwapEntry::new(5)));
         }
-        assert_eq!(t.get(12345678), Pte::Swap(5));
+        assert_eq!(t.get(12345678), Pte::Swap(SwapEntry::new(5)));
         assert!(t.allocated_bytes() < 64 * 1024);
         let mut seen = vec![];
         t.for_each_used(0, t.npages(), |i, p| seen.push((i, p)));
-        assert_eq!(seen, vec![(12345678, Pte::Swap(5))]);
+        assert_eq!(seen, vec![(12345678, Pte::Swap(SwapEntry::new(5)))]);
     }
 
     #[test]

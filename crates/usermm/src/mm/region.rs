@@ -387,7 +387,7 @@ pub(crate) fn release_range(m: &MmInner, r: &RegionInner, from: u64, to: u64, co
                     }
                     Pte::Swap(s) => {
                         if let Some(sw) = &m.swap {
-                            sw.free_slot(s, &m.vm);
+                            sw.swap_free(s, &m.vm);
                         }
                     }
                     Pte::Frame(f) if m.pages[f].test(pg::PAGECACHE) => {
@@ -406,7 +406,7 @@ pub(crate) fn release_range(m: &MmInner, r: &RegionInner, from: u64, to: u64, co
                         m.lru.del(&m.pages, f, &m.vm);
                         if p.test(pg::SWAPCACHE) {
                             if let Some(sw) = &m.swap {
-                                sw.free_slot(p.swap_entry(), &m.vm);
+                                sw.swap_free(p.swap_entry(), &m.vm);
                             }
                         }
                         if p.test(pg::MAPPED) {

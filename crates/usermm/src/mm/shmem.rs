@@ -9,7 +9,7 @@ use crate::sync::Ordering;
 use crate::vmstat::Item;
 
 use super::filemap::*;
-use super::page::{pg, Owner, Pfn};
+use super::page::{pg, Owner, Pfn, SwapEntry};
 use super::{pool, vmscan, MmInner};
 
 /// Swaps an in-memory file's page back in (`shmem_swapin`): a new frame at `index` replacing
@@ -18,7 +18,7 @@ pub(crate) fn shmem_swapin(
     m: &MmInner,
     mapping: &AddressSpace,
     index: u64,
-    slot: u64,
+    slot: SwapEntry,
 ) -> Result<()> {
     let Some(sw) = &m.swap else {
         return Err(Error::inval(
@@ -35,7 +35,7 @@ pub(crate) fn shmem_swapin(
     let f = frames[0];
     let read = pool::with_bounce(1, |bounce| {
         sw.dev
-            .read_pages(slot, bounce, &[0])
+            .read_pages(slot.offset(), bounce, &[0])
             .map(|_| pool::fill_slot(m, f, bounce, 0))
     });
     match read {
@@ -66,7 +66,7 @@ pub(crate) fn shmem_swapin(
         }
         t.insert(index, Entry::Page(f).encode());
     }
-    sw.free_slot(slot, &m.vm);
+    sw.swap_free(slot, &m.vm);
     m.vm.sub(Item::NrShmemSwapped, 1);
     mapping.nrpages.fetch_add(1, Ordering::Relaxed);
     m.vm.inc(Item::NrFilePages);
@@ -84,7 +84,7 @@ pub(crate) fn shmem_replace_with_swap(
     mapping: &AddressSpace,
     f: Pfn,
     index: u64,
-    slot: u64,
+    slot: SwapEntry,
 ) -> bool {
     let p = &m.pages[f];
     {

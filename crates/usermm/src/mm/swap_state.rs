@@ -17,7 +17,7 @@ use crate::sys::{Mapping, PAGE_SIZE};
 use crate::vmstat::{Counters, Item};
 
 use super::filemap::{as_flags, AddressSpace, Host};
-use super::page::{pg, MappingId, Owner, Pfn};
+use super::page::{pg, MappingId, Owner, Pfn, SwapEntry};
 use super::pgtable::{Pte, PteGuard};
 use super::pool;
 use super::region::RegionInner;
@@ -65,9 +65,24 @@ impl SwapState {
         }
     }
 
-    /// The swap-cache address space of `slot` (`swap_address_space`).
-    pub fn space(&self, slot: u64) -> &AddressSpace {
-        &self.spaces[(slot / SWAP_ADDRESS_SPACE_PAGES) as usize]
+    /// The swap-cache address space of `entry` (`swap_address_space`).
+    pub fn space(&self, entry: SwapEntry) -> &AddressSpace {
+        &self.spaces[(entry.offset() / SWAP_ADDRESS_SPACE_PAGES) as usize]
+    }
+
+    /// `get_swap_pages`: appends up to `n` free entries (in runs of consecutive slots where
+    /// the device has them) to `out`; returns how many.
+    pub fn get_swap_pages(&self, n: usize, out: &mut Vec<SwapEntry>) -> usize {
+        let mut offs = Vec::with_capacity(n);
+        let got = self.slots.alloc(n, &mut offs);
+        out.extend(offs.into_iter().map(SwapEntry::new));
+        got
+    }
+
+    /// `put_swap_folio`: returns an entry that was never written (its write failed) to the
+    /// free slots, without a discard.
+    pub fn put_swap_page(&self, entry: SwapEntry) {
+        self.slots.free(entry.offset());
     }
 
     /// Pages in the swap cache.
@@ -84,23 +99,24 @@ impl SwapState {
         self.slots.nr_free() * 2 < self.slots.nr_pages()
     }
 
-    /// Adds a page to the swap cache under `slot` (`__add_to_swap_cache`).
-    pub fn add_to_cache(&self, slot: u64, frame: Pfn, vm: &Counters) {
-        self.space(slot).add_swap_entry(vm, slot, frame);
+    /// Adds a page to the swap cache under `entry` (`__add_to_swap_cache`).
+    pub fn add_to_cache(&self, entry: SwapEntry, frame: Pfn, vm: &Counters) {
+        self.space(entry).add_swap_entry(vm, entry, frame);
         vm.inc(Item::NrSwapcache);
     }
 
-    /// Removes `slot` from the swap cache (the slot itself stays allocated).
-    pub fn delete_from_cache(&self, slot: u64, vm: &Counters) {
-        if self.space(slot).remove_swap_entry(vm, slot) {
+    /// Removes `entry` from the swap cache (the slot itself stays allocated).
+    pub fn delete_from_cache(&self, entry: SwapEntry, vm: &Counters) {
+        if self.space(entry).remove_swap_entry(vm, entry) {
             vm.sub(Item::NrSwapcache, 1);
         }
     }
 
-    /// Releases a slot (`swap_free`): removes it from the cache if present, frees it and lets the
-    /// device drop its contents.
-    pub fn free_slot(&self, slot: u64, vm: &Counters) {
-        self.delete_from_cache(slot, vm);
+    /// `swap_free`: releases an entry: removes it from the cache if present, frees its slot and
+    /// lets the device drop its contents.
+    pub fn swap_free(&self, entry: SwapEntry, vm: &Counters) {
+        self.delete_from_cache(entry, vm);
+        let slot = entry.offset();
         self.dev.invalidate(slot);
         if let Some(cluster) = self.slots.free_for_discard(slot) {
             // A wholly free cluster, held off the free list until the device has released it
@@ -138,16 +154,21 @@ pub(crate) fn swapin_window(r: &RegionInner, idx: u64, max: u32) -> u32 {
 /// device call per run of consecutive slots, into the bounce buffer because the pool is
 /// registered with userfaultfd and the kernel must not write into it. Returns, per page,
 /// whether it was read; a failed run is logged and counted (`swap_read_error`).
-pub(crate) fn swap_read(m: &MmInner, sw: &SwapState, slots: &[u64], bounce: &Mapping) -> Vec<bool> {
+pub(crate) fn swap_read(
+    m: &MmInner,
+    sw: &SwapState,
+    slots: &[SwapEntry],
+    bounce: &Mapping,
+) -> Vec<bool> {
     let mut ok = vec![true; slots.len()];
-    for run in pool::runs(slots, |a, b| b == a + 1) {
+    for run in pool::runs(slots, |a, b| b == a.next()) {
         let (k, e) = (run.start, run.end);
         let offs: Vec<usize> = (k..e).map(|j| j * PAGE_SIZE).collect();
-        if let Err(err) = sw.dev.read_pages(slots[k], bounce, &offs) {
+        if let Err(err) = sw.dev.read_pages(slots[k].offset(), bounce, &offs) {
             log::error!(
                 "swap read of slots {}..{} failed: {err}",
                 slots[k],
-                slots[e - 1] + 1
+                slots[e - 1].next()
             );
             m.vm.inc(Item::SwapReadError);
             ok[k..e].iter_mut().for_each(|o| *o = false);
@@ -167,7 +188,7 @@ pub(crate) fn park_readahead(
     sw: &SwapState,
     r: &RegionInner,
     idx: u64,
-    slots: &[u64],
+    slots: &[SwapEntry],
     frames: &[Pfn],
     ok: &[bool],
     rest: &mut [PteGuard<'_>],
@@ -234,13 +255,15 @@ mod tests {
         let dev: Arc<dyn SwapDevice> = Arc::new(crate::swap::RamSwap::new(8 << 20).unwrap());
         let vm = Counters::default();
         let s = SwapState::new(dev.clone(), false);
-        assert!(!s.space(0).use_writeback_tags());
-        s.add_to_cache(5, Pfn::new(9), &vm);
+        assert!(!s.space(SwapEntry::new(0)).use_writeback_tags());
+        s.add_to_cache(SwapEntry::new(5), Pfn::new(9), &vm);
         assert_eq!(s.cache_len(), 1);
         assert_eq!(vm.get(Item::NrSwapcache), 1);
-        s.delete_from_cache(5, &vm);
+        s.delete_from_cache(SwapEntry::new(5), &vm);
         assert_eq!(s.cache_len(), 0);
         assert_eq!(vm.get(Item::NrSwapcache), 0);
-        assert!(SwapState::new(dev, true).space(0).use_writeback_tags());
+        assert!(SwapState::new(dev, true)
+            .space(SwapEntry::new(0))
+            .use_writeback_tags());
     }
 }

@@ -77,7 +77,7 @@ fn truncate_pages_only(m: &MmInner, mapping: &AddressSpace, from: u64, to: u64) 
                     .lock_tree(&m.vm, LockSite::DeleteFromPageCache)
                     .remove(index);
                 if let Some(sw) = &m.swap {
-                    sw.free_slot(slot, &m.vm);
+                    sw.swap_free(slot, &m.vm);
                 }
                 m.vm.sub(Item::NrShmemSwapped, 1);
             }

@@ -17,7 +17,7 @@ use crate::vmstat::Item;
 
 use super::filemap;
 use super::lru::Lru;
-use super::page::{pg, Owner, Page, Pfn};
+use super::page::{pg, Owner, Page, Pfn, SwapEntry};
 use super::pgtable::Pte;
 use super::pool;
 use super::region::RegionInner;
@@ -562,7 +562,7 @@ fn add_to_swap(
         .filter(|&f| !m.pages[f].test(pg::SWAPCACHE))
         .collect();
     let mut slots = Vec::with_capacity(need.len());
-    sw.slots.alloc(need.len(), &mut slots);
+    sw.get_swap_pages(need.len(), &mut slots);
     for (k, &f) in need.iter().enumerate() {
         let p = &m.pages[f];
         if let Some(&s) = slots.get(k) {
@@ -589,25 +589,25 @@ fn add_to_swap(
 /// per run of consecutive slots, under writeback state. A failed write leaves its pages
 /// resident, dirty, PG_error and active, their slots freed; they are returned.
 fn pageout(m: &MmInner, sw: &SwapState, ready: &[Pfn]) -> Vec<Pfn> {
-    let mut dirty: Vec<(u64, Pfn)> = ready
+    let mut dirty: Vec<(SwapEntry, Pfn)> = ready
         .iter()
         .filter(|&&f| m.pages[f].test(pg::DIRTY))
         .map(|&f| (m.pages[f].swap_entry(), f))
         .collect();
     dirty.sort_unstable();
     let mut failed = Vec::new();
-    for run in pool::runs(&dirty, |a, b| b.0 == a.0 + 1) {
+    for run in pool::runs(&dirty, |a, b| b.0 == a.0.next()) {
         let run = &dirty[run];
         let offs: Vec<usize> = run.iter().map(|&(_, f)| f.offset()).collect();
         // Writeback state through the swap cache's mapping, which with the new behaviour of
         // seed 000 keeps no tags (no tree lock taken here).
         for &(slot, f) in run {
             m.pages[f].clear(pg::DIRTY);
-            filemap::set_page_writeback(m, sw.space(slot), f, slot);
+            filemap::set_page_writeback(m, sw.space(slot), f, slot.offset());
         }
-        let res = sw.dev.write_pages(run[0].0, &m.pool, &offs);
+        let res = sw.dev.write_pages(run[0].0.offset(), &m.pool, &offs);
         for &(slot, f) in run {
-            filemap::end_page_writeback(m, sw.space(slot), f, slot);
+            filemap::end_page_writeback(m, sw.space(slot), f, slot.offset());
         }
         match res {
             Ok(()) => {
@@ -625,7 +625,7 @@ fn pageout(m: &MmInner, sw: &SwapState, ready: &[Pfn]) -> Vec<Pfn> {
                     let p = &m.pages[f];
                     p.set(pg::ERROR | pg::DIRTY);
                     p.clear(pg::SWAPCACHE);
-                    sw.free_slot(s, &m.vm);
+                    sw.swap_free(s, &m.vm);
                     p.set(pg::ACTIVE);
                     failed.push(f);
                 }
@@ -677,10 +677,10 @@ fn __remove_mapping(
                         "frame {f} names region {rid} page {idx}, whose entry is {:?}; freeing it",
                         g.get()
                     );
-                    sw.free_slot(slot, &m.vm);
+                    sw.swap_free(slot, &m.vm);
                 }
             }
-            _ => sw.free_slot(slot, &m.vm),
+            _ => sw.swap_free(slot, &m.vm),
         }
         freed.push(f);
     }
@@ -799,7 +799,7 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
     let mut freed = Vec::new();
     if let Some(sw) = &m.swap {
         let mut slots = Vec::with_capacity(shmem.len());
-        sw.slots.alloc(shmem.len(), &mut slots);
+        sw.get_swap_pages(shmem.len(), &mut slots);
         for (k, (a, f)) in shmem.iter().enumerate() {
             let Some(&slot) = slots.get(k) else {
                 m.pages[*f].set(pg::ACTIVE);
@@ -807,7 +807,10 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
                 continue;
             };
             let idx = m.pages[*f].index();
-            let ok = sw.dev.write_pages(slot, &m.pool, &[f.offset()]).is_ok();
+            let ok = sw
+                .dev
+                .write_pages(slot.offset(), &m.pool, &[f.offset()])
+                .is_ok();
             if ok && super::shmem::shmem_replace_with_swap(m, a, *f, idx, slot) {
                 m.vm.inc(Item::Pswpout);
                 freed.push(*f);
@@ -815,7 +818,7 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
                 if !ok {
                     m.vm.inc(Item::SwapWriteError);
                 }
-                sw.slots.free(slot);
+                sw.put_swap_page(slot);
                 keep.push(*f);
             }
         }
