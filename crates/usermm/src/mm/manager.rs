@@ -376,6 +376,58 @@ impl MmInner {
     pub(crate) fn resident_pages(&self) -> u64 {
         self.nr_frames() - self.frames.nr_free()
     }
+    /// `WARN_ON`: an operation that fails only if usermm has a bug (an in-range copy or zap, a wake,
+    /// a poison or write-protect of a registered page) failed. Logged with what it was and counted
+    /// (`mm_warn`), never silently dropped; the caller carries on as the kernel does after a WARN.
+    pub(crate) fn warn_on<T, E: std::fmt::Display>(
+        &self,
+        r: std::result::Result<T, E>,
+        what: &str,
+    ) -> Option<T> {
+        match r {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.vm.inc(Item::MmWarn);
+                log::error!("{what} failed: {e}");
+                None
+            }
+        }
+    }
+
+    /// Retries a resolving ioctl over `len` bytes on EAGAIN (the kernel is changing the address
+    /// space), resuming after the bytes already done: `op(off)` must act on `[off, len)` of its range.
+    /// The error's `done` counts every byte resolved across the tries (never re-issue a range that
+    /// was partly done: its first page would fail with EEXIST and hide the pages that were moved).
+    /// EEXIST means another thread resolved it: the caller wakes.
+    pub(crate) fn retry_again(
+        &self,
+        len: usize,
+        mut op: impl FnMut(usize) -> std::result::Result<usize, crate::sys::uffd::OpError>,
+    ) -> std::result::Result<usize, crate::sys::uffd::OpError> {
+        let mut tries = 0;
+        let mut done = 0;
+        loop {
+            match op(done) {
+                Ok(n) => return Ok(done + n),
+                Err(e) if e.is_again() && tries < 1000 => {
+                    done += e.done;
+                    if done >= len {
+                        return Ok(done);
+                    }
+                    self.vm.inc(Item::UffdEagain);
+                    tries += 1;
+                    crate::sync::yield_now();
+                }
+                Err(e) => {
+                    return Err(crate::sys::uffd::OpError {
+                        errno: e.errno,
+                        done: done + e.done,
+                    })
+                }
+            }
+        }
+    }
+
     /// The live region `id` (the rmap's way from a page to its mapping).
     pub(crate) fn region(&self, id: RegionId) -> Option<Arc<super::region::RegionInner>> {
         self.regions.read().get(id).cloned()

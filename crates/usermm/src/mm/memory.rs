@@ -48,8 +48,7 @@ pub fn handle_fault(m: &MmInner, addr: usize, flags: u64) -> Fault {
             None => {
                 // Not ours any more (region dropped while a thread touched it): wake it; it will
                 // fault again on an unregistered range or see the kernel's own page.
-                warn_on(
-                    m,
+                m.warn_on(
                     m.uffd.wake(addr & !(PAGE_SIZE - 1), PAGE_SIZE),
                     "UFFDIO_WAKE",
                 );
@@ -176,8 +175,7 @@ pub(crate) fn poison_after_panic(m: &MmInner, addr: usize) {
             }
             g.set(Pte::Poison);
         }
-        warn_on(
-            m,
+        m.warn_on(
             r.view
                 .advise(idx as usize * PAGE_SIZE, PAGE_SIZE, Advice::DontNeed),
             "MADV_DONTNEED of view pages",
@@ -185,7 +183,7 @@ pub(crate) fn poison_after_panic(m: &MmInner, addr: usize) {
     }
     if let Err(e) = m.uffd.poison(page, PAGE_SIZE, false) {
         log::error!("UFFDIO_POISON at {page:#x} after a handler panic: {e}");
-        warn_on(m, m.uffd.wake(page, PAGE_SIZE), "UFFDIO_WAKE");
+        m.warn_on(m.uffd.wake(page, PAGE_SIZE), "UFFDIO_WAKE");
     }
 }
 
@@ -260,24 +258,6 @@ fn repoison(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
     Some(Fault::Done)
 }
 
-/// `WARN_ON`: an operation that fails only if usermm has a bug (an in-range copy or zap, a wake,
-/// a poison or write-protect of a registered page) failed. Logged with what it was and counted
-/// (`mm_warn`), never silently dropped; the caller carries on as the kernel does after a WARN.
-pub(crate) fn warn_on<T, E: std::fmt::Display>(
-    m: &MmInner,
-    r: std::result::Result<T, E>,
-    what: &str,
-) -> Option<T> {
-    match r {
-        Ok(v) => Some(v),
-        Err(e) => {
-            m.vm.inc(Item::MmWarn);
-            log::error!("{what} failed: {e}");
-            None
-        }
-    }
-}
-
 fn wake(m: &MmInner, r: &RegionInner, idx: u64) {
     wake_pages(m, r, idx, 1);
 }
@@ -288,40 +268,6 @@ fn wake_pages(m: &MmInner, r: &RegionInner, idx: u64, n: u64) {
     if let Err(e) = m.uffd.wake(r.page_addr(idx), n.usize() * PAGE_SIZE) {
         m.vm.inc(Item::MmWarn);
         log::error!("UFFDIO_WAKE at {:#x}: {e}", r.page_addr(idx));
-    }
-}
-
-/// Retries a resolving ioctl over `len` bytes on EAGAIN (the kernel is changing the address
-/// space), resuming after the bytes already done: `op(off)` must act on `[off, len)` of its range.
-/// The error's `done` counts every byte resolved across the tries (never re-issue a range that
-/// was partly done: its first page would fail with EEXIST and hide the pages that were moved).
-/// EEXIST means another thread resolved it: the caller wakes.
-pub(crate) fn retry_again(
-    m: &MmInner,
-    len: usize,
-    mut op: impl FnMut(usize) -> Result<usize, OpError>,
-) -> Result<usize, OpError> {
-    let mut tries = 0;
-    let mut done = 0;
-    loop {
-        match op(done) {
-            Ok(n) => return Ok(done + n),
-            Err(e) if e.is_again() && tries < 1000 => {
-                done += e.done;
-                if done >= len {
-                    return Ok(done);
-                }
-                m.vm.inc(Item::UffdEagain);
-                tries += 1;
-                crate::sync::yield_now();
-            }
-            Err(e) => {
-                return Err(OpError {
-                    errno: e.errno,
-                    done: done + e.done,
-                })
-            }
-        }
     }
 }
 
@@ -359,7 +305,7 @@ fn do_anonymous_zero_page(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Faul
     let n = 1 + rest.len() as u64;
     let addr = r.page_addr(idx);
     let len = n.usize() * PAGE_SIZE;
-    let done = match retry_again(m, len, |o| m.uffd.zeropage(addr + o, len - o, true)) {
+    let done = match m.retry_again(len, |o| m.uffd.zeropage(addr + o, len - o, true)) {
         Ok(d) => d,
         Err(e) if e.is_exists() => {
             m.vm.inc(Item::UffdEexist);
@@ -441,8 +387,7 @@ fn do_anonymous_page_win(
     let pooled = pool::pooled_batch(m, &frames[..n]);
     for (k, &f) in frames[..n].iter().enumerate() {
         if pooled[k] {
-            warn_on(
-                m,
+            m.warn_on(
                 m.pool.fill(f.offset(), PAGE_SIZE, 0),
                 "zero-filling a pool slot",
             );
@@ -459,7 +404,7 @@ fn do_anonymous_page_win(
             let src = m.pool.addr() + frames[k].offset();
             let len = (e - k) * PAGE_SIZE;
             let dst = addr + k * PAGE_SIZE;
-            retry_again(m, len, |o| {
+            m.retry_again(len, |o| {
                 m.uffd.move_pages(dst + o, src + o, len - o, false, true)
             })
         } else {
@@ -468,7 +413,7 @@ fn do_anonymous_page_win(
             }
             let len = (e - k) * PAGE_SIZE;
             let dst = addr + k * PAGE_SIZE;
-            retry_again(m, len, |o| {
+            m.retry_again(len, |o| {
                 m.uffd
                     .copy(dst + o, m.zero_src.addr() + o, len - o, false, true)
             })
@@ -568,17 +513,6 @@ fn do_wp_page(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
     Some(Fault::Done)
 }
 
-/// Drops the swap copy of a page about to be written (`try_to_free_swap` on a write fault).
-fn drop_swap_copy(m: &MmInner, f: Pfn) {
-    let p = &m.pages[f];
-    if p.test_clear(pg::SWAPCACHE) {
-        if let Some(sw) = &m.swap {
-            sw.swap_free(p.swap_entry(), &m.vm);
-        }
-    }
-    p.set(pg::DIRTY);
-}
-
 /// Places the page parked in frame `f`'s pool slot at view address `dst`: write-protected with
 /// one UFFDIO_COPY(MODE_WP) and the slot dropped (`wp`: a clean page, so its first store is seen;
 /// MOVE always installs a writable pte), else moved with UFFDIO_MOVE.
@@ -586,18 +520,15 @@ fn place_from_slot(m: &MmInner, f: Pfn, dst: usize, wp: bool) -> Result<usize, O
     let off = f.offset();
     let src = m.pool.addr() + off;
     if wp {
-        retry_again(m, PAGE_SIZE, |_| {
-            m.uffd.copy(dst, src, PAGE_SIZE, true, true)
-        })
-        .inspect(|_| {
-            warn_on(
-                m,
-                m.pool.advise(off, PAGE_SIZE, Advice::DontNeed),
-                "MADV_DONTNEED of pool slots",
-            );
-        })
+        m.retry_again(PAGE_SIZE, |_| m.uffd.copy(dst, src, PAGE_SIZE, true, true))
+            .inspect(|_| {
+                m.warn_on(
+                    m.pool.advise(off, PAGE_SIZE, Advice::DontNeed),
+                    "MADV_DONTNEED of pool slots",
+                );
+            })
     } else {
-        retry_again(m, PAGE_SIZE, |_| {
+        m.retry_again(PAGE_SIZE, |_| {
             m.uffd.move_pages(dst, src, PAGE_SIZE, false, true)
         })
     }
@@ -612,7 +543,7 @@ fn place_from_slot(m: &MmInner, f: Pfn, dst: usize, wp: bool) -> Result<usize, O
 fn map_parked(m: &MmInner, r: &RegionInner, idx: u64, f: Pfn, write: bool, wake_now: bool) -> bool {
     let p = &m.pages[f];
     if write {
-        drop_swap_copy(m, f);
+        swap_state::try_to_free_swap(m, f);
     }
     let keep_wp = p.test(pg::SWAPCACHE) && !p.test(pg::DIRTY);
     let dst = r.page_addr(idx);
@@ -626,8 +557,7 @@ fn map_parked(m: &MmInner, r: &RegionInner, idx: u64, f: Pfn, write: bool, wake_
         log::warn!(
             "frame {f}: a stray page is mapped at {dst:#x} where the parked page belongs; replaced"
         );
-        warn_on(
-            m,
+        m.warn_on(
             r.view
                 .advise(idx.usize() * PAGE_SIZE, PAGE_SIZE, Advice::DontNeed),
             "MADV_DONTNEED of view pages",
@@ -639,13 +569,13 @@ fn map_parked(m: &MmInner, r: &RegionInner, idx: u64, f: Pfn, write: bool, wake_
         Err(e) if e.errno == libc::ENOENT => {
             // The pool slot is empty (the page was zapped behind our back): its contents are
             // zeros.
-            if let Err(e) = retry_again(m, PAGE_SIZE, |_| {
+            if let Err(e) = m.retry_again(PAGE_SIZE, |_| {
                 m.uffd.copy(dst, m.zero_src.addr(), PAGE_SIZE, false, true)
             }) {
                 log::error!("UFFDIO_COPY of zeros to {dst:#x}: {e}");
                 return false;
             }
-            drop_swap_copy(m, f);
+            swap_state::try_to_free_swap(m, f);
         }
         Err(e) => {
             if e.is_exists() {
@@ -694,7 +624,7 @@ fn frame_fault(
         note_stale(m, r, idx, Pte::Frame(f));
         p.clear(pg::MAPPED | pg::WP);
         m.vm.sub(Item::NrMapped, 1);
-        if !pool::slot_present(m, f) && !refill_lost_slot(m, f) {
+        if !pool::slot_present(m, f) && !super::rmap::refill_lost_slot(m, f) {
             drop(g);
             p.unlock();
             return Some(Fault::Retry);
@@ -703,7 +633,7 @@ fn frame_fault(
     if p.test(pg::MAPPED) {
         if wp && p.test(pg::WP) {
             // do_wp_page on a clean swap-cache page: it becomes dirty, its swap copy is stale.
-            drop_swap_copy(m, f);
+            swap_state::try_to_free_swap(m, f);
             p.clear(pg::WP);
             if let Err(e) = m
                 .uffd
@@ -715,8 +645,7 @@ fn frame_fault(
             m.vm.inc(Item::Pgfault);
         } else if wp {
             // Write-protected though we did not ask (a leftover marker): clear it.
-            warn_on(
-                m,
+            m.warn_on(
                 m.uffd
                     .writeprotect(r.page_addr(idx), PAGE_SIZE, false, true),
                 "UFFDIO_WRITEPROTECT",
@@ -818,8 +747,7 @@ fn do_swap_page(
             // out zeros in its place.
             sw.swap_free(slot, &m.vm);
             g.set(Pte::Poison);
-            warn_on(
-                m,
+            m.warn_on(
                 m.uffd.poison(r.page_addr(idx), PAGE_SIZE, false),
                 "UFFDIO_POISON",
             );
@@ -849,8 +777,7 @@ fn do_swap_page(
         // kept) is copied write-protected in one step (see map_parked for why not MOVE + WP).
         let pooled = !keep && pool::pooled_and_present(m, f0) && p0.test_clear(pg::POOLED);
         if pooled {
-            warn_on(
-                m,
+            m.warn_on(
                 m.pool.copy_from(f0.offset(), bounce, 0, PAGE_SIZE),
                 "copying a page into a pool slot",
             );
@@ -860,11 +787,11 @@ fn do_swap_page(
         let place = || {
             if pooled {
                 let src = m.pool.addr() + f0.offset();
-                retry_again(m, PAGE_SIZE, |_| {
+                m.retry_again(PAGE_SIZE, |_| {
                     m.uffd.move_pages(dst, src, PAGE_SIZE, false, true)
                 })
             } else {
-                retry_again(m, PAGE_SIZE, |_| {
+                m.retry_again(PAGE_SIZE, |_| {
                     m.uffd.copy(dst, bounce.addr(), PAGE_SIZE, keep, true)
                 })
             }
@@ -875,8 +802,7 @@ fn do_swap_page(
             // results mishandled): the swap copy is the page's data; replace the stray.
             m.vm.inc(Item::FaultStaleUnmapped);
             log::warn!("a stray page is mapped at {dst:#x} whose entry is a swap entry; replaced");
-            warn_on(
-                m,
+            m.warn_on(
                 r.view
                     .advise(idx.usize() * PAGE_SIZE, PAGE_SIZE, Advice::DontNeed),
                 "MADV_DONTNEED of view pages",
@@ -905,44 +831,6 @@ fn do_swap_page(
         wake(m, r, idx);
     });
     Some(Fault::Done)
-}
-
-/// Frame `f` (locked) is in neither its view nor its pool slot: its page was discarded behind
-/// the manager's back (a `MADV_DONTNEED` by the program) or moved away by a bug. Refills the
-/// slot so the page can be mapped again: from its swap copy when that copy is still valid (a
-/// clean swap-cache page), else with zeros (what a discarded anonymous page reads as; the swap
-/// copy, now stale, is dropped). Counted as `pgunmap_zapped` and logged. False if the swap read
-/// failed (the caller retries).
-pub(crate) fn refill_lost_slot(m: &MmInner, f: Pfn) -> bool {
-    let p = &m.pages[f];
-    m.vm.inc(Item::PgunmapZapped);
-    if p.test(pg::SWAPCACHE) && !p.test(pg::DIRTY) {
-        if let Some(sw) = &m.swap {
-            let slot = p.swap_entry();
-            log::warn!(
-                "frame {f}: page in neither view nor pool slot; reread from swap slot {slot}"
-            );
-            return pool::with_bounce(1, |b| {
-                if let Err(e) = sw.dev.read_pages(slot.offset(), b, &[0]) {
-                    log::error!("swap read of slot {slot} (refilling frame {f}): {e}");
-                    m.vm.inc(Item::SwapReadError);
-                    return false;
-                }
-                p.clear(pg::POOLED);
-                pool::fill_slot(m, f, b, 0)
-            });
-        }
-    }
-    log::warn!(
-        "frame {f} ({:?}): page in neither view nor pool slot; it was discarded (reads as zeros)",
-        p.owner()
-    );
-    p.clear(pg::POOLED);
-    if !pool::ensure_slot(m, f) {
-        return false;
-    }
-    drop_swap_copy(m, f);
-    true
 }
 
 /// No frame can be had (swap full under overcommit, or persistent swap write errors): poison the
@@ -1083,8 +971,7 @@ fn do_shared_fault(
                     );
                     let _ = pool::ensure_slot(m, f);
                     g.set(Pte::Poison);
-                    warn_on(
-                        m,
+                    m.warn_on(
                         m.uffd.poison(r.page_addr(idx), PAGE_SIZE, false),
                         "UFFDIO_POISON",
                     );
@@ -1283,9 +1170,7 @@ fn do_cow_fault(m: &MmInner, r: &Arc<RegionInner>, fm: &FileMap, idx: u64) -> Op
         filemap::Loc::View(v, o) => v.view.addr() + o,
     };
     let dst = r.page_addr(idx);
-    if let Err(e) = retry_again(m, PAGE_SIZE, |_| {
-        m.uffd.copy(dst, src, PAGE_SIZE, false, true)
-    }) {
+    if let Err(e) = m.retry_again(PAGE_SIZE, |_| m.uffd.copy(dst, src, PAGE_SIZE, false, true)) {
         log::error!("copying file page {index} into a private region at {dst:#x}: {e}");
         drop(g);
         p.unlock();
@@ -1357,7 +1242,7 @@ fn do_huge_pmd_anonymous_page(
     }
     let addr = r.page_addr(u);
     let len = huge_memory::HPAGE_PMD_SIZE;
-    let ok = match retry_again(m, len, |o| m.uffd.zeropage(addr + o, len - o, true)) {
+    let ok = match m.retry_again(len, |o| m.uffd.zeropage(addr + o, len - o, true)) {
         Ok(_) => true,
         Err(e) => {
             log::debug!("UFFDIO_ZEROPAGE over a huge unit at {addr:#x}: {e}");
@@ -1366,8 +1251,7 @@ fn do_huge_pmd_anonymous_page(
     };
     if !ok || m.uffd.writeprotect(addr, len, true, true).is_err() {
         // Partly mapped by a racing path: undo and fall back to small pages.
-        warn_on(
-            m,
+        m.warn_on(
             r.view.advise(u.usize() * PAGE_SIZE, len, Advice::DontNeed),
             "MADV_DONTNEED of view pages",
         );
@@ -1394,8 +1278,7 @@ fn do_huge_pmd_wp_page(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> 
         // Split meanwhile (partial discard): small zero pages now.
         return None;
     };
-    warn_on(
-        m,
+    m.warn_on(
         r.view.advise(
             u.usize() * PAGE_SIZE,
             huge_memory::HPAGE_PMD_SIZE,

@@ -131,8 +131,7 @@ pub fn pooled_batch(m: &MmInner, frames: &[Pfn]) -> Vec<bool> {
 /// Empties the pool slot of a freshly allocated frame that will not use the page parked there.
 pub fn empty_slot(m: &MmInner, f: Pfn) {
     if m.pages[f].test_clear(pg::POOLED) {
-        super::memory::warn_on(
-            m,
+        m.warn_on(
             m.pool.advise(f.offset(), PAGE_SIZE, Advice::DontNeed),
             "MADV_DONTNEED of pool slots",
         );
@@ -144,8 +143,7 @@ fn zap_pool(m: &MmInner, frames: &[Pfn]) {
     let mut sorted = frames.to_vec();
     sorted.sort_unstable();
     for run in runs(&sorted, |a, b| b == a.next()) {
-        super::memory::warn_on(
-            m,
+        m.warn_on(
             m.pool.advise(
                 sorted[run.start].offset(),
                 run.len() * PAGE_SIZE,

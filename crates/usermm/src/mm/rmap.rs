@@ -9,11 +9,11 @@
 use crate::sys::{Advice, PAGE_SIZE};
 use crate::vmstat::Item;
 
-use super::memory;
 use super::page::{pg, Owner, Pfn, RegionId};
 use super::pgtable::Pte;
 use super::pool;
 use super::region::RegionInner;
+use super::swap_state;
 use super::MmInner;
 use crate::conv::Narrow;
 
@@ -67,7 +67,7 @@ pub fn try_to_unmap(m: &MmInner, frames: &[Pfn]) {
 fn try_to_unmap_one(m: &MmInner, r: &RegionInner, idx: u64, f: Pfn) {
     let src = r.page_addr(idx);
     let dst = m.pool.addr() + f.offset();
-    let mut res = memory::retry_again(m, PAGE_SIZE, |_| {
+    let mut res = m.retry_again(PAGE_SIZE, |_| {
         m.uffd.move_pages(dst, src, PAGE_SIZE, false, true)
     });
     if matches!(res, Err(e) if e.is_exists()) {
@@ -75,12 +75,11 @@ fn try_to_unmap_one(m: &MmInner, r: &RegionInner, idx: u64, f: Pfn) {
         // drop it and move again.
         m.vm.inc(Item::PoolSlotLost);
         log::warn!("frame {f}: pool slot occupied while its page is mapped; slot dropped");
-        memory::warn_on(
-            m,
+        m.warn_on(
             m.pool.advise(f.offset(), PAGE_SIZE, Advice::DontNeed),
             "MADV_DONTNEED of pool slots",
         );
-        res = memory::retry_again(m, PAGE_SIZE, |_| {
+        res = m.retry_again(PAGE_SIZE, |_| {
             m.uffd.move_pages(dst, src, PAGE_SIZE, false, true)
         });
     }
@@ -95,7 +94,7 @@ fn try_to_unmap_one(m: &MmInner, r: &RegionInner, idx: u64, f: Pfn) {
             if m.pages[f].test(pg::PAGECACHE) {
                 log::error!("file page in frame {f} lost from its mapping at {src:#x}");
             }
-            if memory::refill_lost_slot(m, f) {
+            if refill_lost_slot(m, f) {
                 mark_unmapped(m, f);
                 clear_file_pte(m, r, idx, f);
             }
@@ -135,14 +134,12 @@ pub(crate) fn unmap_file_page_at(m: &MmInner, r: &RegionInner, idx: u64, f: Pfn)
         Err(e) if e.errno == libc::EEXIST => {
             // The slot still holds the page's copy (mapped by COPY, slot not yet dropped): the
             // view copy is the current one if dirty; copy it over.
-            memory::warn_on(
-                m,
+            m.warn_on(
                 m.pool
                     .copy_from(f.offset(), &r.view, idx.usize() * PAGE_SIZE, PAGE_SIZE),
                 "copying a page into a pool slot",
             );
-            memory::warn_on(
-                m,
+            m.warn_on(
                 r.view
                     .advise(idx.usize() * PAGE_SIZE, PAGE_SIZE, Advice::DontNeed),
                 "MADV_DONTNEED of view pages",
@@ -172,4 +169,42 @@ pub(crate) fn unmap_file_page(m: &MmInner, f: Pfn) {
     if g.get() == Pte::Frame(f) {
         g.set(Pte::None);
     }
+}
+
+/// Frame `f` (locked) is in neither its view nor its pool slot: its page was discarded behind
+/// the manager's back (a `MADV_DONTNEED` by the program) or moved away by a bug. Refills the
+/// slot so the page can be mapped again: from its swap copy when that copy is still valid (a
+/// clean swap-cache page), else with zeros (what a discarded anonymous page reads as; the swap
+/// copy, now stale, is dropped). Counted as `pgunmap_zapped` and logged. False if the swap read
+/// failed (the caller retries).
+pub(crate) fn refill_lost_slot(m: &MmInner, f: Pfn) -> bool {
+    let p = &m.pages[f];
+    m.vm.inc(Item::PgunmapZapped);
+    if p.test(pg::SWAPCACHE) && !p.test(pg::DIRTY) {
+        if let Some(sw) = &m.swap {
+            let slot = p.swap_entry();
+            log::warn!(
+                "frame {f}: page in neither view nor pool slot; reread from swap slot {slot}"
+            );
+            return pool::with_bounce(1, |b| {
+                if let Err(e) = sw.dev.read_pages(slot.offset(), b, &[0]) {
+                    log::error!("swap read of slot {slot} (refilling frame {f}): {e}");
+                    m.vm.inc(Item::SwapReadError);
+                    return false;
+                }
+                p.clear(pg::POOLED);
+                pool::fill_slot(m, f, b, 0)
+            });
+        }
+    }
+    log::warn!(
+        "frame {f} ({:?}): page in neither view nor pool slot; it was discarded (reads as zeros)",
+        p.owner()
+    );
+    p.clear(pg::POOLED);
+    if !pool::ensure_slot(m, f) {
+        return false;
+    }
+    swap_state::try_to_free_swap(m, f);
+    true
 }

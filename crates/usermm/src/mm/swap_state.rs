@@ -135,6 +135,18 @@ impl SwapState {
     }
 }
 
+/// `try_to_free_swap`: drops the swap copy of a page about to be written (a write fault), and
+/// marks it dirty.
+pub(crate) fn try_to_free_swap(m: &MmInner, f: Pfn) {
+    let p = &m.pages[f];
+    if p.test_clear(pg::SWAPCACHE) {
+        if let Some(sw) = &m.swap {
+            sw.swap_free(p.swap_entry(), &m.vm);
+        }
+    }
+    p.set(pg::DIRTY);
+}
+
 /// The swap-in readahead window of a major fault at page `idx` of `r` (`swapin_nr_pages` fed
 /// with the region's readahead state: the last major fault, the readahead hits since, the last
 /// window), at most `max` pages (`1 << page_cluster`).
