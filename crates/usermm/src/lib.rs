@@ -20,11 +20,11 @@ pub mod vmstat;
 #[cfg(not(loom))]
 pub use error::{Error, Result};
 #[cfg(not(loom))]
-pub use mm::file::{CachedFile, MapKind};
+pub use mm::file::CachedFile;
 #[cfg(not(loom))]
 pub use mm::handler::StuckFault;
 #[cfg(not(loom))]
-pub use mm::region::Region;
+pub use mm::region::{MapKind, Region};
 #[cfg(not(loom))]
 pub use mm::{EnvManager, Health, Mm, MmConfig, UffdInfo, Watermarks};
 pub use settings::{Behaviour, Settings, Switch};

@@ -20,18 +20,7 @@ use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
 
 use super::filemap::{self, AddressSpace, FileRaState, Host};
 use super::page::{IdTable, MappingId};
-use super::region::Region;
 use super::{Mm, MmHandle, MmInner};
-
-/// How a file region shares its pages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MapKind {
-    /// `MAP_SHARED`: stores reach the file through writeback.
-    Shared,
-    /// `MAP_PRIVATE`: copy-on-write against the file; written pages are anonymous and go to
-    /// swap when evicted.
-    Private,
-}
 
 /// Live address spaces by id (the id is what page descriptors name) and by inode.
 #[derive(Debug, Default)]
@@ -248,22 +237,6 @@ impl Mm {
         }
     }
 
-    /// Maps `len` bytes of the file at `path` from `offset` (a multiple of 4 KiB). Shared: the
-    /// region shows the page cache and stores reach the file through writeback; the file is
-    /// extended to `offset + len` if shorter. Private: copy-on-write against the file.
-    pub fn map_file(
-        &self,
-        path: impl AsRef<Path>,
-        offset: u64,
-        len: usize,
-        kind: MapKind,
-    ) -> Result<Region> {
-        let a = get_mapping(self.inner(), path.as_ref(), false)?;
-        let r = super::region::map_file(self, a.clone(), offset, len, kind);
-        put_mapping(self.inner(), &a);
-        r
-    }
-
     /// Writes back every dirty file page and fdatasyncs every file (`sync(2)`), returning the
     /// first writeback error not yet reported to this manager's syncs.
     pub fn sync(&self) -> Result<()> {
@@ -350,17 +323,6 @@ impl CachedFile {
     /// Turns readahead on (Linux's ondemand, the default) or off for this handle.
     pub fn set_readahead(&self, on: bool) {
         self.ra.lock().ondemand = on;
-    }
-
-    /// Maps `len` bytes of this file from `offset` (see [`Mm::map_file`]).
-    pub fn map(&self, offset: u64, len: usize, kind: MapKind) -> Result<Region> {
-        let mm = Mm { h: self.h.clone() };
-        super::region::map_file(&mm, self.mapping.clone(), offset, len, kind)
-    }
-
-    /// The address space (tests and benchmarks inspect marks and pages).
-    pub fn mapping(&self) -> &Arc<AddressSpace> {
-        &self.mapping
     }
 }
 

@@ -30,7 +30,7 @@ use super::lru::mark_page_accessed;
 use super::page::{pg, MappingId, Owner, Pfn, SwapEntry};
 use super::radix_tree::{Mark, RadixTree};
 use super::region::RegionInner;
-use super::{page_writeback, pool, vmscan, MmInner};
+use super::{page_alloc, page_writeback, pool, MmInner};
 use crate::conv::{Narrow, Saturate};
 
 /// Mapping flags (`AS_*`).
@@ -378,7 +378,7 @@ pub fn pagecache_get_page(
                 return Ok(None);
             }
             m.note_resident();
-        } else if !vmscan::alloc_frames(m, 1, &mut frames) {
+        } else if !page_alloc::alloc_pages(m, 1, &mut frames) {
             return Err(Error::io(
                 format!("page cache of {}", mapping.name()),
                 io::Error::from_raw_os_error(libc::ENOMEM),
@@ -898,7 +898,7 @@ pub fn do_page_cache_readahead(
         }
         let mut frames = Vec::with_capacity(run.len());
         // Readahead must not push the working set out: no direct reclaim for it beyond one batch.
-        if !vmscan::alloc_frames(m, run.len(), &mut frames) {
+        if !page_alloc::alloc_pages(m, run.len(), &mut frames) {
             break;
         }
         let mut added = Vec::with_capacity(frames.len());
@@ -1138,7 +1138,7 @@ pub fn file_write(m: &MmInner, mapping: &Arc<AddressSpace>, pos: u64, buf: &[u8]
             let _eof = mapping.eof_lock.lock();
             mapping.size.fetch_max(at + n as u64, Ordering::AcqRel);
             drop(_eof);
-            super::truncate::file_grew(m, mapping, old_size, at + n as u64);
+            pagecache_isize_extended(m, mapping, old_size, at + n as u64);
         }
         set_page_dirty(m, mapping, f);
         p.unlock();
@@ -1151,4 +1151,45 @@ pub fn file_write(m: &MmInner, mapping: &Arc<AddressSpace>, pos: u64, buf: &[u8]
 /// The bytes of a mapping held by the page cache now.
 pub fn cached_bytes(mapping: &AddressSpace) -> u64 {
     mapping.nrpages.load(Ordering::Relaxed) * PAGE_SIZE as u64
+}
+
+/// `pagecache_isize_extended`: the file grew from `old` to `new` bytes, so pages of shared
+/// regions that faulted beyond the old end (SIGBUS markers) become accessible again.
+pub(crate) fn pagecache_isize_extended(m: &MmInner, mapping: &AddressSpace, old: u64, new: u64) {
+    let regions: Vec<Arc<RegionInner>> = {
+        let mut l = mapping.i_mmap.lock();
+        l.retain(|w| w.strong_count() > 0);
+        l.iter().filter_map(|w| w.upgrade()).collect()
+    };
+    let ps = PAGE_SIZE as u64;
+    for r in regions {
+        let Some(fm) = &r.file else { continue };
+        let first = (old / ps).saturating_sub(fm.pgoff);
+        let last = new.div_ceil(ps).saturating_sub(fm.pgoff).min(r.npages());
+        let mut used = Vec::new();
+        r.pt.for_each_used(first, last, |i, p| {
+            if p == super::pgtable::Pte::Poison {
+                used.push(i);
+            }
+        });
+        log::debug!(
+            "pagecache_isize_extended {old}->{new}: region {} pages {first}..{last} poisoned {:?}",
+            r.id,
+            used
+        );
+        for i in used {
+            let mut g = r.pt.lock(i);
+            if g.get() == super::pgtable::Pte::Poison {
+                m.warn_on(
+                    r.view.advise(
+                        i.usize() * PAGE_SIZE,
+                        PAGE_SIZE,
+                        crate::sys::Advice::DontNeed,
+                    ),
+                    "MADV_DONTNEED of a view page",
+                );
+                g.set(super::pgtable::Pte::None);
+            }
+        }
+    }
 }

@@ -17,7 +17,7 @@ use crate::vmstat::{Counters, Item, Vmstat};
 
 use super::lru::Lruvec;
 use super::page::{FrameAlloc, IdTable, MemMap, Owner, Pfn, RegionId};
-use super::region::{self, Region, RegionInner};
+use super::region::{Region, RegionInner};
 use super::swap_state::SwapState;
 use super::{handler, vmscan};
 use crate::conv::{Narrow, Saturate};
@@ -718,7 +718,7 @@ impl Mm {
     /// Maps `len` bytes (rounded up to 4 KiB) of anonymous memory managed by this manager.
     /// Untouched pages cost nothing; reads of them see the zero page.
     pub fn map_anon(&self, len: usize) -> Result<Region> {
-        region::map_anon(self, len)
+        super::mmap::map_anon(self, len)
     }
 
     /// Whether every fault is being answered: handler panics so far, faults outstanding longer
@@ -749,7 +749,7 @@ impl Mm {
     /// full, they are lost and accesses raise SIGBUS (the `oom_poison` counter), as under
     /// `overcommit`.
     pub fn map_anon_noreserve(&self, len: usize) -> Result<Region> {
-        region::map_anon_noreserve(self, len)
+        super::mmap::map_anon_noreserve(self, len)
     }
 
     /// A snapshot of the counters, named as in `/proc/vmstat`.

@@ -15,12 +15,12 @@ use crate::vmstat::Item;
 use super::filemap;
 use super::lru::mark_page_accessed;
 use super::page::{pg, Owner, Pfn, SwapEntry};
+use super::page_alloc;
 use super::pgtable::{Pte, PteGuard};
 use super::pool;
 use super::region::{FileMap, RegionInner};
 use super::rmap::unmap_file_page;
 use super::swap_state;
-use super::vmscan;
 use super::MmInner;
 use crate::conv::Narrow;
 use crate::sync::Arc;
@@ -370,7 +370,7 @@ fn do_anonymous_page_win(
     let win = force.unwrap_or_else(|| write_window(m, r, idx) as usize);
     let want = win;
     let mut frames = Vec::with_capacity(win);
-    if !vmscan::alloc_frames(m, win, &mut frames) {
+    if !page_alloc::alloc_pages(m, win, &mut frames) {
         return oom(m, r, idx);
     }
     let mut g = r.pt.lock(idx);
@@ -476,7 +476,7 @@ fn do_anonymous_page_win(
 /// when the thread retries (do_wp_page on the zero pfn).
 fn do_wp_page(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
     let mut frames = Vec::with_capacity(1);
-    if !vmscan::alloc_frames(m, 1, &mut frames) {
+    if !page_alloc::alloc_pages(m, 1, &mut frames) {
         return oom(m, r, idx);
     }
     let f = frames[0];
@@ -723,7 +723,7 @@ fn do_swap_page(
     };
     let win = swap_state::swapin_window(r, idx, 1 << m.cfg.page_cluster);
     let mut frames = Vec::with_capacity(win as usize);
-    if !vmscan::alloc_frames(m, win as usize, &mut frames) {
+    if !page_alloc::alloc_pages(m, win as usize, &mut frames) {
         return oom(m, r, idx);
     }
     let mut g = r.pt.lock(idx);
@@ -1150,7 +1150,7 @@ fn do_cow_fault(m: &MmInner, r: &Arc<RegionInner>, fm: &FileMap, idx: u64) -> Op
     };
     let p = &m.pages[f];
     let mut frames = Vec::with_capacity(1);
-    if !vmscan::alloc_frames(m, 1, &mut frames) {
+    if !page_alloc::alloc_pages(m, 1, &mut frames) {
         p.unlock();
         filemap::put_page(m, f);
         return oom(m, r, idx);

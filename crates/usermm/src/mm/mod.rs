@@ -4,8 +4,9 @@
 //!
 //! Submodules: `page` (descriptors, frame allocator), `pgtable` (per-region entries), `lru`
 //! (lists, `mark_page_accessed`), `memory` (fault handling, `mm/memory.c`), `swap_state`
-//! (swap cache and readahead, `mm/swap_state.c`), `vmscan` (reclaim and kswapd, `mm/vmscan.c`),
-//! `handler` (the userfaultfd reader threads), `region` (mapping, discard, teardown),
+//! (swap cache and readahead, `mm/swap_state.c`), `vmscan` (reclaim and kswapd, `mm/vmscan.c`), `page_alloc` (`__alloc_pages`, `mm/page_alloc.c`),
+//! `handler` (the userfaultfd reader threads), `region` (the region types, `vm_area_struct`),
+//! `mmap` (creating and tearing down regions, `mm/mmap.c`), `madvise` (discard, `mm/madvise.c`),
 //! `filemap` (the page cache, `mm/filemap.c`), `file` (cached files and file regions),
 //! `readahead` (`mm/readahead.c`), `page_writeback` (dirty throttling and flushers), `pool`
 //! (the frame pool: slots, recycling, bounce buffers, runs), `rmap` (unmapping a page from where
@@ -33,9 +34,15 @@ pub mod handler;
 #[cfg(not(loom))]
 pub mod huge_memory;
 #[cfg(not(loom))]
+pub(crate) mod madvise;
+#[cfg(not(loom))]
 mod manager;
 #[cfg(not(loom))]
 pub mod memory;
+#[cfg(not(loom))]
+pub(crate) mod mmap;
+#[cfg(not(loom))]
+pub(crate) mod page_alloc;
 #[cfg(not(loom))]
 pub mod page_writeback;
 #[cfg(not(loom))]

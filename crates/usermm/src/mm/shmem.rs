@@ -10,7 +10,7 @@ use crate::vmstat::Item;
 
 use super::filemap::*;
 use super::page::{pg, Owner, Pfn, SwapEntry};
-use super::{pool, vmscan, MmInner};
+use super::{page_alloc, pool, MmInner};
 
 /// Swaps an in-memory file's page back in (`shmem_swapin`): a new frame at `index` replacing
 /// the swap entry `slot`.
@@ -26,7 +26,7 @@ pub(crate) fn shmem_swapin(
         ));
     };
     let mut frames = Vec::with_capacity(1);
-    if !vmscan::alloc_frames(m, 1, &mut frames) {
+    if !page_alloc::alloc_pages(m, 1, &mut frames) {
         return Err(Error::io(
             format!("swapping in a page of {}", mapping.name()),
             io::Error::from_raw_os_error(libc::ENOMEM),

@@ -1,6 +1,6 @@
 //! Truncation and eviction of a mapping's pages. Mirrors `mm/truncate.c`
-//! (`truncate_inode_pages_range`, `truncate_setsize`, `pagecache_isize_extended`: pages of shared
-//! regions that faulted beyond the old end become accessible when the file grows).
+//! (`truncate_inode_pages_range`, `truncate_setsize`). Growing a file calls
+//! `pagecache_isize_extended`, which lives in filemap.rs with the write path that also grows files.
 
 use crate::error::{Error, Result};
 use crate::sync::{Arc, Ordering};
@@ -9,7 +9,6 @@ use crate::vmstat::Item;
 
 use super::filemap::*;
 use super::page::pg;
-use super::region::RegionInner;
 use super::MmInner;
 use crate::conv::Narrow;
 
@@ -35,7 +34,7 @@ pub fn truncate(m: &MmInner, mapping: &Arc<AddressSpace>, size: u64) -> Result<(
         }
     }
     if size > old {
-        file_grew(m, mapping, old, size);
+        pagecache_isize_extended(m, mapping, old, size);
     }
     if let Some(file) = mapping.file() {
         let _eof = mapping.eof_lock.lock();
@@ -84,43 +83,4 @@ fn truncate_pages_only(m: &MmInner, mapping: &AddressSpace, from: u64, to: u64) 
         }
     }
     n
-}
-
-/// The file grew from `old` to `new` bytes: pages of shared regions that faulted beyond the old
-/// end (SIGBUS markers) become accessible again.
-pub(crate) fn file_grew(m: &MmInner, mapping: &AddressSpace, old: u64, new: u64) {
-    let regions: Vec<Arc<RegionInner>> = {
-        let mut l = mapping.i_mmap.lock();
-        l.retain(|w| w.strong_count() > 0);
-        l.iter().filter_map(|w| w.upgrade()).collect()
-    };
-    let ps = PAGE_SIZE as u64;
-    for r in regions {
-        let Some(fm) = &r.file else { continue };
-        let first = (old / ps).saturating_sub(fm.pgoff);
-        let last = new.div_ceil(ps).saturating_sub(fm.pgoff).min(r.npages());
-        let mut used = Vec::new();
-        r.pt.for_each_used(first, last, |i, p| {
-            if p == super::pgtable::Pte::Poison {
-                used.push(i);
-            }
-        });
-        log::debug!(
-            "file_grew {old}->{new}: region {} pages {first}..{last} poisoned {:?}",
-            r.id,
-            used
-        );
-        for i in used {
-            let mut g = r.pt.lock(i);
-            if g.get() == super::pgtable::Pte::Poison {
-                let _ = r.view.advise(
-                    i.usize() * PAGE_SIZE,
-                    PAGE_SIZE,
-                    crate::sys::Advice::DontNeed,
-                );
-                g.set(super::pgtable::Pte::None);
-            }
-        }
-    }
-    let _ = m;
 }

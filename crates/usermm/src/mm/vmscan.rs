@@ -1,15 +1,15 @@
 //! Page reclaim. Mirrors `mm/vmscan.c`: `scan_control`, `shrink_node`/`shrink_lruvec`,
 //! `shrink_active_list`, `shrink_inactive_list`, `shrink_page_list` with `page_check_references`,
 //! `add_to_swap`, `pageout` and `__remove_mapping`; kswapd (`balance_pgdat` between the low and
-//! high watermarks) and direct reclaim (`try_to_free_pages`, counted as `allocstall`) from the
-//! allocation path, which lives here too (`__alloc_pages` slow path).
+//! high watermarks) and direct reclaim (`try_to_free_pages`, counted as `allocstall`), which the
+//! allocator (page_alloc.rs) enters from its slow path.
 //!
 //! User space cannot read accessed bits, so a page's "young pte" is its being mapped (PG_mapped):
 //! pages become mapped only by a fault, and clearing the accessed bit means unmapping the page
 //! into its pool slot with one batched UFFDIO_MOVE. The next access is a minor fault that maps it
 //! back: that fault is the reference. Unmapping and I/O happen in SWAP_CLUSTER_MAX batches.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::sync::Ordering;
 use crate::sys::PAGE_SIZE;
@@ -70,57 +70,6 @@ pub fn wake_kswapd(m: &MmInner) {
     if !*p {
         *p = true;
         m.kswapd.cv.notify_one();
-    }
-}
-
-/// Allocates up to `want` frames into `out` (at least one), reclaiming directly when free frames
-/// are below the min watermark. Returns false when nothing can be freed (out of memory).
-pub fn alloc_frames(m: &MmInner, want: usize, out: &mut Vec<Pfn>) -> bool {
-    let want = want.max(1);
-    let start = Instant::now();
-    let mut stalled = false;
-    let mut fails = 0u32;
-    let write_errors = m.vm.get(Item::SwapWriteError);
-    loop {
-        let free = m.frames.nr_free();
-        let above_min = free.saturating_sub(m.wmark.min).usize();
-        // Once direct reclaim has run and failed, dip into the reserve below min.
-        let can = if fails > 2 { free.usize() } else { above_min };
-        if can > 0 && m.frames.alloc(want.min(can), out) > 0 {
-            if m.frames.nr_free() < m.wmark.low {
-                wake_kswapd(m);
-            }
-            m.note_resident();
-            return true;
-        }
-        wake_kswapd(m);
-        if !stalled {
-            m.vm.inc(Item::Allocstall);
-            stalled = true;
-        }
-        let got = try_to_free_pages(m, SWAP_CLUSTER_MAX.max(want));
-        if got == 0 {
-            fails += 1;
-            // Out of memory: no slot to swap to, or the device keeps failing writes.
-            let swap_exhausted = m.swap.as_ref().is_none_or(|s| s.slots.nr_free() == 0)
-                || m.vm.get(Item::SwapWriteError) > write_errors;
-            let elapsed = start.elapsed();
-            // A device whose writes heal by waiting (a remote tier's failover) is waited for.
-            let window = m
-                .swap
-                .as_ref()
-                .map_or(Duration::ZERO, |s| s.dev.retry_window());
-            if (swap_exhausted && fails > 64 && elapsed > window.max(Duration::from_millis(50)))
-                || elapsed > window.max(Duration::from_secs(10))
-            {
-                return false;
-            }
-            if fails > 8 {
-                std::thread::sleep(Duration::from_micros(200));
-            } else {
-                crate::sync::yield_now();
-            }
-        }
     }
 }
 

@@ -1,0 +1,167 @@
+//! Discarding ranges of a region. Mirrors `mm/madvise.c` (`MADV_DONTNEED` semantics of
+//! `Region::discard`) and the zap side of `mm/memory.c` (`zap_page_range`), which unmapping a
+//! whole region uses too.
+
+use crate::error::{Error, Result};
+use crate::sys::{Advice, PAGE_SIZE};
+use crate::vmstat::Item;
+
+use super::page::pg;
+use super::pgtable::Pte;
+use super::region::{Region, RegionInner};
+use super::MmInner;
+use crate::conv::Narrow;
+
+impl Region {
+    /// Frees the memory and swap space of `[off, off+len)` (4 KiB aligned); reads of it then
+    /// return zeros (anonymous) or the file's contents (file regions). Like `MADV_DONTNEED`.
+    pub fn discard(&self, off: usize, len: usize) -> Result<()> {
+        if !off.is_multiple_of(PAGE_SIZE) || !len.is_multiple_of(PAGE_SIZE) {
+            return Err(Error::inval(format!(
+                "discard range {off:#x}+{len:#x} is not 4 KiB aligned; align offset and length to 4096"
+            )));
+        }
+        if off.checked_add(len).is_none_or(|e| e > self.len()) {
+            return Err(Error::inval(format!(
+                "discard range {off:#x}+{len:#x} goes past the end of the region ({:#x} bytes)",
+                self.len()
+            )));
+        }
+        let m = &self.h.inner;
+        let first = (off / PAGE_SIZE) as u64;
+        zap_page_range(m, &self.r, first, first + (len / PAGE_SIZE) as u64, true);
+        Ok(())
+    }
+}
+
+/// `zap_page_range`: frees every page in `[from, to)`: frames back to the allocator, slots back to the device,
+/// mapped pages zapped. `count` counts the pages as discarded.
+pub(crate) fn zap_page_range(m: &MmInner, r: &RegionInner, from: u64, to: u64, count: bool) {
+    const CHUNK: u64 = 512;
+    if r.huge && from < to {
+        let n = super::huge_memory::HPAGE_PMD_NR;
+        for unit in [from - from % n, (to - 1) - (to - 1) % n] {
+            if unit < from || unit + n > to {
+                super::memory::split_huge_zero(m, r, unit);
+            }
+        }
+    }
+    let mut used = Vec::new();
+    let mut start = from;
+    while start < to {
+        let end = (start + CHUNK).min(to);
+        used.clear();
+        r.pt.for_each_used(start, end, |i, _| used.push(i));
+        let mut zap_from = u64::MAX;
+        let mut zap_to = 0;
+        let mut freed = Vec::new();
+        for &i in &used {
+            loop {
+                let pte = r.pt.get(i);
+                let frame = match pte {
+                    Pte::Frame(f) => {
+                        // Page lock before pte lock, as everywhere.
+                        m.pages[f].lock();
+                        Some(f)
+                    }
+                    _ => None,
+                };
+                let mut g = r.pt.lock(i);
+                let changed = match (frame, g.get()) {
+                    (Some(f), cur) => cur != Pte::Frame(f),
+                    (None, Pte::Frame(_)) => true,
+                    _ => false,
+                };
+                if changed {
+                    // A fault or reclaim changed the entry meanwhile: take the locks again.
+                    drop(g);
+                    if let Some(f) = frame {
+                        m.pages[f].unlock();
+                    }
+                    continue;
+                }
+                match g.get() {
+                    Pte::None => {}
+                    Pte::Zero => {
+                        m.vm.sub(Item::NrZeroPageMapped, 1);
+                        zap_from = zap_from.min(i);
+                        zap_to = zap_to.max(i + 1);
+                    }
+                    Pte::Poison => {
+                        zap_from = zap_from.min(i);
+                        zap_to = zap_to.max(i + 1);
+                    }
+                    Pte::HugeZero => {
+                        // Whole units only (partial ones were split above).
+                        if i % super::huge_memory::HPAGE_PMD_NR == 0 {
+                            m.vm.sub(Item::NrThpZeroMapped, 1);
+                            super::huge_memory::put_huge_zero_unit(m);
+                        }
+                        zap_from = zap_from.min(i);
+                        zap_to = zap_to.max(i + 1);
+                    }
+                    Pte::Swap(s) => {
+                        if let Some(sw) = &m.swap {
+                            sw.swap_free(s, &m.vm);
+                        }
+                    }
+                    Pte::Frame(f) if m.pages[f].test(pg::PAGECACHE) => {
+                        // A shared file page: back to the page cache, not freed.
+                        let p = &m.pages[f];
+                        if p.test(pg::MAPPED) {
+                            super::rmap::unmap_file_page_at(m, r, i, f);
+                        }
+                        g.set(Pte::None);
+                        drop(g);
+                        p.unlock();
+                        break;
+                    }
+                    Pte::Frame(f) => {
+                        let p = &m.pages[f];
+                        m.lru.del(&m.pages, f, &m.vm);
+                        if p.test(pg::SWAPCACHE) {
+                            if let Some(sw) = &m.swap {
+                                sw.swap_free(p.swap_entry(), &m.vm);
+                            }
+                        }
+                        if p.test(pg::MAPPED) {
+                            m.vm.sub(Item::NrMapped, 1);
+                            zap_from = zap_from.min(i);
+                            zap_to = zap_to.max(i + 1);
+                        } else {
+                            m.warn_on(
+                                m.pool.advise(f.offset(), PAGE_SIZE, Advice::DontNeed),
+                                "MADV_DONTNEED of a pool slot",
+                            );
+                        }
+                        m.vm.sub(Item::NrAnonPages, 1);
+                        p.reset_flags(0);
+                        freed.push(f);
+                    }
+                }
+                if count && g.get() != Pte::None {
+                    m.vm.inc(Item::PgDiscard);
+                }
+                g.set(Pte::None);
+                // Keep the pte lock until the zap below would be ideal; the page lock (held for
+                // frames) already keeps faults away, and None/Zero entries fault into a fresh
+                // zero page either way.
+                drop(g);
+                break;
+            }
+        }
+        if zap_from < zap_to {
+            m.warn_on(
+                r.view.advise(
+                    zap_from.usize() * PAGE_SIZE,
+                    (zap_to - zap_from).usize() * PAGE_SIZE,
+                    Advice::DontNeed,
+                ),
+                "MADV_DONTNEED of view pages",
+            );
+        }
+        m.frames.free(&freed);
+        m.vm.add(Item::Pgfree, freed.len() as u64);
+        start = end;
+    }
+}

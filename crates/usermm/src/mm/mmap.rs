@@ -1,0 +1,206 @@
+//! Creating and tearing down regions. Mirrors `mm/mmap.c` (`mmap_region`, `__vm_enough_memory`
+//! for strict commit accounting, `unmap_region` on drop) and `mm/msync.c` (`Region::flush`).
+
+use crate::error::{Error, Result};
+use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, Ordering};
+use crate::sys::uffd::mode;
+use crate::sys::{Advice, Mapping, PAGE_SIZE};
+use std::path::Path;
+
+use super::file::{get_mapping, put_mapping, CachedFile};
+use super::filemap::{self, AddressSpace};
+use super::madvise::zap_page_range;
+use super::page::MAX_REGION_PAGES;
+use super::pgtable::PageTable;
+use super::region::{FileMap, MapKind, Region, RegionInner};
+use super::Mm;
+use crate::conv::Narrow;
+
+pub(crate) fn map_anon(mm: &Mm, len: usize) -> Result<Region> {
+    new_region(mm, len, None, false)
+}
+
+/// Anonymous memory not charged to the commit limit (see `Mm::map_anon_noreserve`).
+pub(crate) fn map_anon_noreserve(mm: &Mm, len: usize) -> Result<Region> {
+    new_region(mm, len, None, true)
+}
+
+/// A region over `mapping` from byte `offset` (see `Mm::map_file`).
+pub(crate) fn map_file(
+    mm: &Mm,
+    mapping: Arc<AddressSpace>,
+    offset: u64,
+    len: usize,
+    kind: MapKind,
+) -> Result<Region> {
+    if !offset.is_multiple_of(PAGE_SIZE as u64) {
+        return Err(Error::inval(format!(
+            "file offset {offset} is not a multiple of 4096; align it to the page size"
+        )));
+    }
+    if mapping.file().is_none() {
+        return Err(Error::inval(format!(
+            "{} is not backed by a file; map files opened with Mm::open or a path",
+            mapping.name()
+        )));
+    }
+    mapping.users.fetch_add(1, Ordering::AcqRel);
+    let fm = FileMap {
+        err_cursor: AtomicU64::new(mapping.wb_err.sample()),
+        pgoff: offset / PAGE_SIZE as u64,
+        shared: kind == MapKind::Shared,
+        mapping: mapping.clone(),
+    };
+    let r =
+        new_region(mm, len, Some(fm), false).inspect_err(|_| put_mapping(mm.inner(), &mapping))?;
+    if kind == MapKind::Shared {
+        mapping.i_mmap.lock().push(Arc::downgrade(&r.r));
+    }
+    Ok(r)
+}
+
+fn new_region(mm: &Mm, len: usize, file: Option<FileMap>, noreserve: bool) -> Result<Region> {
+    let m = mm.inner();
+    if len == 0 {
+        return Err(Error::inval("region length must be greater than zero"));
+    }
+    let npages = (len as u64).div_ceil(PAGE_SIZE as u64);
+    if npages > MAX_REGION_PAGES {
+        return Err(Error::inval(format!(
+            "region length {len} exceeds the maximum of 4 PiB"
+        )));
+    }
+    // Strict commit accounting (`__vm_enough_memory` with overcommit_memory=2). Shared file
+    // mappings commit nothing: their pages are backed by the file; nor do MAP_NORESERVE ones
+    // (`mmap_region`: VM_NORESERVE is not accounted).
+    let npages_commit = if noreserve || file.as_ref().is_some_and(|f| f.shared) {
+        0
+    } else {
+        npages
+    };
+    let prev = m.committed.fetch_add(npages_commit, Ordering::AcqRel);
+    let npages_all = npages;
+    let npages = npages_commit;
+    if !m.cfg.overcommit && prev + npages > m.commit_limit {
+        m.committed.fetch_sub(npages, Ordering::AcqRel);
+        return Err(Error::CommitLimit {
+            requested: npages * PAGE_SIZE as u64,
+            committed: prev * PAGE_SIZE as u64,
+            limit: m.commit_limit * PAGE_SIZE as u64,
+        });
+    }
+    let undo = |e: Error| {
+        m.committed.fetch_sub(npages, Ordering::AcqRel);
+        e
+    };
+    let huge = file.is_none() && m.cfg.thp;
+    let align = if huge {
+        super::huge_memory::HPAGE_PMD_SIZE
+    } else {
+        0
+    };
+    let view = Mapping::anon(npages_all.usize() * PAGE_SIZE, align)
+        .map_err(|e| undo(Error::io(format!("mmap of {len} bytes"), e)))?;
+    view.advise(0, view.len(), Advice::NoHugePage)
+        .map_err(|e| undo(Error::io("madvise(NOHUGEPAGE) on a region", e)))?;
+    // Not inherited by fork(2): a child would share the pages, and the kernel refuses to move
+    // pages mapped twice, stalling this manager's faults and reclaim until the child exits. A
+    // child touching the range gets SIGSEGV, never stale data.
+    view.advise(0, view.len(), Advice::DontFork)
+        .map_err(|e| undo(Error::io("madvise(DONTFORK) on a region", e)))?;
+    m.uffd
+        .register(view.addr(), view.len(), mode::MISSING | mode::WP)
+        .map_err(|e| undo(Error::io("registering the region with userfaultfd", e)))?;
+    let r = m.regions.write().insert(|id| {
+        Arc::new(RegionInner {
+            id,
+            view,
+            pt: PageTable::new(npages_all),
+            dead: AtomicBool::new(false),
+            next_write: AtomicU64::new(u64::MAX),
+            write_win: AtomicU32::new(1),
+            last_major: AtomicU64::new(u64::MAX),
+            ra_hits: AtomicU32::new(0),
+            ra_win: AtomicU32::new(0),
+            file,
+            huge,
+            noreserve,
+        })
+    });
+    Ok(Region { r, h: mm.h.clone() })
+}
+
+impl Mm {
+    /// Maps `len` bytes of the file at `path` from `offset` (a multiple of 4 KiB). Shared: the
+    /// region shows the page cache and stores reach the file through writeback; the file is
+    /// extended to `offset + len` if shorter. Private: copy-on-write against the file.
+    pub fn map_file(
+        &self,
+        path: impl AsRef<Path>,
+        offset: u64,
+        len: usize,
+        kind: MapKind,
+    ) -> Result<Region> {
+        let a = get_mapping(self.inner(), path.as_ref(), false)?;
+        let r = map_file(self, a.clone(), offset, len, kind);
+        put_mapping(self.inner(), &a);
+        r
+    }
+}
+
+impl CachedFile {
+    /// Maps `len` bytes of this file from `offset` (see [`Mm::map_file`]).
+    pub fn map(&self, offset: u64, len: usize, kind: MapKind) -> Result<Region> {
+        let mm = Mm { h: self.h.clone() };
+        map_file(&mm, self.mapping.clone(), offset, len, kind)
+    }
+
+    /// The address space (tests and benchmarks inspect marks and pages).
+    pub fn mapping(&self) -> &Arc<AddressSpace> {
+        &self.mapping
+    }
+}
+
+impl Region {
+    /// Writes back the dirty pages of `[off, off+len)` of a shared file region and fdatasyncs
+    /// the file (`msync(MS_SYNC)`), returning a writeback error once per region (errseq); the
+    /// pages that failed stay dirty. Anonymous and private regions have nothing to write.
+    pub fn flush(&self, off: usize, len: usize) -> Result<()> {
+        if off.checked_add(len).is_none_or(|e| e > self.len()) {
+            return Err(Error::inval(format!(
+                "flush range {off:#x}+{len:#x} goes past the end of the region ({:#x} bytes)",
+                self.len()
+            )));
+        }
+        let Some(fm) = self.r.file.as_ref().filter(|f| f.shared) else {
+            return Ok(());
+        };
+        if len == 0 {
+            return Ok(());
+        }
+        let first = fm.pgoff + (off / PAGE_SIZE) as u64;
+        let last = fm.pgoff + ((off + len - 1) / PAGE_SIZE) as u64;
+        filemap::sync_range(&self.h.inner, &fm.mapping, first, last, &fm.err_cursor)
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        let m = &self.h.inner;
+        self.r.dead.store(true, Ordering::Release);
+        m.regions.write().remove_addr(self.r.view.addr());
+        zap_page_range(m, &self.r, 0, self.r.npages(), false);
+        m.warn_on(
+            m.uffd.unregister(self.r.view.addr(), self.r.view.len()),
+            "UFFDIO_UNREGISTER of a region",
+        );
+        m.regions.write().remove_id(self.r.id);
+        let shared = self.r.file.as_ref().is_some_and(|f| f.shared);
+        if !shared && !self.r.noreserve {
+            m.committed.fetch_sub(self.r.npages(), Ordering::AcqRel);
+        }
+        if let Some(fm) = &self.r.file {
+            put_mapping(m, &fm.mapping);
+        }
+    }
+}

@@ -1,0 +1,66 @@
+//! The frame allocator's policy side. Mirrors `mm/page_alloc.c`: `__alloc_pages` with its fast
+//! path against the watermarks and its slow path into direct reclaim (vmscan.rs). The free-frame
+//! bitmap itself is `FrameAlloc` (page.rs).
+
+use std::time::{Duration, Instant};
+
+use crate::vmstat::Item;
+
+use super::page::Pfn;
+use super::vmscan;
+use super::MmInner;
+use crate::conv::Narrow;
+
+/// `__alloc_pages`: allocates up to `want` frames into `out` (at least one). The fast path takes
+/// free frames above the min watermark and wakes kswapd below low; the slow path reclaims
+/// directly (`allocstall`), then dips into the reserve below min. Returns false when nothing can
+/// be freed (out of memory: no swap slot left, or a device that keeps failing writes past its
+/// retry window).
+pub fn alloc_pages(m: &MmInner, want: usize, out: &mut Vec<Pfn>) -> bool {
+    let want = want.max(1);
+    let start = Instant::now();
+    let mut stalled = false;
+    let mut fails = 0u32;
+    let write_errors = m.vm.get(Item::SwapWriteError);
+    loop {
+        let free = m.frames.nr_free();
+        let above_min = free.saturating_sub(m.wmark.min).usize();
+        // Once direct reclaim has run and failed, dip into the reserve below min.
+        let can = if fails > 2 { free.usize() } else { above_min };
+        if can > 0 && m.frames.alloc(want.min(can), out) > 0 {
+            if m.frames.nr_free() < m.wmark.low {
+                vmscan::wake_kswapd(m);
+            }
+            m.note_resident();
+            return true;
+        }
+        vmscan::wake_kswapd(m);
+        if !stalled {
+            m.vm.inc(Item::Allocstall);
+            stalled = true;
+        }
+        let got = vmscan::try_to_free_pages(m, vmscan::SWAP_CLUSTER_MAX.max(want));
+        if got == 0 {
+            fails += 1;
+            // Out of memory: no slot to swap to, or the device keeps failing writes.
+            let swap_exhausted = m.swap.as_ref().is_none_or(|s| s.slots.nr_free() == 0)
+                || m.vm.get(Item::SwapWriteError) > write_errors;
+            let elapsed = start.elapsed();
+            // A device whose writes heal by waiting (a remote tier's failover) is waited for.
+            let window = m
+                .swap
+                .as_ref()
+                .map_or(Duration::ZERO, |s| s.dev.retry_window());
+            if (swap_exhausted && fails > 64 && elapsed > window.max(Duration::from_millis(50)))
+                || elapsed > window.max(Duration::from_secs(10))
+            {
+                return false;
+            }
+            if fails > 8 {
+                std::thread::sleep(Duration::from_micros(200));
+            } else {
+                crate::sync::yield_now();
+            }
+        }
+    }
+}
