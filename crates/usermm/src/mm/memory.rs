@@ -741,7 +741,7 @@ fn do_swap_page(
         }))
         .collect();
     pool::with_bounce(n, |bounce| {
-        let ok = swap_state::swap_read(m, sw, &slots, bounce);
+        let ok = super::page_io::swap_readpage(m, sw, &slots, bounce);
         if !ok[0] {
             // The faulting page's contents are lost: poison it (SIGBUS on access), never hand
             // out zeros in its place.

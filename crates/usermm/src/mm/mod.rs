@@ -5,6 +5,7 @@
 //! Submodules: `page` (descriptors, frame allocator), `pgtable` (per-region entries), `lru`
 //! (lists, `mark_page_accessed`), `memory` (fault handling, `mm/memory.c`), `swap_state`
 //! (swap cache and readahead, `mm/swap_state.c`), `vmscan` (reclaim and kswapd, `mm/vmscan.c`), `page_alloc` (`__alloc_pages`, `mm/page_alloc.c`),
+//! `page_io` (swap device reads and writes, `mm/page_io.c`),
 //! `handler` (the userfaultfd reader threads), `region` (the region types, `vm_area_struct`),
 //! `mmap` (creating and tearing down regions, `mm/mmap.c`), `madvise` (discard, `mm/madvise.c`),
 //! `filemap` (the page cache, `mm/filemap.c`), `file` (cached files and file regions),
@@ -43,6 +44,8 @@ pub mod memory;
 pub(crate) mod mmap;
 #[cfg(not(loom))]
 pub(crate) mod page_alloc;
+#[cfg(not(loom))]
+pub(crate) mod page_io;
 #[cfg(not(loom))]
 pub mod page_writeback;
 #[cfg(not(loom))]

@@ -187,9 +187,7 @@ pub(crate) fn refill_lost_slot(m: &MmInner, f: Pfn) -> bool {
                 "frame {f}: page in neither view nor pool slot; reread from swap slot {slot}"
             );
             return pool::with_bounce(1, |b| {
-                if let Err(e) = sw.dev.read_pages(slot.offset(), b, &[0]) {
-                    log::error!("swap read of slot {slot} (refilling frame {f}): {e}");
-                    m.vm.inc(Item::SwapReadError);
+                if !super::page_io::swap_readpage(m, sw, &[slot], b)[0] {
                     return false;
                 }
                 p.clear(pg::POOLED);

@@ -34,19 +34,21 @@ pub(crate) fn shmem_swapin(
     }
     let f = frames[0];
     let read = pool::with_bounce(1, |bounce| {
-        sw.dev
-            .read_pages(slot.offset(), bounce, &[0])
-            .map(|_| pool::fill_slot(m, f, bounce, 0))
+        if super::page_io::swap_readpage(m, sw, &[slot], bounce)[0] {
+            pool::fill_slot(m, f, bounce, 0)
+                .then_some(())
+                .ok_or("could not fill a frame")
+        } else {
+            Err("the swap device failed the read (logged)")
+        }
     });
     match read {
-        Ok(true) => {}
-        Ok(false) | Err(_) => {
+        Ok(()) => {}
+        Err(why) => {
             pool::free_frames(m, &[f], true);
-            m.vm.inc(Item::SwapReadError);
             return Err(Error::io(
-                format!("swap read for {}", mapping.name()),
-                read.err()
-                    .unwrap_or_else(|| io::Error::other("could not fill a frame")),
+                format!("swap read of slot {slot} for {}", mapping.name()),
+                io::Error::other(why),
             ));
         }
     }

@@ -162,35 +162,8 @@ pub(crate) fn swapin_window(r: &RegionInner, idx: u64, max: u32) -> u32 {
     win
 }
 
-/// The I/O of `swapin_readahead`: reads `slots` into `bounce` (page k at offset k pages), one
-/// device call per run of consecutive slots, into the bounce buffer because the pool is
-/// registered with userfaultfd and the kernel must not write into it. Returns, per page,
-/// whether it was read; a failed run is logged and counted (`swap_read_error`).
-pub(crate) fn swap_read(
-    m: &MmInner,
-    sw: &SwapState,
-    slots: &[SwapEntry],
-    bounce: &Mapping,
-) -> Vec<bool> {
-    let mut ok = vec![true; slots.len()];
-    for run in pool::runs(slots, |a, b| b == a.next()) {
-        let (k, e) = (run.start, run.end);
-        let offs: Vec<usize> = (k..e).map(|j| j * PAGE_SIZE).collect();
-        if let Err(err) = sw.dev.read_pages(slots[k].offset(), bounce, &offs) {
-            log::error!(
-                "swap read of slots {}..{} failed: {err}",
-                slots[k],
-                slots[e - 1].next()
-            );
-            m.vm.inc(Item::SwapReadError);
-            ok[k..e].iter_mut().for_each(|o| *o = false);
-        }
-    }
-    ok
-}
-
 /// `swapin_readahead`'s pages around the faulting one (pages 1.. of `slots`, read into
-/// `bounce` by [`swap_read`]): each read page is copied into its frame's pool slot and parked in
+/// `bounce` by `page_io::swap_readpage`): each read page is copied into its frame's pool slot and parked in
 /// the swap cache with PG_readahead, its entry (`rest[k - 1]`, locked) set to the frame; its
 /// next access is a minor fault. Returns the frames used and those left over (read errors,
 /// `frames` beyond `slots`).

@@ -18,6 +18,7 @@ use crate::vmstat::Item;
 use super::filemap;
 use super::lru::Lru;
 use super::page::{pg, Owner, Page, Pfn, SwapEntry};
+use super::page_io;
 use super::pgtable::Pte;
 use super::pool;
 use super::region::RegionInner;
@@ -547,37 +548,25 @@ fn pageout(m: &MmInner, sw: &SwapState, ready: &[Pfn]) -> Vec<Pfn> {
     let mut failed = Vec::new();
     for run in pool::runs(&dirty, |a, b| b.0 == a.0.next()) {
         let run = &dirty[run];
-        let offs: Vec<usize> = run.iter().map(|&(_, f)| f.offset()).collect();
+        let frames: Vec<Pfn> = run.iter().map(|&(_, f)| f).collect();
         // Writeback state through the swap cache's mapping, which with the new behaviour of
         // seed 000 keeps no tags (no tree lock taken here).
         for &(slot, f) in run {
             m.pages[f].clear(pg::DIRTY);
             filemap::set_page_writeback(m, sw.space(slot), f, slot.offset());
         }
-        let res = sw.dev.write_pages(run[0].0.offset(), &m.pool, &offs);
+        let res = page_io::swap_writepage(m, sw, run[0].0, &frames);
         for &(slot, f) in run {
             filemap::end_page_writeback(m, sw.space(slot), f, slot.offset());
         }
-        match res {
-            Ok(()) => {
-                m.vm.add(Item::Pswpout, run.len() as u64);
-                m.vm.add(Item::Pgpgout, (run.len() * PAGE_SIZE / 1024) as u64);
-            }
-            Err(err) => {
-                log::error!(
-                    "swap write of {} pages at slot {} failed: {err}; the pages stay resident and dirty",
-                    run.len(),
-                    run[0].0
-                );
-                m.vm.inc(Item::SwapWriteError);
-                for &(s, f) in run {
-                    let p = &m.pages[f];
-                    p.set(pg::ERROR | pg::DIRTY);
-                    p.clear(pg::SWAPCACHE);
-                    sw.swap_free(s, &m.vm);
-                    p.set(pg::ACTIVE);
-                    failed.push(f);
-                }
+        if res.is_err() {
+            for &(s, f) in run {
+                let p = &m.pages[f];
+                p.set(pg::ERROR | pg::DIRTY);
+                p.clear(pg::SWAPCACHE);
+                sw.swap_free(s, &m.vm);
+                p.set(pg::ACTIVE);
+                failed.push(f);
             }
         }
     }
@@ -756,17 +745,10 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
                 continue;
             };
             let idx = m.pages[*f].index();
-            let ok = sw
-                .dev
-                .write_pages(slot.offset(), &m.pool, &[f.offset()])
-                .is_ok();
+            let ok = page_io::swap_writepage(m, sw, slot, &[*f]).is_ok();
             if ok && super::shmem::shmem_replace_with_swap(m, a, *f, idx, slot) {
-                m.vm.inc(Item::Pswpout);
                 freed.push(*f);
             } else {
-                if !ok {
-                    m.vm.inc(Item::SwapWriteError);
-                }
                 sw.put_swap_page(slot);
                 keep.push(*f);
             }

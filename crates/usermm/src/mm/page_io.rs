@@ -1,0 +1,71 @@
+//! Swap I/O. Mirrors `mm/page_io.c` (`swap_writepage`, `swap_readpage`): the one place where a
+//! page's bytes go to or come from the swap device. Writes go straight from the frames' pool
+//! slots, one device request per run of consecutive slots; reads land in a bounce buffer,
+//! because the pool is registered with userfaultfd and the kernel must not write into it.
+//! Counted as Linux counts them (`pswpout`, `pgpgout` at write; reads are counted by the
+//! callers, which know how many pages they used), failures as `swap_write_error` and
+//! `swap_read_error`, each logged with its slots.
+
+use std::io;
+
+use crate::sys::{Mapping, PAGE_SIZE};
+use crate::vmstat::Item;
+
+use super::page::{Pfn, SwapEntry};
+use super::pool;
+use super::swap_state::SwapState;
+use super::MmInner;
+
+/// `swap_writepage` for a run: writes the pages of `frames` (from their pool slots) to the
+/// consecutive slots starting at `first`.
+pub(crate) fn swap_writepage(
+    m: &MmInner,
+    sw: &SwapState,
+    first: SwapEntry,
+    frames: &[Pfn],
+) -> io::Result<()> {
+    let offs: Vec<usize> = frames.iter().map(|f| f.offset()).collect();
+    match sw.dev.write_pages(first.offset(), &m.pool, &offs) {
+        Ok(()) => {
+            let n = frames.len() as u64;
+            m.vm.add(Item::Pswpout, n);
+            m.vm.add(Item::Pgpgout, n * (PAGE_SIZE as u64 / 1024));
+            Ok(())
+        }
+        Err(err) => {
+            log::error!(
+                "swap write of {} pages at slot {first} failed: {err}; the pages stay resident and dirty",
+                frames.len()
+            );
+            m.vm.inc(Item::SwapWriteError);
+            Err(err)
+        }
+    }
+}
+
+/// `swap_readpage` for a batch (the I/O of `swapin_readahead`): reads `slots` into `bounce` (page k at offset k pages), one
+/// device call per run of consecutive slots, into the bounce buffer because the pool is
+/// registered with userfaultfd and the kernel must not write into it. Returns, per page,
+/// whether it was read; a failed run is logged and counted (`swap_read_error`).
+pub(crate) fn swap_readpage(
+    m: &MmInner,
+    sw: &SwapState,
+    slots: &[SwapEntry],
+    bounce: &Mapping,
+) -> Vec<bool> {
+    let mut ok = vec![true; slots.len()];
+    for run in pool::runs(slots, |a, b| b == a.next()) {
+        let (k, e) = (run.start, run.end);
+        let offs: Vec<usize> = (k..e).map(|j| j * PAGE_SIZE).collect();
+        if let Err(err) = sw.dev.read_pages(slots[k].offset(), bounce, &offs) {
+            log::error!(
+                "swap read of slots {}..{} failed: {err}",
+                slots[k],
+                slots[e - 1].next()
+            );
+            m.vm.inc(Item::SwapReadError);
+            ok[k..e].iter_mut().for_each(|o| *o = false);
+        }
+    }
+    ok
+}
