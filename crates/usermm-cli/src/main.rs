@@ -309,7 +309,9 @@ struct MmArgs {
     /// compressed tier in front of one: zswap+file, zswap+ram, zswap:zstd,pool=25%+file:PATH
     /// (options lz4 (default), zstd, zstd=LEVEL, pool=SIZE or pool=N% of the budget, default 20%),
     /// a Redis Cluster: redis://[USER@]HOST:PORT[,HOST:PORT...] (password from
-    /// USERMM_REDIS_PASSWORD or USERMM_REDIS_PASSWORD_FILE), or zswap+redis://...
+    /// USERMM_REDIS_PASSWORD or USERMM_REDIS_PASSWORD_FILE), rediss://... over TLS (PEM files
+    /// named by USERMM_REDIS_CACERT, and USERMM_REDIS_CERT + USERMM_REDIS_KEY for mutual TLS),
+    /// or zswap+redis://..., zswap+rediss://...
     #[arg(long, default_value = "file")]
     swap: String,
     /// Swap size [default: 4x the budget; swap-w-seq: 1G].
@@ -440,7 +442,7 @@ impl MmArgs {
         }
         if self.swap_sync_replicas > 0 && !swap.set_sync_replicas(self.swap_sync_replicas) {
             return Err(Failure::Usage(format!(
-                "--swap-sync-replicas {} needs a redis:// swap device (--swap {:?} has none)",
+                "--swap-sync-replicas {} needs a redis[s]:// swap device (--swap {:?} has none)",
                 self.swap_sync_replicas, self.swap
             )));
         }

@@ -30,7 +30,7 @@ pub mod zswap;
 pub use faulty::FaultySwap;
 pub use file::{FileSwap, FileSwapOptions};
 pub use ram::RamSwap;
-pub use redis::{RedisConfig, RedisSwap};
+pub use redis::{RedisConfig, RedisSwap, RedisTls};
 pub use slots::{SwapSlots, SWAPFILE_CLUSTER};
 pub use zswap::{Compressor, PoolLimit, Zswap, ZswapConfig};
 
@@ -106,7 +106,7 @@ pub enum SwapConfig {
         zswap: ZswapConfig,
         lower: Box<SwapConfig>,
     },
-    /// A Redis Cluster (`redis://[user@]host:port[,host:port...]`).
+    /// A Redis Cluster (`redis://[user@]host:port[,host:port...]`; `rediss://` for TLS).
     Redis(RedisConfig),
     /// No swap: reclaim can only drop clean pages; anonymous memory beyond the budget fails.
     None,
@@ -130,15 +130,16 @@ impl std::fmt::Debug for SwapConfig {
 }
 
 /// What `SwapConfig::parse` accepts, for error messages.
-const SPEC_HELP: &str = "use file, file:PATH, ram, none, redis://[USER@]HOST:PORT[,HOST:PORT...], \
-     or zswap[:OPTIONS]+DEVICE (zswap+file, zswap+ram, zswap+redis://..., \
+const SPEC_HELP: &str = "use file, file:PATH, ram, none, redis://[USER@]HOST:PORT[,HOST:PORT...] \
+     (rediss://... for TLS), or zswap[:OPTIONS]+DEVICE (zswap+file, zswap+ram, zswap+redis://..., \
      zswap:zstd,pool=25%+file:PATH; options lz4, zstd, zstd=LEVEL, pool=SIZE, pool=N%)";
 
 impl SwapConfig {
     /// Parses a device name as the CLI and the environment give it, with the capacity `size` in
     /// bytes: `file` (an unlinked temporary file), `file:PATH`, `ram`, `none`, or a compressed
     /// tier in front of one of those: `zswap+file` (also plain `zswap`), `zswap+ram`,
-    /// `zswap:OPTIONS+DEVICE`, `redis://[USER@]HOST:PORT[,HOST:PORT...]` (a Redis Cluster), with
+    /// `zswap:OPTIONS+DEVICE`, `redis://[USER@]HOST:PORT[,HOST:PORT...]` (a Redis Cluster;
+    /// `rediss://` for TLS), with
     /// options `lz4` (default), `zstd`, `zstd=LEVEL`, `pool=SIZE`, `pool=N%` (default 20% of the
     /// budget).
     pub fn parse(spec: &str, size: u64) -> crate::Result<SwapConfig> {
@@ -159,7 +160,7 @@ impl SwapConfig {
             "none" => return Ok(SwapConfig::None),
             _ => {}
         }
-        if s.starts_with("redis://") {
+        if s.starts_with("redis://") || s.starts_with("rediss://") {
             return RedisConfig::parse(s, size).map(SwapConfig::Redis);
         }
         if let Some(p) = s.strip_prefix("file:") {

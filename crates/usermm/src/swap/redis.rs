@@ -23,8 +23,18 @@
 //! Credentials: `redis://user@host:port,...` names the ACL user; the password comes from
 //! `USERMM_REDIS_PASSWORD` or the file named by `USERMM_REDIS_PASSWORD_FILE`, never from the
 //! spec (a spec with a password is refused).
+//!
+//! TLS: `rediss://...` reaches every node over TLS (the `redis` crate's rustls, ring as its
+//! crypto provider), the nodes' certificates checked against the CA in the PEM file named by
+//! `USERMM_REDIS_CACERT` (the system's roots if unset) and, for mutual TLS, a client certificate
+//! and key from the PEM files `USERMM_REDIS_CERT` and `USERMM_REDIS_KEY` (both or neither). The
+//! files are read and checked when the device opens, so a missing or wrong file fails
+//! `Mm::new` naming the variable and the path; so does a TLS variable set for a plain
+//! `redis://` spec (the pages would travel in the clear).
 
+use std::ffi::OsString;
 use std::io;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
@@ -39,13 +49,35 @@ use crate::sys::{Mapping, PAGE_SIZE};
 /// Slots per hash tag (one node, one round trip).
 pub const SLOTS_PER_TAG: u64 = 64;
 
-/// Settings of a Redis Cluster device (`redis://[user@]host:port[,host:port...]`).
+/// The variable naming the PEM file of the CA that signed the nodes' certificates.
+pub const CACERT_ENV: &str = "USERMM_REDIS_CACERT";
+/// The variable naming the PEM file of the client certificate (chain) for mutual TLS.
+pub const CERT_ENV: &str = "USERMM_REDIS_CERT";
+/// The variable naming the PEM file of the client certificate's private key.
+pub const KEY_ENV: &str = "USERMM_REDIS_KEY";
+
+/// TLS settings of a `rediss://` device: PEM files; a field left None is taken from its
+/// variable ([`CACERT_ENV`], [`CERT_ENV`], [`KEY_ENV`]) when the device opens.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RedisTls {
+    /// The CA certificate(s) the nodes' certificates must chain to; with neither this nor
+    /// `USERMM_REDIS_CACERT`, the system's root store.
+    pub ca_cert: Option<PathBuf>,
+    /// Client certificate chain for mutual TLS (with `key`).
+    pub cert: Option<PathBuf>,
+    /// The client certificate's private key.
+    pub key: Option<PathBuf>,
+}
+
+/// Settings of a Redis Cluster device (`redis[s]://[user@]host:port[,host:port...]`).
 #[derive(Clone, PartialEq, Eq)]
 pub struct RedisConfig {
     /// Seed nodes, `host:port`.
     pub nodes: Vec<String>,
     /// ACL user; None = the default user.
     pub user: Option<String>,
+    /// TLS (`rediss://`); None = plain TCP (`redis://`).
+    pub tls: Option<RedisTls>,
     /// Replicas that must acknowledge a write (`WAIT`); 0 = the primary only.
     pub sync_replicas: u32,
     /// Connect and response timeout.
@@ -67,6 +99,7 @@ impl std::fmt::Debug for RedisConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisConfig")
             .field("spec", &self.spec())
+            .field("tls", &self.tls)
             .field("sync_replicas", &self.sync_replicas)
             .field("timeout", &self.timeout)
             .field("size", &self.size)
@@ -76,11 +109,15 @@ impl std::fmt::Debug for RedisConfig {
 }
 
 impl RedisConfig {
-    /// Parses `redis://[user@]host:port[,host:port...]` (what follows `redis://`).
+    /// Parses `redis://[user@]host:port[,host:port...]`, or `rediss://...` for TLS.
     pub fn parse(spec: &str, size: u64) -> Result<RedisConfig, String> {
-        let rest = spec
-            .strip_prefix("redis://")
-            .ok_or_else(|| format!("{spec:?} is not a redis:// address"))?;
+        let (rest, tls) = if let Some(r) = spec.strip_prefix("rediss://") {
+            (r, Some(RedisTls::default()))
+        } else if let Some(r) = spec.strip_prefix("redis://") {
+            (r, None)
+        } else {
+            return Err(format!("{spec:?} is not a redis:// or rediss:// address"));
+        };
         let (user, hosts) = match rest.rsplit_once('@') {
             Some((u, h)) => {
                 if u.contains(':') {
@@ -110,6 +147,7 @@ impl RedisConfig {
         Ok(RedisConfig {
             nodes,
             user,
+            tls,
             sync_replicas: 0,
             timeout: Duration::from_secs(2),
             size,
@@ -121,10 +159,265 @@ impl RedisConfig {
 
     /// The spec [`RedisConfig::parse`] reads back.
     pub fn spec(&self) -> String {
+        let scheme = self.scheme();
         match &self.user {
-            Some(u) => format!("redis://{u}@{}", self.nodes.join(",")),
-            None => format!("redis://{}", self.nodes.join(",")),
+            Some(u) => format!("{scheme}://{u}@{}", self.nodes.join(",")),
+            None => format!("{scheme}://{}", self.nodes.join(",")),
         }
+    }
+
+    /// `rediss` with TLS, `redis` without.
+    fn scheme(&self) -> &'static str {
+        if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        }
+    }
+}
+
+/// A PEM file of the TLS settings: where it came from (the variable or the `RedisTls` field,
+/// for messages), its path and its bytes.
+struct PemFile {
+    from: String,
+    path: PathBuf,
+    pem: Vec<u8>,
+}
+
+impl PemFile {
+    /// Reads the file `field` names, or the one its variable `var` names; None if neither is set.
+    fn load(
+        field: &Option<PathBuf>,
+        field_name: &str,
+        var: &str,
+        env: &dyn Fn(&str) -> Option<OsString>,
+        what: &str,
+    ) -> io::Result<Option<PemFile>> {
+        let (from, path) = match (field, env(var)) {
+            (Some(p), _) => (format!("RedisTls::{field_name}"), p.clone()),
+            (None, Some(v)) => (var.to_string(), PathBuf::from(v)),
+            (None, None) => return Ok(None),
+        };
+        if path.as_os_str().is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{from} is empty: set it to the PEM file of {what}, or unset it"),
+            ));
+        }
+        let pem = std::fs::read(&path).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "cannot read {from} {}: {e}: it must name the PEM file of {what}",
+                    path.display()
+                ),
+            )
+        })?;
+        Ok(Some(PemFile { from, path, pem }))
+    }
+
+    /// `FROM PATH`, for messages.
+    fn named(&self) -> String {
+        format!("{} {}", self.from, self.path.display())
+    }
+
+    /// The certificates in the file; an error naming it if it holds none or a broken one.
+    fn certificates(&self) -> io::Result<Vec<rustls::pki_types::CertificateDer<'static>>> {
+        use rustls::pki_types::pem::PemObject;
+        let certs = rustls::pki_types::CertificateDer::pem_slice_iter(&self.pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{}: not a valid PEM certificate file: {e}", self.named()),
+                )
+            })?;
+        if certs.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{} holds no certificate (no -----BEGIN CERTIFICATE----- block)",
+                    self.named()
+                ),
+            ));
+        }
+        Ok(certs)
+    }
+}
+
+/// The certificates of a `rediss://` device from `tls` and the variables `env` looks up, read
+/// and checked (every certificate parses and is usable as a trust anchor, the key parses and
+/// matches the client certificate) by building the rustls client configuration the `redis`
+/// crate will build; None when there is nothing to add to the crate's defaults (the system's
+/// roots, no client certificate). Errors name the variable (or field), the path and what to do.
+fn tls_certificates(
+    tls: &RedisTls,
+    env: &dyn Fn(&str) -> Option<OsString>,
+) -> io::Result<Option<redis::TlsCertificates>> {
+    let ca = PemFile::load(
+        &tls.ca_cert,
+        "ca_cert",
+        CACERT_ENV,
+        env,
+        "the CA that signed the cluster nodes' certificates",
+    )?;
+    let cert = PemFile::load(
+        &tls.cert,
+        "cert",
+        CERT_ENV,
+        env,
+        "the client certificate (mutual TLS)",
+    )?;
+    let key = PemFile::load(
+        &tls.key,
+        "key",
+        KEY_ENV,
+        env,
+        "the client certificate's private key",
+    )?;
+    install_crypto_provider();
+    let mut roots = rustls::RootCertStore::empty();
+    if let Some(ca) = &ca {
+        for c in ca.certificates()? {
+            roots.add(c).map_err(|e| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{}: a certificate is not a usable CA: {e}", ca.named()),
+                )
+            })?;
+        }
+    }
+    let client = match (cert, key) {
+        (None, None) => None,
+        (Some(c), None) => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{} is set but not its key: mutual TLS needs both; set {KEY_ENV} to the \
+                     key's PEM file",
+                    c.named()
+                ),
+            ))
+        }
+        (None, Some(k)) => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{} is set but not the certificate: mutual TLS needs both; set {CERT_ENV} to \
+                     the client certificate's PEM file",
+                    k.named()
+                ),
+            ))
+        }
+        (Some(c), Some(k)) => {
+            use rustls::pki_types::pem::PemObject;
+            let chain = c.certificates()?;
+            let der = rustls::pki_types::PrivateKeyDer::from_pem_slice(&k.pem).map_err(|e| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "{} holds no usable private key ({e}): give the PEM key (PKCS#8, \
+                         PKCS#1 or SEC1) of {}",
+                        k.named(),
+                        c.named()
+                    ),
+                )
+            })?;
+            // What the redis crate does with them: the key must be usable and match.
+            rustls::ClientConfig::builder()
+                .with_root_certificates(roots.clone())
+                .with_client_auth_cert(chain, der)
+                .map_err(|e| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "the client certificate {} and key {} do not go together: {e}",
+                            c.named(),
+                            k.named()
+                        ),
+                    )
+                })?;
+            Some(redis::ClientTlsConfig {
+                client_cert: c.pem,
+                client_key: k.pem,
+            })
+        }
+    };
+    if ca.is_none() && client.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(redis::TlsCertificates {
+        client_tls: client,
+        root_cert: ca.map(|c| c.pem),
+    }))
+}
+
+/// Makes ring rustls's process-wide crypto provider unless one is installed already (rustls
+/// panics when it must pick among several compiled in).
+fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Another thread may have installed one meanwhile: theirs is as good.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+/// The TLS variables that are set (not empty), for refusing them with a plain `redis://` spec.
+fn tls_vars_set(env: &dyn Fn(&str) -> Option<OsString>) -> Vec<&'static str> {
+    [CACERT_ENV, CERT_ENV, KEY_ENV]
+        .into_iter()
+        .filter(|v| env(v).is_some_and(|x| !x.is_empty()))
+        .collect()
+}
+
+/// A hint for a failed connection of a `rediss://` device, from rustls's and the socket's
+/// words; empty when the error says nothing about TLS.
+fn tls_hint(cfg: &RedisConfig, ca: Option<&Path>, e: &str) -> String {
+    let ca = match ca {
+        Some(p) => format!("the CA in {}", p.display()),
+        None => format!("the system's roots ({CACERT_ENV} is not set)"),
+    };
+    let any = |words: &[&str]| words.iter().any(|w| e.contains(w));
+    if cfg.tls.is_none() {
+        return if any(&["reset by peer", "roken pipe", "closed", "dropped"]) {
+            ": the node closed the connection; if the nodes speak TLS, use rediss://".into()
+        } else {
+            String::new()
+        };
+    }
+    if any(&["UnknownIssuer", "BadSignature"]) {
+        format!(
+            ": the nodes' certificate is not signed by {ca}; set {CACERT_ENV} to the PEM file of \
+             the CA that signed it"
+        )
+    } else if any(&["NotValidForName"]) {
+        ": the nodes' certificate does not name the address in the spec (nor the one the \
+         cluster announces): it needs that IP address or host name as a subjectAltName"
+            .into()
+    } else if any(&["Expired", "NotValidYet"]) {
+        ": the nodes' certificate is outside its validity period".into()
+    } else if any(&[
+        "CertificateRequired",
+        "HandshakeFailure",
+        "BadCertificate",
+        "UnknownCA",
+        "reset by peer",
+    ]) {
+        format!(
+            ": the node refused the TLS handshake; if it requires client certificates \
+             (tls-auth-clients), set {CERT_ENV} and {KEY_ENV} to a certificate and key its \
+             CA accepts"
+        )
+    } else if any(&[
+        "corrupt message",
+        "InvalidContentType",
+        "InvalidMessage",
+        "timed out",
+        // A read timeout of the handshake: EAGAIN.
+        "os error 11",
+    ]) {
+        ": no TLS answer: are these the nodes' tls-ports? Use redis:// for plain TCP ports".into()
+    } else {
+        String::new()
     }
 }
 
@@ -227,8 +520,45 @@ impl RedisSwap {
     /// Connects to the cluster and checks the credentials (a wrong password fails here, with
     /// the user named).
     pub fn open(cfg: &RedisConfig) -> io::Result<RedisSwap> {
+        Self::open_with_env(cfg, &|v| std::env::var_os(v))
+    }
+
+    /// [`RedisSwap::open`] with the variables (`USERMM_REDIS_*`) looked up by `env`.
+    pub(super) fn open_with_env(
+        cfg: &RedisConfig,
+        env: &dyn Fn(&str) -> Option<OsString>,
+    ) -> io::Result<RedisSwap> {
         let nr_pages = pages_for_size(cfg.size)?;
-        let urls: Vec<String> = cfg.nodes.iter().map(|n| format!("redis://{n}")).collect();
+        let certs = match &cfg.tls {
+            Some(tls) => tls_certificates(tls, env)?,
+            None => {
+                let set = tls_vars_set(env);
+                if !set.is_empty() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!(
+                            "{} set, but the swap spec {} is plain TCP (pages would travel in \
+                             the clear): use rediss:// for TLS, or unset {}",
+                            set.join(", "),
+                            cfg.spec(),
+                            set.join(" and ")
+                        ),
+                    ));
+                }
+                None
+            }
+        };
+        let ca_path = cfg.tls.as_ref().and_then(|t| {
+            t.ca_cert
+                .clone()
+                .or_else(|| env(CACERT_ENV).map(PathBuf::from))
+        });
+        let scheme = cfg.scheme();
+        let urls: Vec<String> = cfg
+            .nodes
+            .iter()
+            .map(|n| format!("{scheme}://{n}"))
+            .collect();
         let mut b = redis::cluster::ClusterClientBuilder::new(urls)
             .connection_timeout(cfg.timeout)
             .response_timeout(cfg.timeout)
@@ -245,6 +575,9 @@ impl RedisSwap {
         if let Some(p) = pw {
             b = b.password(p);
         }
+        if let Some(c) = certs {
+            b = b.certs(c);
+        }
         let client = b
             .build()
             .map_err(|e| redis_err(&format!("redis cluster {}", cfg.spec()), e))?;
@@ -260,7 +593,7 @@ impl RedisSwap {
                      USERMM_REDIS_PASSWORD or USERMM_REDIS_PASSWORD_FILE"
                 )
             } else {
-                String::new()
+                tls_hint(cfg, ca_path.as_deref(), &format!("{e:?} {e}"))
             };
             io::Error::new(
                 io::ErrorKind::PermissionDenied,
@@ -640,8 +973,116 @@ impl RedisSwap {
 
 #[cfg(test)]
 mod tests {
-    use super::{hash_slot_of, parse_cluster_slots};
+    use super::{
+        hash_slot_of, parse_cluster_slots, tls_certificates, RedisConfig, RedisSwap, RedisTls,
+        CACERT_ENV, CERT_ENV, KEY_ENV,
+    };
     use redis::Value;
+    use std::ffi::OsString;
+
+    #[test]
+    fn rediss_selects_tls_and_reads_back() {
+        let r =
+            RedisConfig::parse("rediss://swapper@10.0.0.1:6380,10.0.0.2:6380", 1 << 20).unwrap();
+        assert_eq!(r.tls, Some(RedisTls::default()));
+        assert_eq!(r.user.as_deref(), Some("swapper"));
+        assert_eq!(r.spec(), "rediss://swapper@10.0.0.1:6380,10.0.0.2:6380");
+        let r = RedisConfig::parse("redis://10.0.0.1:6379", 1 << 20).unwrap();
+        assert_eq!(
+            (&r.tls, r.spec().as_str()),
+            (&None, "redis://10.0.0.1:6379")
+        );
+        for (bad, named) in [
+            ("rediss://u:pw@h:1", "password in the swap spec is refused"),
+            ("rediss://h", "\"h\" is not host:port"),
+            ("redisss://h:1", "not a redis:// or rediss:// address"),
+        ] {
+            let e = RedisConfig::parse(bad, 1 << 20).unwrap_err();
+            assert!(e.contains(named), "{bad}: {e}");
+        }
+        let z = crate::SwapConfig::parse("zswap+rediss://h:1", 1 << 20).unwrap();
+        assert_eq!(z.spec().unwrap(), "zswap:lz4,pool=20%+rediss://h:1");
+    }
+
+    /// An environment of `vars` for [`tls_certificates`] and [`RedisSwap::open_with_env`].
+    fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
+        let vars: Vec<(String, OsString)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), OsString::from(v)))
+            .collect();
+        move |name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+    }
+
+    #[test]
+    fn tls_files_from_the_environment_fail_clearly() {
+        let none = RedisTls::default();
+        assert!(tls_certificates(&none, &env(&[])).unwrap().is_none());
+        let err = |vars: &[(&str, &str)]| {
+            tls_certificates(&none, &env(vars))
+                .err()
+                .expect("an error")
+                .to_string()
+        };
+        let e = err(&[(CACERT_ENV, "/nonexistent/ca.pem")]);
+        assert!(
+            e.contains("cannot read USERMM_REDIS_CACERT /nonexistent/ca.pem")
+                && e.contains("the CA that signed the cluster nodes' certificates"),
+            "{e}"
+        );
+        let e = err(&[(CACERT_ENV, "")]);
+        assert!(e.contains("USERMM_REDIS_CACERT is empty"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let junk = dir.path().join("junk.pem");
+        std::fs::write(&junk, "not a certificate\n").unwrap();
+        let junk = junk.to_str().unwrap();
+        let e = err(&[(CACERT_ENV, junk)]);
+        assert!(e.contains("holds no certificate"), "{e}");
+        let e = err(&[(CERT_ENV, junk)]);
+        assert!(
+            e.contains("USERMM_REDIS_CERT") && e.contains("set USERMM_REDIS_KEY"),
+            "{e}"
+        );
+        let e = err(&[(KEY_ENV, junk)]);
+        assert!(
+            e.contains("USERMM_REDIS_KEY") && e.contains("set USERMM_REDIS_CERT"),
+            "{e}"
+        );
+        // A field of the configuration wins over the variable, and is named as such.
+        let field = RedisTls {
+            ca_cert: Some("/nonexistent/field.pem".into()),
+            ..RedisTls::default()
+        };
+        let e = tls_certificates(&field, &env(&[(CACERT_ENV, junk)]))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("cannot read RedisTls::ca_cert /nonexistent/field.pem"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn tls_variables_with_a_plain_spec_are_refused() {
+        let r = RedisConfig::parse("redis://127.0.0.1:1", 1 << 20).unwrap();
+        let e = RedisSwap::open_with_env(&r, &env(&[(CACERT_ENV, "/x/ca.pem")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(
+                "USERMM_REDIS_CACERT set, but the swap spec redis://127.0.0.1:1 is plain TCP"
+            ) && e.contains("use rediss://"),
+            "{e}"
+        );
+        // Empty is unset: the device goes on to connect (and fails: nothing listens on port 1).
+        let e = RedisSwap::open_with_env(&r, &env(&[(CACERT_ENV, "")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("cannot connect to redis cluster redis://127.0.0.1:1"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn hash_slots_match_the_cluster_specification() {
