@@ -1,7 +1,9 @@
 //! A memory manager swapping to a live Redis Cluster (tests/redis_fixture: 3 primaries, 3
 //! replicas on loopback): a primary killed mid-workload with WAIT 1, and every word verified
-//! after the failover.
+//! after the failover; every node killed; and the same cluster over TLS (`rediss://`), set up
+//! from the `USERMM_*` variables as the front ends do.
 
+mod common;
 mod redis_fixture;
 
 use std::time::Duration;
@@ -9,16 +11,11 @@ use std::time::Duration;
 use usermm::swap::RedisConfig;
 use usermm::{Mm, MmConfig, SwapConfig};
 
-/// One cluster at a time: the tests of this file start six servers each, and two clusters
-/// forming at once on a loaded 2-CPU machine can miss the fixture's deadline.
-static ONE_CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// A running cluster (this test's turn), and a device configuration for it: the ACL user, the
-/// fixture's password, 64 MiB.
+/// A running cluster (one at a time: the fixture takes turns), and a device configuration for
+/// it: the ACL user, the fixture's password, 64 MiB.
 struct Fixture {
     cluster: redis_fixture::Cluster,
     cfg: RedisConfig,
-    _one: std::sync::MutexGuard<'static, ()>,
 }
 
 /// None (with a message) where redis-server is not installed.
@@ -28,15 +25,10 @@ fn fixture() -> Option<Fixture> {
         return None;
     }
     let _ = env_logger::builder().is_test(true).try_init();
-    let one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
     let cluster = redis_fixture::Cluster::start();
     let mut cfg = RedisConfig::parse(&cluster.spec(true), 64 << 20).unwrap();
     cfg.password = Some(redis_fixture::PASSWORD.into());
-    Some(Fixture {
-        cluster,
-        cfg,
-        _one: one,
-    })
+    Some(Fixture { cluster, cfg })
 }
 
 fn word(i: usize, pass: u64) -> u64 {
@@ -49,9 +41,7 @@ fn word(i: usize, pass: u64) -> u64 {
 // up after 50 ms and poisoning the page.
 #[test]
 fn primary_killed_mid_workload_loses_nothing() {
-    // `_one` first: bindings drop in reverse order, so the turn ends after the cluster is gone.
     let Some(Fixture {
-        _one,
         cluster: mut c,
         cfg: mut r,
     }) = fixture()
@@ -101,9 +91,7 @@ fn primary_killed_mid_workload_loses_nothing() {
 /// working; nothing waits forever.
 #[test]
 fn all_nodes_killed_poison_swapped_pages_and_nothing_hangs() {
-    // `_one` first: bindings drop in reverse order, so the turn ends after the cluster is gone.
     let Some(Fixture {
-        _one,
         cluster: mut c,
         cfg: mut r,
     }) = fixture()
@@ -153,4 +141,93 @@ fn all_nodes_killed_poison_swapped_pages_and_nothing_hangs() {
     );
     let h = mm.health();
     assert_eq!(h.handler_panics, 0, "{h:?}");
+}
+
+/// Mm::from_env's configuration in a child of this test binary (TLS_CHILD): the spec and the
+/// certificate files come from the variables, as for the C ABI, Python and `usermm run`.
+const TLS_CHILD: &str = "tls_cluster_from_the_environment";
+
+/// A manager swapping to the TLS cluster through `zswap+rediss://...`, configured only by the
+/// `USERMM_*` variables (in a child process, as the variables are the process's): a region of
+/// three times the budget written, read back and verified word by word; the pages crossed the
+/// TLS connections both ways. Then the same with a CA that did not sign the nodes' certificates:
+/// `Mm::new` fails naming the file and the variable.
+#[test]
+fn tls_cluster_from_the_environment() {
+    if common::is_child(TLS_CHILD) {
+        return tls_child();
+    }
+    if !redis_fixture::openssl_available() {
+        common::skip("openssl not installed (.ci/run installs it)");
+        return;
+    }
+    let Some(c) = redis_fixture::available().then(redis_fixture::Cluster::start_tls) else {
+        eprintln!("SKIPPED: redis-server/redis-cli not installed (.ci/run installs them)");
+        return;
+    };
+    let t = c.tls.as_ref().unwrap();
+    let child = |ca: &std::path::Path| {
+        let exe = std::env::current_exe().unwrap();
+        std::process::Command::new(exe)
+            .args([TLS_CHILD, "--exact", "--nocapture", "--test-threads=1"])
+            .env(common::CHILD_ENV, TLS_CHILD)
+            .env("RUST_LOG", "off")
+            .env("USERMM_BUDGET", "8M")
+            .env("USERMM_SWAP", format!("zswap:pool=1M+{}", c.spec(true)))
+            .env("USERMM_SWAP_SIZE", "64M")
+            .env("USERMM_REDIS_PASSWORD", redis_fixture::PASSWORD)
+            .env("USERMM_REDIS_CACERT", ca)
+            .env("USERMM_REDIS_CERT", &t.client_cert)
+            .env("USERMM_REDIS_KEY", &t.client_key)
+            .output()
+            .unwrap()
+    };
+    let out = child(&t.ca);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stderr.contains("TLS child: verified"),
+        "{:?}\n{stderr}",
+        out.status
+    );
+    let out = child(&t.other_ca);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && stderr.contains("not signed by the CA in ")
+            && stderr.contains("other-ca.crt")
+            && stderr.contains("set USERMM_REDIS_CACERT"),
+        "{:?}\n{stderr}",
+        out.status
+    );
+}
+
+fn tls_child() {
+    let cfg = MmConfig::from_env().unwrap();
+    assert!(
+        cfg.swap.spec().unwrap().contains("+rediss://swapper@"),
+        "{:?}",
+        cfg.swap
+    );
+    let mm = match Mm::new(cfg) {
+        Ok(mm) => mm,
+        Err(e) => panic!("Mm::new: {e}"),
+    };
+    let len = 24 << 20;
+    let reg = mm.map_anon(len).unwrap();
+    for i in 0..len / 8 {
+        reg.write_u64(i * 8, word(i, 3));
+    }
+    for i in 0..len / 8 {
+        assert_eq!(reg.read_u64(i * 8), word(i, 3), "word {i}");
+    }
+    let vm = mm.vmstat();
+    assert!(vm.val("redis_pages_written") > 0, "{vm}");
+    assert!(vm.val("redis_pages_read") > 0, "{vm}");
+    assert_eq!(vm.val("swap_read_error"), 0, "{vm}");
+    eprintln!(
+        "TLS child: verified {} words; redis_pages_written {} redis_pages_read {}",
+        len / 8,
+        vm.val("redis_pages_written"),
+        vm.val("redis_pages_read")
+    );
 }

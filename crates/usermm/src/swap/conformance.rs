@@ -1011,12 +1011,28 @@ fn swap_specs_parse_and_name_bad_values() {
 #[path = "../../tests/redis_fixture/mod.rs"]
 mod redis_fixture;
 
-use super::{RedisConfig, RedisSwap};
+use super::{RedisConfig, RedisSwap, RedisTls};
 
 fn redis_cfg(c: &redis_fixture::Cluster, user: bool) -> RedisConfig {
     let mut r = RedisConfig::parse(&c.spec(user), SIZE).unwrap();
     r.password = Some(redis_fixture::PASSWORD.into());
     r
+}
+
+/// The device of `r` with WAIT 1 passes the suite, and a run inside one hash tag is one round
+/// trip each way.
+fn redis_wait_one_round_trip(mut r: RedisConfig) -> RedisSwap {
+    r.sync_replicas = 1;
+    let dev = RedisSwap::open(&r).unwrap();
+    assert!(dev.name().contains("WAIT 1"), "{}", dev.name());
+    conformance(&dev);
+    let before = counter(&dev, "redis_round_trips");
+    let src = pool(32);
+    let offs: Vec<usize> = (0..32).map(|i| i * P).collect();
+    dev.write_pages(0, &src, &offs).unwrap();
+    dev.read_pages(0, &src, &offs).unwrap();
+    assert_eq!(counter(&dev, "redis_round_trips") - before, 2);
+    dev
 }
 
 #[test]
@@ -1034,18 +1050,7 @@ fn redis_cluster_conformance_auth_and_dead_nodes() {
         dev.name()
     );
     conformance(&dev);
-    let mut r = redis_cfg(&c, false);
-    r.sync_replicas = 1;
-    let dev = RedisSwap::open(&r).unwrap();
-    assert!(dev.name().contains("WAIT 1"), "{}", dev.name());
-    conformance(&dev);
-    // A run inside one hash tag is one round trip each way.
-    let before = counter(&dev, "redis_round_trips");
-    let src = pool(32);
-    let offs: Vec<usize> = (0..32).map(|i| i * P).collect();
-    dev.write_pages(0, &src, &offs).unwrap();
-    dev.read_pages(0, &src, &offs).unwrap();
-    assert_eq!(counter(&dev, "redis_round_trips") - before, 2);
+    redis_wait_one_round_trip(redis_cfg(&c, false));
     // zswap in front of Redis.
     let z = Zswap::new(
         Arc::new(RedisSwap::open(&redis_cfg(&c, true)).unwrap()),
@@ -1111,6 +1116,22 @@ fn redis_cluster_conformance_auth_and_dead_nodes() {
         e.contains("authentication as user \"swapper\" failed"),
         "{e}"
     );
+    // rediss:// to nodes that speak plain TCP: a clear error, in bounded time.
+    let mut tls = redis_cfg(&c, true);
+    tls.tls = Some(RedisTls::default());
+    let t0 = std::time::Instant::now();
+    let e = RedisSwap::open(&tls).unwrap_err().to_string();
+    eprintln!("{e} ({:?})", t0.elapsed());
+    assert!(
+        e.contains("cannot connect to redis cluster rediss://swapper@")
+            && e.contains("no TLS answer: are these the nodes' tls-ports?"),
+        "{e}"
+    );
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(30),
+        "{:?}",
+        t0.elapsed()
+    );
     // A password in the spec is refused.
     let e = SwapConfig::parse("redis://u:pw@127.0.0.1:1", SIZE)
         .unwrap_err()
@@ -1147,4 +1168,130 @@ fn redis_cluster_conformance_auth_and_dead_nodes() {
         t0.elapsed()
     );
     assert!(counter(&dev, "redis_errors") >= 2);
+}
+
+/// A device configuration for the TLS cluster `c`: its CA and the client certificate.
+fn redis_tls_cfg(c: &redis_fixture::Cluster) -> RedisConfig {
+    let t = c.tls.as_ref().expect("a TLS cluster");
+    let mut r = redis_cfg(c, true);
+    r.tls = Some(RedisTls {
+        ca_cert: Some(t.ca.clone()),
+        cert: Some(t.client_cert.clone()),
+        key: Some(t.client_key.clone()),
+    });
+    r
+}
+
+/// The same cluster speaking only TLS (`--port 0 --tls-port`, TLS on the cluster bus and for
+/// replication, client certificates required): the suite over `rediss://` with and without
+/// WAIT and below zswap, one round trip per run, and every certificate mistake a clear error
+/// at open naming the file and what to do.
+#[test]
+fn redis_tls_cluster_conformance_and_certificate_errors() {
+    if !redis_fixture::available() {
+        eprintln!("SKIPPED: redis-server/redis-cli not installed (.ci/run installs them)");
+        return;
+    }
+    if !redis_fixture::openssl_available() {
+        assert!(
+            std::env::var("USERMM_TEST_STRICT").as_deref() != Ok("1"),
+            "USERMM_TEST_STRICT=1 and the TLS cluster test would skip: openssl not installed"
+        );
+        eprintln!("SKIPPED: openssl not installed (.ci/run installs it)");
+        return;
+    }
+    let c = redis_fixture::Cluster::start_tls();
+    let certs = c.tls.as_ref().unwrap();
+    let dev = RedisSwap::open(&redis_tls_cfg(&c)).unwrap();
+    assert!(
+        dev.name().starts_with("rediss://swapper@127.0.0.1:"),
+        "{}",
+        dev.name()
+    );
+    conformance(&dev);
+    // WAIT 1: replication runs over TLS too.
+    let dev = redis_wait_one_round_trip(redis_tls_cfg(&c));
+    // zswap in front, from the spec.
+    let cfg = SwapConfig::parse(&format!("zswap+{}", c.spec(true)), SIZE).unwrap();
+    let SwapConfig::Zswap { lower, .. } = &cfg else {
+        panic!("{cfg:?}")
+    };
+    assert!(
+        matches!(&**lower, SwapConfig::Redis(r) if r.tls == Some(RedisTls::default())),
+        "{cfg:?}"
+    );
+    let z = Zswap::new(Arc::new(dev), Compressor::Lz4, 1 << 20);
+    conformance(&z);
+
+    // Each error printed: what a user reads (shown with --nocapture).
+    let open_err = |r: &RedisConfig| {
+        let e = RedisSwap::open(r).unwrap_err().to_string();
+        eprintln!("{e}");
+        e
+    };
+    // A CA that did not sign the nodes' certificate.
+    let mut r = redis_tls_cfg(&c);
+    r.tls.as_mut().unwrap().ca_cert = Some(certs.other_ca.clone());
+    let e = open_err(&r);
+    assert!(
+        e.contains("not signed by the CA in ")
+            && e.contains("other-ca.crt")
+            && e.contains("USERMM_REDIS_CACERT"),
+        "{e}"
+    );
+    // No CA given: the system's roots do not know the throwaway CA either.
+    r.tls.as_mut().unwrap().ca_cert = None;
+    if std::env::var_os("USERMM_REDIS_CACERT").is_none() {
+        let e = open_err(&r);
+        assert!(e.contains("the system's roots"), "{e}");
+    }
+    // A CA file that is missing, or holds no certificate.
+    let missing = c.dir.join("no-such-ca.crt");
+    r.tls.as_mut().unwrap().ca_cert = Some(missing.clone());
+    let e = open_err(&r);
+    assert!(
+        e.contains(&format!(
+            "cannot read RedisTls::ca_cert {}",
+            missing.display()
+        )),
+        "{e}"
+    );
+    r.tls.as_mut().unwrap().ca_cert = Some(certs.client_key.clone());
+    let e = open_err(&r);
+    assert!(e.contains("holds no certificate"), "{e}");
+    // The nodes require a client certificate.
+    let mut r = redis_tls_cfg(&c);
+    let t = r.tls.as_mut().unwrap();
+    (t.cert, t.key) = (None, None);
+    let e = open_err(&r);
+    assert!(
+        e.contains("refused the TLS handshake") && e.contains("USERMM_REDIS_CERT"),
+        "{e}"
+    );
+    // A key that is not the certificate's.
+    let mut r = redis_tls_cfg(&c);
+    r.tls.as_mut().unwrap().key = Some(certs.server_key.clone());
+    let e = open_err(&r);
+    assert!(e.contains("do not go together"), "{e}");
+    // redis:// to the TLS ports.
+    let mut r = redis_tls_cfg(&c);
+    r.tls = None;
+    let t0 = std::time::Instant::now();
+    let e = RedisSwap::open_with_env(&r, &|_| None)
+        .unwrap_err()
+        .to_string();
+    eprintln!("{e} ({:?})", t0.elapsed());
+    assert!(e.contains("use rediss://"), "{e}");
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(30),
+        "{:?}",
+        t0.elapsed()
+    );
+    // At Mm::new, the same words.
+    let mut r = redis_tls_cfg(&c);
+    r.tls.as_mut().unwrap().ca_cert = Some(certs.other_ca.clone());
+    let e = crate::Mm::new(crate::MmConfig::new(8 << 20).swap(SwapConfig::Redis(r)))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not signed by the CA in "), "{e}");
 }
