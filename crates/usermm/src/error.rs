@@ -3,20 +3,34 @@
 use std::io;
 
 /// usermm's error type.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A caller-supplied value is out of range or malformed.
+    #[error("invalid argument: {0}")]
     InvalidArgument(String),
     /// Mapping would exceed the commit limit (strict accounting).
+    #[error(
+        "commit limit exceeded: mapping {} ({requested} bytes) on top of {} already committed \
+         would exceed the limit of {} (budget + swap); map less, add swap, or enable overcommit",
+        mib(.requested),
+        mib(.committed),
+        mib(.limit)
+    )]
     CommitLimit {
         requested: u64,
         committed: u64,
         limit: u64,
     },
     /// userfaultfd could not be opened or used.
+    #[error("userfaultfd: {0}")]
     Userfaultfd(String),
     /// An operating-system call failed.
-    Io { context: String, source: io::Error },
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: io::Error,
+    },
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -46,33 +60,39 @@ impl Error {
     }
 }
 
-fn mib(b: u64) -> String {
-    format!("{:.1} MiB", b as f64 / (1 << 20) as f64)
+fn mib(b: &u64) -> String {
+    format!("{:.1} MiB", *b as f64 / (1 << 20) as f64)
 }
 
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Error::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
-            Error::CommitLimit { requested, committed, limit } => write!(
-                f,
-                "commit limit exceeded: mapping {} ({requested} bytes) on top of {} already committed \
-                 would exceed the limit of {} (budget + swap); map less, add swap, or enable overcommit",
-                mib(*requested),
-                mib(*committed),
-                mib(*limit)
-            ),
-            Error::Userfaultfd(m) => write!(f, "userfaultfd: {m}"),
-            Error::Io { context, source } => write!(f, "{context}: {source}"),
-        }
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Error::Io { source, .. } => Some(source),
-            _ => None,
-        }
+    #[test]
+    fn messages_name_the_value_and_what_to_do() {
+        let e = Error::CommitLimit {
+            requested: 3 << 20,
+            committed: 1 << 20,
+            limit: 2 << 20,
+        };
+        assert_eq!(
+            e.to_string(),
+            "commit limit exceeded: mapping 3.0 MiB (3145728 bytes) on top of 1.0 MiB already \
+             committed would exceed the limit of 2.0 MiB (budget + swap); map less, add swap, or \
+             enable overcommit"
+        );
+        assert_eq!(Error::inval("x").to_string(), "invalid argument: x");
+        let io = Error::io("opening /nope", io::Error::from_raw_os_error(libc::ENOENT));
+        assert!(io.to_string().starts_with("opening /nope: No such file"));
+        assert!(
+            std::error::Error::source(&io).is_some(),
+            "the OS error is the source"
+        );
+        assert_eq!(
+            Error::inval("bad")
+                .prefixed("USERMM_BUDGET=\"x\"")
+                .to_string(),
+            "invalid argument: USERMM_BUDGET=\"x\": bad"
+        );
     }
 }
