@@ -7,6 +7,10 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+#[macro_use]
+mod kernel_common;
+use kernel_common::{kernel_skip_reason, start_long_kernel_run, swap_active, swaps};
+
 const BIN: &str = env!("CARGO_BIN_EXE_usermm");
 
 fn usermm(args: &[&str]) -> Output {
@@ -230,52 +234,13 @@ fn engine_list_errors() {
     assert!(stderr(&out).contains("usermm,kernel"));
 }
 
-/// Why the kernel engine cannot run here, or None when it can.
-fn kernel_skip_reason() -> Option<String> {
-    let euid = usermm::sys::geteuid();
-    if euid != 0 {
-        return Some(format!("not root (euid {euid})"));
-    }
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    if !mounts.contains(" - cgroup") {
-        return Some("no cgroup filesystem mounted".into());
-    }
-    None
-}
-
-macro_rules! need_kernel_engine {
-    () => {
-        if let Some(r) = kernel_skip_reason() {
-            // CI (USERMM_TEST_STRICT=1) is root with a memory cgroup: a skip there would hide
-            // a kernel-engine check that never ran.
-            assert!(
-                std::env::var("USERMM_TEST_STRICT").as_deref() != Ok("1"),
-                "USERMM_TEST_STRICT=1 and this kernel-engine test would skip: {r}"
-            );
-            eprintln!("SKIPPED kernel-engine test: {r}");
-            return;
-        }
-    };
-}
-
-/// Active swap areas.
-fn swaps() -> String {
-    std::fs::read_to_string("/proc/swaps").unwrap()
-}
-
 /// Checks that a kernel run left nothing behind: its cgroup and swap are gone.
 fn assert_torn_down(setup: &serde_json::Value) {
     let cg = setup["cgroup_path"].as_str().expect("cgroup_path");
     assert!(cg.contains("usermm-kernel-"), "{cg}");
     assert!(!Path::new(cg).exists(), "cgroup {cg} left behind");
     if let Some(sw) = setup["swap_path"].as_str() {
-        assert!(
-            !swaps()
-                .lines()
-                .any(|l| l.split_whitespace().next() == Some(sw)),
-            "swap {sw} still active:\n{}",
-            swaps()
-        );
+        assert!(!swap_active(sw), "swap {sw} still active:\n{}", swaps());
         if !sw.starts_with("/dev/") {
             assert!(!Path::new(sw).exists(), "swap file {sw} left behind");
         }
@@ -444,26 +409,7 @@ fn assert_no_cgroup(pid: u32) {
 #[test]
 fn kernel_engine_interrupted_tears_down() {
     need_kernel_engine!();
-    let mut child = Command::new(BIN)
-        .args([
-            "bench",
-            "swap-w-seq",
-            "--engine",
-            "kernel",
-            "--runs",
-            "200",
-            "--budget",
-            "32M",
-            "--swap",
-            "file",
-            "--swap-size",
-            "256M",
-            "--no-verify",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = start_long_kernel_run("file", None);
     let pid = child.id();
     let marker = format!("usermm-kernel-swap-{pid}");
     // Wait until the run has its swap file active (bounded).

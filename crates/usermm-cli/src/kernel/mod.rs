@@ -3,7 +3,9 @@
 //! harness sets up itself. The Linux side of usermm's side-by-side numbers.
 //!
 //! How one run goes: take the engine's lock (one kernel-engine run at a time on a machine:
-//! swap areas are global), clean up after a run that was killed (its state file), set up swap
+//! swap areas are global), clean up after a run that was killed (its state file, and by name
+//! what a run killed between creating a thing and recording it left: see [`reap_by_name`]),
+//! set up swap
 //! and the cgroup ([`Env`], a guard that tears both down on every path out: normal return,
 //! error, panic, Ctrl-C/SIGTERM/SIGHUP via `engine`'s handler), start this binary again as a
 //! hidden worker (`usermm __kernel-worker`), move it into the cgroup, then hand it the job on
@@ -206,6 +208,7 @@ impl Env {
         }
         cleanup_leftovers(&dir);
         let pid = std::process::id();
+        reap_by_name(pid);
         let mut env = Env {
             _lock: lock,
             state_file: dir.join(format!("state-{pid}.json")),
@@ -331,9 +334,119 @@ impl Drop for Env {
     }
 }
 
+/// Writes the state file atomically (a temporary file renamed over it): a run killed in the
+/// middle of a write leaves the previous state, never a truncated one the next run cannot read.
 fn write_state(path: &Path, st: &State) {
     if let Ok(t) = serde_json::to_string(st) {
-        let _ = fs::write(path, t);
+        let tmp = path.with_extension("json.tmp");
+        if fs::write(&tmp, t).is_ok() && fs::rename(&tmp, path).is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+    }
+}
+
+/// Whether process `pid` exists (/proc/PID).
+fn pid_alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// The pid in a name the engine gives what it creates (`usermm-kernel-PID`,
+/// `usermm-kernel-swap-PID`), if `name` is one with `prefix`.
+fn pid_in_name(name: &str, prefix: &str) -> Option<u32> {
+    let digits = name.strip_prefix(prefix)?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Kills the kernel-engine workers still in the cgroup at `dir` (a run that was killed: its
+/// worker normally exits when its stdin closes), so the cgroup can go. Only processes running
+/// this program's worker subcommand are signalled.
+fn kill_stale_workers(dir: &Path) {
+    let procs = fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+    for pid in procs
+        .split_whitespace()
+        .filter_map(|p| p.parse::<u32>().ok())
+    {
+        let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if cmdline
+            .split(|&b| b == 0)
+            .any(|a| a == worker::SUBCOMMAND.as_bytes())
+        {
+            eprintln!(
+                "usermm: killing kernel-engine worker {pid} of a run that did not finish ({})",
+                dir.display()
+            );
+            let _ = usermm::sys::kill(pid, signal_hook::consts::SIGKILL);
+        }
+    }
+}
+
+/// Removes a cgroup a killed run left: its workers first, then the directory.
+fn reap_cgroup(dir: &Path) -> Result<(), String> {
+    if dir.is_dir() {
+        kill_stale_workers(dir);
+    }
+    cgroup::remove_dir(dir)
+}
+
+/// What a killed run left that no state file records (it was killed between creating a thing
+/// and writing its state file, or the state file was lost): cgroups named `usermm-kernel-PID`
+/// under this machine's memory cgroup location, active swap areas and files in the temporary
+/// directory named `usermm-kernel-swap-PID`, whose PID is not `own` and no longer runs. The
+/// names carry the pid so that a live run's are never touched. A zram device hot-added by a
+/// run killed before its state file recorded it (the microseconds between reading hot_add and
+/// the write) cannot be told from other zram devices and is left.
+fn reap_by_name(own: u32) {
+    let stale = |pid: u32| pid != own && !pid_alive(pid);
+    for sw in swap::active_swaps() {
+        let name = sw.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if pid_in_name(name, "usermm-kernel-swap-").is_some_and(stale) {
+            eprintln!(
+                "usermm: removing swap file {} of a kernel-engine run that did not finish",
+                sw.display()
+            );
+            let mut ks = KernelSwap {
+                dev: sw.clone(),
+                file: Some(sw.clone()),
+                active: true,
+                ..Default::default()
+            };
+            if let Err(e) = ks.teardown() {
+                eprintln!("usermm: {e}");
+            }
+        }
+    }
+    if let Ok(rd) = fs::read_dir(std::env::temp_dir()) {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if pid_in_name(&name, "usermm-kernel-swap-").is_some_and(stale) {
+                eprintln!(
+                    "usermm: removing swap file {} of a kernel-engine run that did not finish",
+                    e.path().display()
+                );
+                if let Err(err) = fs::remove_file(e.path()) {
+                    eprintln!("usermm: cannot remove {}: {err}", e.path().display());
+                }
+            }
+        }
+    }
+    let Ok(loc) = cgroup::locate() else { return };
+    let Ok(rd) = fs::read_dir(&loc.parent) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if pid_in_name(&name, "usermm-kernel-").is_some_and(stale) && e.path().is_dir() {
+            eprintln!(
+                "usermm: removing cgroup {} of a kernel-engine run that did not finish",
+                e.path().display()
+            );
+            if let Err(err) = reap_cgroup(&e.path()) {
+                eprintln!("usermm: {err}");
+            }
+        }
     }
 }
 
@@ -345,10 +458,13 @@ fn cleanup_leftovers(dir: &Path) {
     let Ok(rd) = fs::read_dir(dir) else { return };
     for e in rd.flatten() {
         let p = e.path();
-        let is_state = p
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with("state-") && n.ends_with(".json"));
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name.starts_with("state-") && name.ends_with(".json.tmp") {
+            // A write that a kill interrupted; the state file beside it is whole.
+            let _ = fs::remove_file(&p);
+            continue;
+        }
+        let is_state = name.starts_with("state-") && name.ends_with(".json");
         if is_state {
             cleanup_state(
                 &p,
@@ -371,7 +487,7 @@ fn cleanup_state(p: &Path, note: &str) {
     eprintln!("{}", note.replace("{}", &st.pid.to_string()));
     let mut ok = true;
     if let Some(cg) = &st.cgroup {
-        if let Err(e) = cgroup::remove_dir(cg) {
+        if let Err(e) = reap_cgroup(cg) {
             eprintln!("usermm: {e}");
             ok = false;
         }
