@@ -6,7 +6,10 @@
  * Two layers: managers as handles (usermm_create, usermm_map_anon, usermm_unmap,
  * usermm_discard, usermm_vmstat; status codes USERMM_* and usermm_last_error()), and
  * usermm_mmap / usermm_munmap with mmap(2)'s conventions on a process-wide default manager
- * configured by USERMM_BUDGET, USERMM_SWAP, USERMM_SWAP_SIZE, USERMM_OVERCOMMIT, USERMM_SET.
+ * configured by USERMM_BUDGET, USERMM_SWAP, USERMM_SWAP_SIZE, USERMM_OVERCOMMIT,
+ * USERMM_SWAP_ENCRYPT, USERMM_SWAP_KEEP, USERMM_SET.
+ * ABI: usermm_config has no size field; fields are only appended. swap_encrypt and swap_keep
+ * were appended (issue 16): recompile programs built against a usermm.h without them.
  * Managed memory must be accessed through pointers only; it is not inherited by fork().
  */
 
@@ -90,6 +93,17 @@ typedef struct usermm_config {
   // Seed switches and laptop mode, "name=value,name=value" as in USERMM_SET
   // (e.g. "laptop_mode=on,accessed_init=old"), or NULL (default) for the defaults.
   const char *settings;
+  // 1: encrypt the pages the file and Redis swap tiers store (ChaCha20-Poly1305 with a random
+  // key held only in this process's memory), so swapped-out memory is unreadable on disk;
+  // as USERMM_SWAP_ENCRYPT=1. Default 0. Other values are refused.
+  // This field and `swap_keep` were appended after `settings` (issue 16): programs compiled
+  // against a header without them must be recompiled (the struct grew by 8 bytes).
+  int swap_encrypt;
+  // 1: keep a named swap file (USERMM_SWAP_FILE with a swap_path) when the manager is
+  // destroyed; a later manager may reuse it (its header is recognised). Default 0: it is
+  // truncated and removed, so process memory does not outlive the process on disk; as
+  // USERMM_SWAP_KEEP=1. Other values are refused.
+  int swap_keep;
 } usermm_config;
 
 // The counters of a manager (`/proc/vmstat` names) and its sizes. Filled by `usermm_vmstat`;
@@ -169,7 +183,8 @@ extern "C" {
 
 // Fills `cfg` with the defaults: 256 MiB budget, unlinked temporary swap file of 4x the
 // budget, strict commit accounting, one handler thread per CPU, USERMM_UFFD_AUTO, default
-// seed switches. Returns USERMM_OK, or USERMM_ERR_INVALID if `cfg` is NULL.
+// seed switches, swap neither encrypted nor kept. Returns USERMM_OK, or USERMM_ERR_INVALID
+// if `cfg` is NULL.
 //
 // # Safety
 // `cfg` is NULL or points to writable memory for one `usermm_config`.
@@ -194,9 +209,10 @@ int usermm_destroy(struct usermm_mm *mm);
 
 // The process-wide default manager that usermm_mmap uses, created on first use from the
 // environment: USERMM_BUDGET (default 256M), USERMM_SWAP (file, file:PATH, ram, none, zswap+file, zswap+ram, ...; default
-// file), USERMM_SWAP_SIZE (default 4x the budget), USERMM_OVERCOMMIT (1/0), USERMM_SET (seed
-// switches). Returns NULL if the environment is invalid or the manager cannot be created;
-// usermm_last_error() names the variable. It lives until the process exits.
+// file), USERMM_SWAP_SIZE (default 4x the budget), USERMM_OVERCOMMIT (1/0),
+// USERMM_SWAP_ENCRYPT and USERMM_SWAP_KEEP (1/0), USERMM_SET (seed switches). Returns NULL
+// if the environment is invalid or the manager cannot be created; usermm_last_error() names
+// the variable. It lives until the process exits.
 struct usermm_mm *usermm_default(void);
 
 // Maps `len` bytes (rounded up to 4 KiB) of anonymous memory managed by `mm`. Untouched pages

@@ -87,6 +87,17 @@ pub struct usermm_config {
     /// Seed switches and laptop mode, "name=value,name=value" as in USERMM_SET
     /// (e.g. "laptop_mode=on,accessed_init=old"), or NULL (default) for the defaults.
     pub settings: *const c_char,
+    /// 1: encrypt the pages the file and Redis swap tiers store (ChaCha20-Poly1305 with a random
+    /// key held only in this process's memory), so swapped-out memory is unreadable on disk;
+    /// as USERMM_SWAP_ENCRYPT=1. Default 0. Other values are refused.
+    /// This field and `swap_keep` were appended after `settings` (issue 16): programs compiled
+    /// against a header without them must be recompiled (the struct grew by 8 bytes).
+    pub swap_encrypt: c_int,
+    /// 1: keep a named swap file (USERMM_SWAP_FILE with a swap_path) when the manager is
+    /// destroyed; a later manager may reuse it (its header is recognised). Default 0: it is
+    /// truncated and removed, so process memory does not outlive the process on disk; as
+    /// USERMM_SWAP_KEEP=1. Other values are refused.
+    pub swap_keep: c_int,
 }
 
 /// The counters of a manager (`/proc/vmstat` names) and its sizes. Filled by `usermm_vmstat`;
@@ -373,7 +384,8 @@ fn manager<'a>(mm: *const usermm_mm) -> Result<&'a usermm_mm, Failure> {
 
 /// Fills `cfg` with the defaults: 256 MiB budget, unlinked temporary swap file of 4x the
 /// budget, strict commit accounting, one handler thread per CPU, USERMM_UFFD_AUTO, default
-/// seed switches. Returns USERMM_OK, or USERMM_ERR_INVALID if `cfg` is NULL.
+/// seed switches, swap neither encrypted nor kept. Returns USERMM_OK, or USERMM_ERR_INVALID
+/// if `cfg` is NULL.
 ///
 /// # Safety
 /// `cfg` is NULL or points to writable memory for one `usermm_config`.
@@ -392,6 +404,8 @@ pub unsafe extern "C" fn usermm_config_init(cfg: *mut usermm_config) -> c_int {
             handler_threads: 0,
             uffd_policy: USERMM_UFFD_AUTO,
             settings: std::ptr::null(),
+            swap_encrypt: 0,
+            swap_keep: 0,
         };
         // SAFETY: cfg is non-NULL and points to a usermm_config the caller owns.
         unsafe { cfg.write(c) };
@@ -432,11 +446,20 @@ fn config_from_c(c: &usermm_config) -> Result<MmConfig, Failure> {
         Some(s) => Settings::parse(s).map_err(|e| Failure::invalid(format!("settings: {e}")))?,
         None => Settings::default(),
     };
+    let flag = |name: &str, v: c_int| match v {
+        0 => Ok(false),
+        1 => Ok(true),
+        v => Err(Failure::invalid(format!(
+            "{name} {v} is not a flag: use 0 (off) or 1 (on)"
+        ))),
+    };
     let mut cfg = MmConfig::new(c.budget)
         .swap(swap)
         .overcommit(c.overcommit != 0)
         .handler_threads(c.handler_threads as usize)
         .settings(settings);
+    cfg.swap_encrypt = flag("swap_encrypt", c.swap_encrypt)?;
+    cfg.swap_keep = flag("swap_keep", c.swap_keep)?;
     cfg.uffd_policy = match c.uffd_policy {
         USERMM_UFFD_AUTO => OpenPolicy::Auto,
         USERMM_UFFD_FULL => OpenPolicy::Full,
@@ -551,9 +574,10 @@ fn default_manager() -> Result<&'static usermm_mm, Failure> {
 
 /// The process-wide default manager that usermm_mmap uses, created on first use from the
 /// environment: USERMM_BUDGET (default 256M), USERMM_SWAP (file, file:PATH, ram, none, zswap+file, zswap+ram, ...; default
-/// file), USERMM_SWAP_SIZE (default 4x the budget), USERMM_OVERCOMMIT (1/0), USERMM_SET (seed
-/// switches). Returns NULL if the environment is invalid or the manager cannot be created;
-/// usermm_last_error() names the variable. It lives until the process exits.
+/// file), USERMM_SWAP_SIZE (default 4x the budget), USERMM_OVERCOMMIT (1/0),
+/// USERMM_SWAP_ENCRYPT and USERMM_SWAP_KEEP (1/0), USERMM_SET (seed switches). Returns NULL
+/// if the environment is invalid or the manager cannot be created; usermm_last_error() names
+/// the variable. It lives until the process exits.
 #[no_mangle]
 pub extern "C" fn usermm_default() -> *mut usermm_mm {
     pointer(|| default_manager().map(|m| m as *const usermm_mm as *mut usermm_mm))

@@ -70,6 +70,8 @@ fn run(exe: &Path, arg: &str, env: &[(&str, &str)]) -> (Output, String) {
         "USERMM_SWAP",
         "USERMM_SWAP_SIZE",
         "USERMM_OVERCOMMIT",
+        "USERMM_SWAP_ENCRYPT",
+        "USERMM_SWAP_KEEP",
         "USERMM_SET",
     ] {
         c.env_remove(v);
@@ -147,6 +149,17 @@ fn c_handle_api() {
     let exe = capi_test("capi_test_handle", false);
     let (o, text) = run(&exe, "handle", SMALL);
     assert_passed(&o, &text, 20);
+}
+
+/// `usermm_config.swap_encrypt` and `swap_keep` reach the manager: an unencrypted named swap
+/// file holds the plain pages, an encrypted one none of them; kept files outlive
+/// `usermm_destroy` (and are reused), others are removed; values other than 0/1 are named.
+#[test]
+fn c_config_swap_encrypt_and_keep() {
+    let exe = capi_test("capi_test_swapopts", false);
+    let (o, text) = run(&exe, "swapopts", &[]);
+    assert_passed(&o, &text, 25);
+    assert!(text.contains("swapopts: plain "), "{text}");
 }
 
 #[test]

@@ -8,6 +8,8 @@
  *   capi_test handle    the handle API: create, map, discard, vmstat, unmap, destroy
  *   capi_test badenv    run with USERMM_BUDGET=256Q: usermm_mmap fails with EINVAL and the
  *                       message names the variable and the value
+ *   capi_test swapopts  usermm_config's swap_encrypt and swap_keep: a named swap file holds
+ *                       the plain pages or none of them, and survives usermm_destroy or not
  *
  * Prints one line per check and "N passed, M failed"; exits 1 if any check failed.
  */
@@ -401,6 +403,105 @@ static void test_handle(void) {
     CHECK(usermm_unmap(z, q) == USERMM_OK && usermm_destroy(z) == USERMM_OK, "zswap teardown");
 }
 
+/* Words stored by test_swapopts: a 40-bit tag over a 24-bit index. A random (encrypted) word
+ * matches the tag with probability 2^-40. */
+#define SWAP_TAG 0x5eed5eed5e000000ull
+#define SWAP_TAG_MASK 0xffffffffff000000ull
+
+/* How many 8-byte words of the file at `path` carry SWAP_TAG (-1 if it cannot be read). */
+static long tagged_words(const char *path) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return -1;
+    static uint64_t buf[1 << 17];
+    long n = 0;
+    ssize_t got;
+    while ((got = read(fd, buf, sizeof buf)) > 0)
+        for (ssize_t i = 0; i < got / 8; i++) n += (buf[i] & SWAP_TAG_MASK) == SWAP_TAG;
+    close(fd);
+    return got < 0 ? -1 : n;
+}
+
+/* One manager on a named swap file with swap_encrypt = `enc` and swap_keep = `keep`: 16 MiB
+ * through a 4 MiB budget. Returns how many plain pattern words the swap file held while the
+ * pages were swapped out (-1 on a failed step); `kept` says whether the file outlived the
+ * manager. */
+static long swap_file_run(const char *path, int enc, int keep, int *kept) {
+    usermm_config cfg;
+    usermm_config_init(&cfg);
+    cfg.budget = 4 << 20;
+    cfg.swap_kind = USERMM_SWAP_FILE;
+    cfg.swap_path = path;
+    cfg.swap_size = 64 << 20;
+    cfg.swap_encrypt = enc;
+    cfg.swap_keep = keep;
+    usermm_mm *mm = usermm_create(&cfg);
+    CHECK(mm != NULL, "create on %s (encrypt %d, keep %d)", path, enc, keep);
+    if (!mm) return -1;
+    size_t len = 16 << 20, n = len / 8, bad = 0;
+    uint64_t *p = usermm_map_anon(mm, len);
+    CHECK(p != NULL, "map_anon");
+    if (!p) return -1;
+    for (size_t i = 0; i < n; i++) p[i] = SWAP_TAG | (i & 0xffffff);
+    for (size_t i = 0; i < n; i++) bad += p[i] != (SWAP_TAG | (i & 0xffffff));
+    CHECK(bad == 0, "%zu words wrong through a swap file with encrypt %d", bad, enc);
+    CHECK(stat_of(mm, "pswpout") * 4096 >= len / 2, "pages went to the swap file (encrypt %d)", enc);
+    long words = tagged_words(path);
+    CHECK(words >= 0, "reading swap file %s: %s", path, strerror(errno));
+    CHECK(usermm_unmap(mm, p) == USERMM_OK && usermm_destroy(mm) == USERMM_OK, "teardown");
+    *kept = access(path, F_OK) == 0;
+    return words;
+}
+
+static void test_swapopts(void) {
+    char path[] = "/var/tmp/usermm-capi-swapopts-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0, "mkstemp");
+    close(fd);
+    unlink(path); /* a new path: usermm creates the file */
+    int kept = 0;
+
+    usermm_config cfg;
+    usermm_config_init(&cfg);
+    CHECK(cfg.swap_encrypt == 0 && cfg.swap_keep == 0, "defaults: encrypt %d keep %d", cfg.swap_encrypt,
+          cfg.swap_keep);
+
+    /* Plain and kept: the file holds the pages as they were and stays after destroy. */
+    long plain = swap_file_run(path, 0, 1, &kept);
+    CHECK(plain > 1000, "an unencrypted swap file holds the plain pages: %ld tagged words", plain);
+    CHECK(kept, "swap_keep=1: %s stays after usermm_destroy", path);
+    long left = tagged_words(path);
+    CHECK(left > 0, "the kept file still holds the pages: %ld", left);
+
+    /* Encrypted, reusing the kept file (usermm recognises its own header), and kept again: not
+     * one plain word reaches the disk, during the run or after it. */
+    long enc = swap_file_run(path, 1, 1, &kept);
+    CHECK(enc == 0, "swap_encrypt=1: %ld plain words on disk", enc);
+    CHECK(kept, "swap_keep=1 with encryption: the file stays");
+    left = tagged_words(path);
+    CHECK(left == 0, "the kept encrypted file holds no plain word: %ld", left);
+
+    /* Not kept (the default): removed with its manager. */
+    enc = swap_file_run(path, 1, 0, &kept);
+    CHECK(enc == 0, "swap_encrypt=1, not kept: %ld plain words on disk", enc);
+    CHECK(!kept, "swap_keep=0: %s removed by usermm_destroy", path);
+    unlink(path);
+
+    /* Flags are 0 or 1; anything else is named. */
+    usermm_config_init(&cfg);
+    cfg.budget = 4 << 20;
+    cfg.swap_kind = USERMM_SWAP_RAM;
+    cfg.swap_encrypt = 2;
+    CHECK(usermm_create(&cfg) == NULL && strstr(usermm_last_error(), "swap_encrypt 2") != NULL,
+          "swap_encrypt 2 refused: %s", usermm_last_error());
+    usermm_config_init(&cfg);
+    cfg.budget = 4 << 20;
+    cfg.swap_kind = USERMM_SWAP_RAM;
+    cfg.swap_keep = -1;
+    CHECK(usermm_create(&cfg) == NULL && strstr(usermm_last_error(), "swap_keep -1") != NULL,
+          "swap_keep -1 refused: %s", usermm_last_error());
+    printf("swapopts: plain %ld tagged words, encrypted 0\n", plain);
+}
+
 static void test_badenv(void) {
     errno = 0;
     void *p = usermm_mmap(NULL, 4096, RW, PA, -1, 0);
@@ -421,8 +522,10 @@ int main(int argc, char **argv) {
         test_handle();
     else if (!strcmp(what, "badenv"))
         test_badenv();
+    else if (!strcmp(what, "swapopts"))
+        test_swapopts();
     else {
-        fprintf(stderr, "usage: capi_test big|bad|handle|badenv\n");
+        fprintf(stderr, "usage: capi_test big|bad|handle|badenv|swapopts\n");
         return 2;
     }
     printf("%d passed, %d failed\n", passed, failed);
