@@ -132,8 +132,9 @@ fn new_region(mm: &Mm, len: usize, file: Option<FileMap>, noreserve: bool) -> Re
 
 impl Mm {
     /// Maps `len` bytes of the file at `path` from `offset` (a multiple of 4 KiB). Shared: the
-    /// region shows the page cache and stores reach the file through writeback; the file is
-    /// extended to `offset + len` if shorter. Private: copy-on-write against the file.
+    /// region shows the page cache and stores reach the file through writeback. The file is not
+    /// extended: as with mmap(2), touching a page wholly past its end raises SIGBUS until the
+    /// file grows (`CachedFile::set_len` or a write). Private: copy-on-write against the file.
     pub fn map_file(
         &self,
         path: impl AsRef<Path>,
