@@ -414,17 +414,17 @@ enum SwapDefault {
 impl MmArgs {
     fn config(&self, default_swap: SwapDefault) -> Result<MmConfig, Failure> {
         let budget = size("--budget", &self.budget)?;
-        if budget < usermm::mm::MIN_BUDGET {
+        if budget < usermm::MIN_BUDGET {
             return Err(Failure::Usage(format!(
                 "--budget: {} ({budget} bytes) is below the minimum of 1M",
                 self.budget
             )));
         }
-        if self.handler_threads > usermm::mm::MAX_HANDLER_THREADS {
+        if self.handler_threads > usermm::MAX_HANDLER_THREADS {
             return Err(Failure::Usage(format!(
                 "--handler-threads: {} is above the maximum of {}; use 0 (one per CPU) or fewer",
                 self.handler_threads,
-                usermm::mm::MAX_HANDLER_THREADS
+                usermm::MAX_HANDLER_THREADS
             )));
         }
         let swap_size = match &self.swap_size {
@@ -481,7 +481,7 @@ fn bench(b: BenchCmd) -> Result<(), Failure> {
         } => {
             at_least_one("--runs", runs as u64)?;
             let budget_b = size("--budget", &budget)?;
-            if budget_b < usermm::mm::MIN_BUDGET {
+            if budget_b < usermm::MIN_BUDGET {
                 return Err(Failure::Usage(format!(
                     "--budget: {budget} is below the minimum of 1 MiB"
                 )));

@@ -133,7 +133,7 @@ struct Plan {
 fn environment(cmd: &RunCmd) -> Result<Plan, Fail> {
     let (b, from) = pick(&cmd.budget, "--budget", "USERMM_BUDGET", "256M");
     let budget = size(&from, &b)?;
-    if budget < usermm::mm::MIN_BUDGET {
+    if budget < usermm::MIN_BUDGET {
         return Err(usage(format!("{from}: {b} is below the minimum of 1 MiB")));
     }
     let (swap, swap_from) = pick(&cmd.swap, "--swap", "USERMM_SWAP", "file");

@@ -41,6 +41,8 @@ impl Narrow for usize {
 }
 
 /// A `u128` (a `Duration` in ns, us or ms) as `u64`, saturating (u64 nanoseconds are 584 years).
+/// (The loom build has only the page state machine, which measures no time.)
+#[cfg_attr(loom, allow(dead_code))]
 pub trait Saturate {
     fn sat_u64(self) -> u64;
 }

@@ -5,14 +5,23 @@
 //! the budget by reclaiming pages to swap with Linux's LRU and watermark design, and faults them
 //! back in. See ARCHITECTURE.md for the whole picture.
 
-pub mod conv;
+pub(crate) mod conv;
 #[cfg(not(loom))]
 pub mod error;
+// The manager's internals: crate-private, except to the model checker (loom) and to the
+// integration tests that drive internals (the `testing` feature).
+#[cfg(any(loom, feature = "testing"))]
 pub mod mm;
+#[cfg(not(any(loom, feature = "testing")))]
+pub(crate) mod mm;
 pub mod settings;
 #[cfg(not(loom))]
 pub mod swap;
+// The sync shim: public to the model checker (loom) only.
+#[cfg(loom)]
 pub mod sync;
+#[cfg(not(loom))]
+pub(crate) mod sync;
 #[cfg(not(loom))]
 pub mod sys;
 pub mod vmstat;
@@ -26,7 +35,9 @@ pub use mm::handler::StuckFault;
 #[cfg(not(loom))]
 pub use mm::region::{MapKind, Region};
 #[cfg(not(loom))]
-pub use mm::{EnvManager, Health, Mm, MmConfig, UffdInfo, Watermarks};
+pub use mm::{
+    EnvManager, Health, Mm, MmConfig, UffdInfo, Watermarks, MAX_HANDLER_THREADS, MIN_BUDGET,
+};
 pub use settings::{Behaviour, Settings, Switch};
 #[cfg(not(loom))]
 pub use swap::{SwapConfig, SwapDevice};

@@ -56,8 +56,6 @@ impl Fgp {
     pub const CREAT: Fgp = Fgp(1 << 2);
     /// The caller will write the page (kept for the write_begin semantics).
     pub const WRITE: Fgp = Fgp(1 << 3);
-    /// Allocation must not recurse into the filesystem (direct reclaim skips file writeback).
-    pub const NOFS: Fgp = Fgp(1 << 4);
     /// Never block: fail instead of waiting for a lock or reclaiming.
     pub const NOWAIT: Fgp = Fgp(1 << 5);
 
@@ -452,11 +450,13 @@ pub fn find_lock_page(m: &MmInner, mapping: &AddressSpace, index: u64) -> Result
 }
 
 /// `find_or_create_page`.
+#[cfg(any(test, feature = "testing"))]
 pub fn find_or_create_page(m: &MmInner, mapping: &AddressSpace, index: u64) -> Result<Option<Pfn>> {
     pagecache_get_page(m, mapping, index, Fgp::LOCK | Fgp::ACCESSED | Fgp::CREAT)
 }
 
 /// `grab_cache_page_nowait`.
+#[cfg(any(test, feature = "testing"))]
 pub fn grab_cache_page_nowait(
     m: &MmInner,
     mapping: &AddressSpace,

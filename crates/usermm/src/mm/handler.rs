@@ -134,6 +134,7 @@ pub mod inject {
     static PANICS: AtomicU64 = AtomicU64::new(0);
 
     /// The next `n` faults served by any handler panic (process-wide).
+    #[cfg(any(test, feature = "testing"))]
     pub fn handler_panics(n: u64) {
         PANICS.store(n, Ordering::SeqCst);
     }

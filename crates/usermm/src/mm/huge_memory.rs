@@ -37,11 +37,13 @@ static HUGE_ZERO_REFCOUNT: AtomicU64 = AtomicU64::new(0);
 static HUGE_ZERO_PAGE: Mutex<Option<Mapping>> = Mutex::new(None);
 
 /// The global reference count (tests).
+#[cfg(any(test, feature = "testing"))]
 pub fn huge_zero_refcount() -> u64 {
     HUGE_ZERO_REFCOUNT.load(Ordering::Acquire)
 }
 
 /// Whether the huge zero page exists now (tests).
+#[cfg(any(test, feature = "testing"))]
 pub fn huge_zero_page_allocated() -> bool {
     HUGE_ZERO_PAGE.lock().map(|g| g.is_some()).unwrap_or(false)
 }

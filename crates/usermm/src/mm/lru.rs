@@ -241,6 +241,7 @@ impl Lruvec {
     }
 
     /// Frames on `lru` from head to tail (tests and debugging).
+    #[cfg(any(test, loom, feature = "testing"))]
     pub fn list(&self, pages: &MemMap, lru: Lru) -> Vec<Pfn> {
         let ls = self.lists.lock();
         let mut v = vec![];

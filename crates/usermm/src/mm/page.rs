@@ -123,9 +123,6 @@ impl Pfn {
     pub const fn next(self) -> Pfn {
         Pfn(self.0 + 1)
     }
-    pub const fn is_none(self) -> bool {
-        self.0 == u32::MAX
-    }
 }
 
 impl std::fmt::Display for Pfn {
@@ -171,12 +168,6 @@ pub struct MemMap(Box<[Page]>);
 impl MemMap {
     pub fn new(nr: u32) -> MemMap {
         MemMap((0..nr).map(|_| Page::default()).collect())
-    }
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
     }
     /// Every frame with its descriptor (`for_each_valid_pfn`).
     pub fn iter(&self) -> impl Iterator<Item = (Pfn, &Page)> {
@@ -425,15 +416,6 @@ pub enum Owner {
     Anon(RegionId, u64),
     /// A page-cache page of an address space.
     Cache(MappingId, u64),
-}
-
-impl Owner {
-    /// The page's index in its region or file.
-    pub fn index(self) -> u64 {
-        match self {
-            Owner::Anon(_, i) | Owner::Cache(_, i) => i,
-        }
-    }
 }
 
 /// The largest page index a region may have (2^40 pages = 4 PiB).

@@ -30,7 +30,6 @@ const WRITEBACK_CHUNK: i64 = 1024;
 pub enum WbReason {
     Background,
     Vmscan,
-    Sync,
 }
 
 #[derive(Debug, Default)]
@@ -151,7 +150,7 @@ pub fn wakeup_flusher_threads(m: &MmInner, reason: WbReason, nr_pages: u64) {
         let mut w = b.work.lock();
         w.pending = true;
         match reason {
-            WbReason::Background | WbReason::Sync => w.background = true,
+            WbReason::Background => w.background = true,
             WbReason::Vmscan => w.vmscan += nr_pages.max(1024),
         }
         b.cv.notify_one();

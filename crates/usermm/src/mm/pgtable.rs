@@ -204,6 +204,7 @@ impl PageTable {
     }
 
     /// Bytes of metadata allocated so far.
+    #[cfg(any(test, loom, feature = "testing"))]
     pub fn allocated_bytes(&self) -> usize {
         let mut b = self.top.len() * std::mem::size_of::<OnceLock<Box<Mid>>>();
         for m in self.top.iter().filter_map(|m| m.get()) {

@@ -78,10 +78,12 @@ impl<T: Copy> RadixTree<T> {
     }
 
     /// Entries stored.
+    #[cfg(any(test, loom, feature = "testing"))]
     pub fn len(&self) -> usize {
         self.len
     }
 
+    #[cfg(any(test, loom, feature = "testing"))]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

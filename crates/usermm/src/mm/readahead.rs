@@ -25,7 +25,8 @@ impl RaWindow {
 
 /// A readahead window policy.
 pub trait ReadaheadPolicy: Send + Sync {
-    /// Name for settings and reports.
+    /// Name for reports (the policy conformance test).
+    #[cfg(any(test, feature = "testing"))]
     fn name(&self) -> &'static str;
     /// The window for a read of `req` pages at `index` that found `index` uncached.
     fn on_miss(&self, st: &mut FileRaState, index: u64, req: u64, max: u64) -> RaWindow;
@@ -105,6 +106,7 @@ pub fn get_next_ra_size(cur: u64, max: u64) -> u64 {
 pub struct Ondemand;
 
 impl ReadaheadPolicy for Ondemand {
+    #[cfg(any(test, feature = "testing"))]
     fn name(&self) -> &'static str {
         "ondemand"
     }
@@ -159,6 +161,7 @@ impl ReadaheadPolicy for Ondemand {
 pub struct NoReadahead;
 
 impl ReadaheadPolicy for NoReadahead {
+    #[cfg(any(test, feature = "testing"))]
     fn name(&self) -> &'static str {
         "none"
     }
