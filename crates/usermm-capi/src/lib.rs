@@ -396,7 +396,7 @@ pub unsafe extern "C" fn usermm_config_init(cfg: *mut usermm_config) -> c_int {
             return Err(Failure::invalid("config is NULL"));
         }
         let c = usermm_config {
-            budget: mm::mm::DEFAULT_BUDGET,
+            budget: mm::DEFAULT_BUDGET,
             swap_kind: USERMM_SWAP_FILE,
             swap_path: std::ptr::null(),
             swap_size: 0,

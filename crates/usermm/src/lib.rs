@@ -36,7 +36,8 @@ pub use mm::handler::StuckFault;
 pub use mm::region::{MapKind, Region};
 #[cfg(not(loom))]
 pub use mm::{
-    EnvManager, Health, Mm, MmConfig, UffdInfo, Watermarks, MAX_HANDLER_THREADS, MIN_BUDGET,
+    EnvManager, Health, Mm, MmConfig, UffdInfo, Watermarks, DEFAULT_BUDGET, MAX_HANDLER_THREADS,
+    MIN_BUDGET,
 };
 pub use settings::{Behaviour, Settings, Switch};
 #[cfg(not(loom))]
