@@ -154,6 +154,12 @@ impl SwapEntry {
     }
 }
 
+impl From<u64> for SwapEntry {
+    fn from(offset: u64) -> SwapEntry {
+        SwapEntry(offset)
+    }
+}
+
 impl std::fmt::Display for SwapEntry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}", self.0)

@@ -22,12 +22,12 @@ pub(crate) fn swap_writepage(
     m: &MmInner,
     sw: &SwapState,
     first: SwapEntry,
-    frames: &[Pfn],
+    frames: impl IntoIterator<Item = Pfn>,
 ) -> io::Result<()> {
-    let offs: Vec<usize> = frames.iter().map(|f| f.offset()).collect();
+    let offs: Vec<usize> = frames.into_iter().map(Pfn::offset).collect();
     match sw.dev.write_pages(first.offset(), &m.pool, &offs) {
         Ok(()) => {
-            let n = frames.len() as u64;
+            let n = offs.len() as u64;
             m.vm.add(Item::Pswpout, n);
             m.vm.add(Item::Pgpgout, n * (PAGE_SIZE as u64 / 1024));
             Ok(())
@@ -35,7 +35,7 @@ pub(crate) fn swap_writepage(
         Err(err) => {
             log::error!(
                 "swap write of {} pages at slot {first} failed: {err}; the pages stay resident and dirty",
-                frames.len()
+                offs.len()
             );
             m.vm.inc(Item::SwapWriteError);
             Err(err)
@@ -43,10 +43,9 @@ pub(crate) fn swap_writepage(
     }
 }
 
-/// `swap_readpage` for a batch (the I/O of `swapin_readahead`): reads `slots` into `bounce` (page k at offset k pages), one
-/// device call per run of consecutive slots, into the bounce buffer because the pool is
-/// registered with userfaultfd and the kernel must not write into it. Returns, per page,
-/// whether it was read; a failed run is logged and counted (`swap_read_error`).
+/// `swap_readpage` for a batch (the I/O of `swapin_readahead`, or one page): reads `slots` into
+/// `bounce`, page k at offset k pages, one device call per run of consecutive slots. Returns,
+/// per page, whether it was read; a failed run is logged and counted (`swap_read_error`).
 pub(crate) fn swap_readpage(
     m: &MmInner,
     sw: &SwapState,

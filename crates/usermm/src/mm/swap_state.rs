@@ -73,10 +73,7 @@ impl SwapState {
     /// `get_swap_pages`: appends up to `n` free entries (in runs of consecutive slots where
     /// the device has them) to `out`; returns how many.
     pub fn get_swap_pages(&self, n: usize, out: &mut Vec<SwapEntry>) -> usize {
-        let mut offs = Vec::with_capacity(n);
-        let got = self.slots.alloc(n, &mut offs);
-        out.extend(offs.into_iter().map(SwapEntry::new));
-        got
+        self.slots.alloc(n, out)
     }
 
     /// `put_swap_folio`: returns an entry that was never written (its write failed) to the

@@ -548,14 +548,13 @@ fn pageout(m: &MmInner, sw: &SwapState, ready: &[Pfn]) -> Vec<Pfn> {
     let mut failed = Vec::new();
     for run in pool::runs(&dirty, |a, b| b.0 == a.0.next()) {
         let run = &dirty[run];
-        let frames: Vec<Pfn> = run.iter().map(|&(_, f)| f).collect();
         // Writeback state through the swap cache's mapping, which with the new behaviour of
         // seed 000 keeps no tags (no tree lock taken here).
         for &(slot, f) in run {
             m.pages[f].clear(pg::DIRTY);
             filemap::set_page_writeback(m, sw.space(slot), f, slot.offset());
         }
-        let res = page_io::swap_writepage(m, sw, run[0].0, &frames);
+        let res = page_io::swap_writepage(m, sw, run[0].0, run.iter().map(|&(_, f)| f));
         for &(slot, f) in run {
             filemap::end_page_writeback(m, sw.space(slot), f, slot.offset());
         }
@@ -745,7 +744,7 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
                 continue;
             };
             let idx = m.pages[*f].index();
-            let ok = page_io::swap_writepage(m, sw, slot, &[*f]).is_ok();
+            let ok = page_io::swap_writepage(m, sw, slot, [*f]).is_ok();
             if ok && super::shmem::shmem_replace_with_swap(m, a, *f, idx, slot) {
                 freed.push(*f);
             } else {

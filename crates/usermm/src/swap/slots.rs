@@ -103,7 +103,7 @@ impl SwapSlots {
     /// Allocates up to `n` slots, appending them to `out`, and returns how many it got: fewer than
     /// `n` only when the device is full. Slots come in increasing order within the current
     /// cluster, so a batch, and consecutive batches, get consecutive slots while clusters last.
-    pub fn alloc(&self, n: usize, out: &mut Vec<u64>) -> usize {
+    pub fn alloc<T: From<u64>>(&self, n: usize, out: &mut Vec<T>) -> usize {
         if n == 0 {
             return 0;
         }
@@ -128,7 +128,7 @@ impl SwapSlots {
                     inner.bitmap[(slot / 64) as usize] |= 1 << (slot % 64);
                     inner.used[cluster as usize] += 1;
                     inner.current = Some((cluster, slot + 1));
-                    out.push(slot);
+                    out.push(T::from(slot));
                     got += 1;
                 }
                 None => {
@@ -337,7 +337,7 @@ mod tests {
         assert_eq!(b, (200..266).collect::<Vec<_>>());
         assert_eq!(s.nr_free(), 0);
         assert_eq!(alloc_vec(&s, 5).len(), 0);
-        let mut out = vec![99];
+        let mut out = vec![99u64];
         assert_eq!(s.alloc(3, &mut out), 0);
         assert_eq!(out, vec![99], "alloc appends and never clears");
     }
@@ -497,7 +497,7 @@ mod tests {
         fn no_slot_handed_out_twice(nr in 1u64..1200, ops in proptest::collection::vec(op(), 1..200)) {
             let s = SwapSlots::new(nr);
             let mut live: Vec<u64> = Vec::new();
-            let mut set = BTreeSet::new();
+            let mut set: BTreeSet<u64> = BTreeSet::new();
             for op in ops {
                 match op {
                     Op::Alloc(n) => {
