@@ -34,13 +34,13 @@ pub(crate) fn shmem_swapin(
     }
     let f = frames[0];
     let read = pool::with_bounce(1, |bounce| {
-        if super::page_io::swap_readpage(m, sw, &[slot], bounce)[0] {
-            pool::fill_slot(m, f, bounce, 0)
-                .then_some(())
-                .ok_or("could not fill a frame")
-        } else {
-            Err("the swap device failed the read (logged)")
+        if !super::page_io::swap_readpage(m, sw, &[slot], bounce)[0] {
+            return Err("the swap device failed the read (logged)");
         }
+        if !pool::fill_slot(m, f, bounce, 0) {
+            return Err("could not fill a frame");
+        }
+        Ok(())
     });
     match read {
         Ok(()) => {}
