@@ -119,6 +119,7 @@ items! {
     TlAcquire = "tree_lock_acquire",
     MarkPageAccessed = "mark_page_accessed",
     PoolSlotLost = "pool_slot_lost",
+    PoolZapBatched = "pool_zap_batched",
     InitPageAccessed = "init_page_accessed",
     FaultStaleUnmapped = "fault_stale_unmapped",
     FaultRefaultTripwire = "fault_refault_tripwire",

@@ -402,6 +402,9 @@ fn usemem_random_shape_repeated_without_a_stuck_fault() {
             let regions: Vec<_> = hs.into_iter().map(|h| h.join().expect("worker")).collect();
             let vm = mm.vmstat();
             assert!(vm.val("pswpout") > 0 && vm.val("pswpin") > 0, "{vm}");
+            // Swap-ins into recycled frames copy the page and drop the slot in batches: the
+            // batched path is what this test exercises.
+            assert!(vm.val("pool_zap_batched") > 0, "{vm}");
             for c in [
                 "fault_refault_tripwire",
                 "fault_stale_unmapped",

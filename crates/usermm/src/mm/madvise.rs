@@ -136,6 +136,7 @@ pub(crate) fn zap_page_range(m: &MmInner, r: &RegionInner, from: u64, to: u64, c
                         }
                         m.vm.sub(Item::NrAnonPages, 1);
                         p.reset_flags(0);
+                        super::pool::settle_free(m, f);
                         freed.push(f);
                     }
                 }

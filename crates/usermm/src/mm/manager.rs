@@ -335,6 +335,8 @@ pub struct MmInner {
     pub(crate) uffd: Uffd,
     pub(crate) pool: Mapping,
     pub(crate) zero_src: Mapping,
+    /// Pool slots to empty in the next batch (`pool::defer_zap`).
+    pub(crate) zaps: super::pool::ZapQueue,
     pub(crate) pages: MemMap,
     pub(crate) frames: FrameAlloc,
     pub(crate) lru: Lruvec,
@@ -672,6 +674,7 @@ impl Mm {
             uffd,
             pool,
             zero_src,
+            zaps: Default::default(),
             cfg,
         });
         *inner.self_ref.lock() = Some(Arc::downgrade(&inner));

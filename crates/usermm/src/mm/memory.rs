@@ -382,9 +382,25 @@ fn do_anonymous_page_win(
     let mut rest = lock_run(r, idx, frames.len() as u64, |p| p == Pte::None);
     let n = 1 + rest.len();
     let addr = r.page_addr(idx);
-    // Recycled frames are zeroed in place and moved; the others are copied from the zero
-    // source. One ioctl per run.
-    let pooled = pool::pooled_batch(m, &frames[..n]);
+    // Runs of at least MOVE_MIN_RUN consecutive recycled frames are zeroed in place and moved
+    // (one TLB shootdown per run); the other pages are copied from the zero source and their
+    // recycled slots dropped in batches. One ioctl per run.
+    let mut pooled = pool::pooled_batch(m, &frames[..n]);
+    for run in pool::runs(&frames[..n], |a, b| b == a.next()) {
+        let mut k = run.start;
+        while k < run.end {
+            let e = (k..run.end)
+                .find(|&j| pooled[j] != pooled[k])
+                .unwrap_or(run.end);
+            if pooled[k] && e - k < pool::MOVE_MIN_RUN {
+                for j in k..e {
+                    pooled[j] = false;
+                    pool::empty_slot(m, frames[j]);
+                }
+            }
+            k = e;
+        }
+    }
     for (k, &f) in frames[..n].iter().enumerate() {
         if pooled[k] {
             m.warn_on(
@@ -513,25 +529,25 @@ fn do_wp_page(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
     Some(Fault::Done)
 }
 
-/// Places the page parked in frame `f`'s pool slot at view address `dst`: write-protected with
-/// one UFFDIO_COPY(MODE_WP) and the slot dropped (`wp`: a clean page, so its first store is seen;
-/// MOVE always installs a writable pte), else moved with UFFDIO_MOVE.
+/// Places the page parked in frame `f`'s pool slot at view address `dst` with one UFFDIO_COPY
+/// (write-protected if `wp`: a clean page, so its first store is seen) and queues the slot's copy
+/// to be dropped with the next batch (`pool::defer_zap`). A single-page UFFDIO_MOVE or a
+/// madvise of the slot would cost a TLB shootdown each (11-15 us with another thread of the
+/// process on the other vCPU; the copy costs 2-3 us and the batched drop 1.2-1.7 us per page,
+/// bench/ipi.md).
+///
+/// An empty slot is reported as ENOENT (as a MOVE from it would be) without trying the copy: the
+/// kernel's read of the empty, registered slot would fault into the handlers themselves.
 fn place_from_slot(m: &MmInner, f: Pfn, dst: usize, wp: bool) -> Result<usize, OpError> {
-    let off = f.offset();
-    let src = m.pool.addr() + off;
-    if wp {
-        m.retry_again(PAGE_SIZE, |_| m.uffd.copy(dst, src, PAGE_SIZE, true, true))
-            .inspect(|_| {
-                m.warn_on(
-                    m.pool.advise(off, PAGE_SIZE, Advice::DontNeed),
-                    "MADV_DONTNEED of pool slots",
-                );
-            })
-    } else {
-        m.retry_again(PAGE_SIZE, |_| {
-            m.uffd.move_pages(dst, src, PAGE_SIZE, false, true)
-        })
+    if !pool::slot_present(m, f) {
+        return Err(OpError {
+            errno: libc::ENOENT,
+            done: 0,
+        });
     }
+    let src = m.pool.addr() + f.offset();
+    m.retry_again(PAGE_SIZE, |_| m.uffd.copy(dst, src, PAGE_SIZE, wp, true))
+        .inspect(|_| pool::defer_zap(m, f))
 }
 
 /// Maps frame `f` (parked in its pool slot) at page `idx`. A dirty page (or one without a swap
@@ -773,28 +789,14 @@ fn do_swap_page(
         }
         g.set(Pte::Frame(f0));
         let dst = r.page_addr(idx);
-        // A dirty page into a recycled frame: fill in place and move. A clean page (swap copy
-        // kept) is copied write-protected in one step (see map_parked for why not MOVE + WP).
-        let pooled = !keep && pool::pooled_and_present(m, f0) && p0.test_clear(pg::POOLED);
-        if pooled {
-            m.warn_on(
-                m.pool.copy_from(f0.offset(), bounce, 0, PAGE_SIZE),
-                "copying a page into a pool slot",
-            );
-        } else {
-            pool::empty_slot(m, f0);
-        }
+        // Copied from the bounce buffer (write-protected while the swap copy stays valid); a
+        // recycled frame's slot is dropped with the next batch (see place_from_slot for why
+        // not fill + MOVE).
+        pool::empty_slot(m, f0);
         let place = || {
-            if pooled {
-                let src = m.pool.addr() + f0.offset();
-                m.retry_again(PAGE_SIZE, |_| {
-                    m.uffd.move_pages(dst, src, PAGE_SIZE, false, true)
-                })
-            } else {
-                m.retry_again(PAGE_SIZE, |_| {
-                    m.uffd.copy(dst, bounce.addr(), PAGE_SIZE, keep, true)
-                })
-            }
+            m.retry_again(PAGE_SIZE, |_| {
+                m.uffd.copy(dst, bounce.addr(), PAGE_SIZE, keep, true)
+            })
         };
         let mut placed = place();
         if matches!(placed, Err(e) if e.is_exists()) {

@@ -38,8 +38,13 @@ pub mod pg {
     /// region (`!PageAnon`). Such a page lives in its pool slot, or, while PG_mapped, in the
     /// view of the shared file region named by `private`.
     pub const PAGECACHE: u32 = 1 << 15;
+    /// The pool slot still holds a copy of this mapped page, queued to be dropped with the next
+    /// batch (`pool::defer_zap`): placing a page with UFFDIO_COPY and dropping its slot in
+    /// batches avoids the TLB shootdown a single-page MOVE or madvise costs. Only the pool's
+    /// zap queue clears it (`init` and `reset_flags` keep it), under the queue's lock.
+    pub const ZAPPENDING: u32 = 1 << 16;
 
-    const NAMES: [&str; 16] = [
+    const NAMES: [&str; 17] = [
         "locked",
         "dirty",
         "writeback",
@@ -56,13 +61,14 @@ pub mod pg {
         "error",
         "pooled",
         "pagecache",
+        "zappending",
     ];
 
     /// The set flags by name (`dirty|lru|mapped`), as `%pGp` prints them.
     pub fn describe(flags: u32) -> String {
-        let v: Vec<&str> = (0..16)
+        let v: Vec<&str> = (0..NAMES.len())
             .filter(|b| flags & (1 << b) != 0)
-            .map(|b| NAMES[b as usize])
+            .map(|b| NAMES[b])
             .collect();
         if v.is_empty() {
             "0".into()
@@ -236,7 +242,7 @@ impl Page {
     /// Replaces every flag at once: a descriptor being freed (0) or parked free with its pool
     /// page kept (`pg::POOLED`). Only for a page nobody else can reach.
     pub fn reset_flags(&self, flags: u32) {
-        self.flags.store(flags, Ordering::Release);
+        self.store_flags_keeping_zap(flags);
     }
     /// Who owns the page and at which index (`page->mapping`, `page->index`): a region for an
     /// anonymous page, an address space for a page-cache page (PG_pagecache says which).
@@ -317,7 +323,21 @@ impl Page {
         self.mapping.store(pack(id, index), Ordering::Release);
         self.private.store(0, Ordering::Relaxed);
         self.refcount.store(1, Ordering::Relaxed);
-        self.flags.store(flags, Ordering::Release);
+        self.store_flags_keeping_zap(flags);
+    }
+    /// Replaces the flags except PG_zappending, which only the pool's zap queue clears.
+    fn store_flags_keeping_zap(&self, flags: u32) {
+        let mut old = self.flags.load(Ordering::Relaxed);
+        loop {
+            let new = (flags & !pg::ZAPPENDING) | (old & pg::ZAPPENDING);
+            match self
+                .flags
+                .compare_exchange_weak(old, new, Ordering::Release, Ordering::Relaxed)
+            {
+                Ok(_) => return,
+                Err(o) => old = o,
+            }
+        }
     }
 }
 

@@ -13,6 +13,8 @@
 
 use std::ops::Range;
 
+use crate::sync::Mutex;
+
 use crate::sys::{Advice, Mapping, PAGE_SIZE};
 use crate::vmstat::Item;
 
@@ -48,11 +50,86 @@ pub(crate) fn runs_max<'a, T: Copy>(
     })
 }
 
+/// Slots to empty in one batch (`PG_zappending`): a page placed in its view with UFFDIO_COPY
+/// leaves a copy in its slot, which is dropped with the next batch, one process_madvise(2) for
+/// [`ZAP_BATCH`] slots. A single-page UFFDIO_MOVE or madvise(2) costs a TLB shootdown (an
+/// inter-processor interrupt, 11-15 us on this VM while another thread of the process runs on
+/// the other vCPU); a COPY costs 2-3 us and the batched drop 1.2-1.7 us per page (bench/ipi.md).
+/// At most [`ZAP_BATCH`] stale copies (128 KiB) exist at a time.
+#[derive(Debug, Default)]
+pub struct ZapQueue {
+    q: Mutex<Vec<Pfn>>,
+}
+
+/// Slots dropped per process_madvise(2).
+pub const ZAP_BATCH: usize = 32;
+
+/// Runs of consecutive pooled frames at least this long are zeroed or filled in place and moved
+/// (one shootdown per run); shorter ones are copied and their slots dropped in batches.
+pub const MOVE_MIN_RUN: usize = 4;
+
+/// Queues frame `f`'s slot, which holds a page that is not (or no longer) the page's data, to
+/// be emptied with the next batch. Before anything looks into the slot or moves a page into it,
+/// [`settle`] empties it.
+pub fn defer_zap(m: &MmInner, f: Pfn) {
+    let full = {
+        let mut q = m.zaps.q.lock();
+        m.pages[f].set(pg::ZAPPENDING);
+        q.push(f);
+        q.len() >= ZAP_BATCH
+    };
+    if full {
+        flush_zaps(m);
+    }
+}
+
+/// Empties every queued slot: one process_madvise(2) per [`ZAP_BATCH`] slots, under the queue's
+/// lock, and only then clears their PG_zappending (a frame freed meanwhile waits for the lock
+/// in [`settle_free`], so its slot is never refilled before the drop lands).
+pub fn flush_zaps(m: &MmInner) {
+    let mut q = m.zaps.q.lock();
+    if q.is_empty() {
+        return;
+    }
+    q.retain(|&f| m.pages[f].test(pg::ZAPPENDING));
+    q.sort_unstable();
+    q.dedup();
+    let offs: Vec<usize> = q.iter().map(|f| f.offset()).collect();
+    m.warn_on(m.pool.dontneed_pages(&offs), "MADV_DONTNEED of pool slots");
+    for &f in q.iter() {
+        m.pages[f].clear(pg::ZAPPENDING);
+    }
+    m.vm.add(Item::PoolZapBatched, q.len() as u64);
+    q.clear();
+}
+
+/// Before frame `f`'s slot is looked into or a page moved into it: a pending drop happens now.
+pub fn settle(m: &MmInner, f: Pfn) {
+    if m.pages[f].test(pg::ZAPPENDING) {
+        flush_zaps(m);
+    }
+}
+
+/// A frame being freed whose slot drop is still pending keeps the page as a recycled one
+/// (PG_pooled) instead: the next user overwrites it.
+pub fn settle_free(m: &MmInner, f: Pfn) {
+    let p = &m.pages[f];
+    if p.test(pg::ZAPPENDING) {
+        let _q = m.zaps.q.lock();
+        if p.test_clear(pg::ZAPPENDING) {
+            p.set(pg::POOLED);
+        }
+    }
+}
+
 /// Returns frames to the allocator. `zap`: drop the pages their pool slots hold first;
 /// otherwise each frame's PG_pooled says whether its slot still holds a page.
 pub fn free_frames(m: &MmInner, frames: &[Pfn], zap: bool) {
     if frames.is_empty() {
         return;
+    }
+    for &f in frames {
+        settle_free(m, f);
     }
     if zap {
         zap_pool(m, frames);
@@ -69,6 +146,7 @@ pub fn free_frames(m: &MmInner, frames: &[Pfn], zap: bool) {
 /// kernel's allocate-zero-copy of UFFDIO_COPY and than MADV_DONTNEED now.
 pub fn recycle_frames(m: &MmInner, frames: &[Pfn]) {
     for &f in frames {
+        settle_free(m, f);
         m.pages[f].reset_flags(pg::POOLED);
     }
     m.frames.free(frames);
@@ -97,6 +175,7 @@ pub fn pooled_and_present(m: &MmInner, f: Pfn) -> bool {
 
 /// Whether frame `f`'s pool slot holds a page (mincore), whatever its flags say.
 pub fn slot_present(m: &MmInner, f: Pfn) -> bool {
+    settle(m, f);
     m.pool.resident(f.offset(), PAGE_SIZE).is_ok_and(|v| v[0])
 }
 
@@ -128,13 +207,11 @@ pub fn pooled_batch(m: &MmInner, frames: &[Pfn]) -> Vec<bool> {
     out
 }
 
-/// Empties the pool slot of a freshly allocated frame that will not use the page parked there.
+/// Empties the pool slot of a freshly allocated frame that will not use the page parked there
+/// (with the next batch: [`defer_zap`]).
 pub fn empty_slot(m: &MmInner, f: Pfn) {
     if m.pages[f].test_clear(pg::POOLED) {
-        m.warn_on(
-            m.pool.advise(f.offset(), PAGE_SIZE, Advice::DontNeed),
-            "MADV_DONTNEED of pool slots",
-        );
+        defer_zap(m, f);
     }
 }
 
@@ -157,6 +234,7 @@ fn zap_pool(m: &MmInner, frames: &[Pfn]) {
 /// Puts the page at `off` of `bounce` into frame `f`'s pool slot: a plain copy into a recycled
 /// page, or UFFDIO_COPY into an empty slot.
 pub(crate) fn fill_slot(m: &MmInner, f: Pfn, bounce: &Mapping, off: usize) -> bool {
+    settle(m, f);
     if pooled_and_present(m, f) && m.pages[f].test_clear(pg::POOLED) {
         m.pool.copy_from(f.offset(), bounce, off, PAGE_SIZE).is_ok()
     } else {
@@ -189,6 +267,7 @@ pub(crate) fn with_bounce<R>(pages: usize, f: impl FnOnce(&Mapping) -> R) -> R {
 /// Makes frame `f`'s pool slot hold a page (the recycled one, or a fresh zeroed one), so its
 /// bytes can be accessed. A recycled page keeps stale bytes: the caller overwrites them.
 pub(crate) fn ensure_slot(m: &MmInner, f: Pfn) -> bool {
+    settle(m, f);
     let p = &m.pages[f];
     if pooled_and_present(m, f) && p.test_clear(pg::POOLED) {
         return true;

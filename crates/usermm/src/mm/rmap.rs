@@ -23,6 +23,10 @@ pub fn try_to_unmap(m: &MmInner, frames: &[Pfn]) {
     if frames.is_empty() {
         return;
     }
+    // A slot whose stale copy is still queued for dropping must be empty before a page moves in.
+    if frames.iter().any(|&f| m.pages[f].test(pg::ZAPPENDING)) {
+        pool::flush_zaps(m);
+    }
     let mut v: Vec<(RegionId, u64, Pfn)> = frames
         .iter()
         .map(|&f| {
@@ -65,6 +69,7 @@ pub fn try_to_unmap(m: &MmInner, frames: &[Pfn]) {
 /// `try_to_unmap_one`: unmaps one locked, mapped page into its pool slot (the fallback of
 /// [`try_to_unmap`] for the pages of a run that did not move with it).
 fn try_to_unmap_one(m: &MmInner, r: &RegionInner, idx: u64, f: Pfn) {
+    pool::settle(m, f);
     let src = r.page_addr(idx);
     let dst = m.pool.addr() + f.offset();
     let mut res = m.retry_again(PAGE_SIZE, |_| {
@@ -124,6 +129,7 @@ fn mark_unmapped(m: &MmInner, f: Pfn) {
 /// Moves locked, mapped page-cache page `f` from page `idx` of `r`'s view back into its pool
 /// slot (the pte lock of `idx` is held by the caller or not needed).
 pub(crate) fn unmap_file_page_at(m: &MmInner, r: &RegionInner, idx: u64, f: Pfn) {
+    pool::settle(m, f);
     let p = &m.pages[f];
     let dst = m.pool.addr() + f.offset();
     match m
