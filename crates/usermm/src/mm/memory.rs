@@ -532,28 +532,41 @@ fn do_wp_page(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
 /// Places the page parked in frame `f`'s pool slot at view address `dst` with one UFFDIO_COPY
 /// (write-protected if `wp`: a clean page, so its first store is seen) and queues the slot's copy
 /// to be dropped with the next batch (`pool::defer_zap`). A single-page UFFDIO_MOVE or a
-/// madvise of the slot would cost a TLB shootdown each (11-15 us with another thread of the
-/// process on the other vCPU; the copy costs 2-3 us and the batched drop 1.2-1.7 us per page,
-/// bench/ipi.md).
+/// madvise of the slot costs a TLB shootdown each: 11-15 us while another thread of the process
+/// runs on the other vCPU, against 2-3 us for the copy and 1.2-1.7 us per page for the batched
+/// drop (bench/ipi.md). With the other vCPU idle the MOVE is cheaper (1.0 us): `move_writable`
+/// keeps it for a writable page where that is the common case (a shared file mapping's dirty
+/// pages, mapped many per fault by one thread: the COPY cut single-threaded `bench mmap-file`
+/// writes from 509-553 to 383-422 MiB/s).
 ///
 /// An empty slot is reported as ENOENT (as a MOVE from it would be) without trying the copy: the
 /// kernel's read of the empty, registered slot would fault into the handlers themselves.
-fn place_from_slot(m: &MmInner, f: Pfn, dst: usize, wp: bool) -> Result<usize, OpError> {
+fn place_from_slot(
+    m: &MmInner,
+    f: Pfn,
+    dst: usize,
+    wp: bool,
+    move_writable: bool,
+) -> Result<usize, OpError> {
+    let src = m.pool.addr() + f.offset();
+    if move_writable && !wp {
+        return m.retry_again(PAGE_SIZE, |_| {
+            m.uffd.move_pages(dst, src, PAGE_SIZE, false, true)
+        });
+    }
     if !pool::slot_present(m, f) {
         return Err(OpError {
             errno: libc::ENOENT,
             done: 0,
         });
     }
-    let src = m.pool.addr() + f.offset();
     m.retry_again(PAGE_SIZE, |_| m.uffd.copy(dst, src, PAGE_SIZE, wp, true))
         .inspect(|_| pool::defer_zap(m, f))
 }
 
-/// Maps frame `f` (parked in its pool slot) at page `idx`. A dirty page (or one without a swap
-/// copy) is moved with one UFFDIO_MOVE. A clean page whose swap copy stays valid is mapped
-/// write-protected with UFFDIO_COPY(MODE_WP) and its pool page dropped: MOVE always installs a
-/// writable pte, and write-protecting after the move would leave a window in which another
+/// Maps frame `f` (parked in its pool slot) at page `idx` with UFFDIO_COPY (`place_from_slot`),
+/// write-protected if it is a clean page whose swap copy stays valid: MOVE always installs a
+/// writable pte, and write-protecting after a move would leave a window in which another
 /// thread's store lands unseen and the page is later dropped as clean. Returns false if the page
 /// could not be mapped (it stays parked).
 fn map_parked(m: &MmInner, r: &RegionInner, idx: u64, f: Pfn, write: bool, wake_now: bool) -> bool {
@@ -563,7 +576,7 @@ fn map_parked(m: &MmInner, r: &RegionInner, idx: u64, f: Pfn, write: bool, wake_
     }
     let keep_wp = p.test(pg::SWAPCACHE) && !p.test(pg::DIRTY);
     let dst = r.page_addr(idx);
-    let place = || place_from_slot(m, f, dst, keep_wp);
+    let place = || place_from_slot(m, f, dst, keep_wp, false);
     let mut res = place();
     if matches!(res, Err(e) if e.is_exists()) {
         // The view holds a page although the entry says this one is parked: a stray left by a
@@ -1085,7 +1098,7 @@ fn map_file_page(
     }
     let dst = r.page_addr(idx);
     let clean = !p.test(pg::DIRTY);
-    let res = place_from_slot(m, f, dst, clean);
+    let res = place_from_slot(m, f, dst, clean, true);
     if let Err(e) = res {
         log::error!("mapping file page {f} of {} at {dst:#x}: {e}", a.name());
         return false;
