@@ -507,7 +507,11 @@ mod tests {
         }
         let e = m.dontneed_pages(&[0, 2000 * PAGE_SIZE]).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
-        assert_eq!(m.read_u64(0), 1, "nothing dropped when one offset is out of range");
+        assert_eq!(
+            m.read_u64(0),
+            1,
+            "nothing dropped when one offset is out of range"
+        );
         m.dontneed_pages(&[]).unwrap();
     }
 
