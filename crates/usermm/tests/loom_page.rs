@@ -2,6 +2,8 @@
 //! the same page, using the real descriptors (`Page`: PG_locked trylock, flags), page table
 //! (pte lock bit) and LRU (`isolate`/`putback`), with the lock order and steps that
 //! `mm/memory.rs` (frame_fault, do_swap_page) and `mm/vmscan.rs` (shrink_page_list) follow.
+//! The second model is the pool's deferred slot drop (`mm/zap.rs`): a batch flush racing the
+//! free and reuse of a frame whose drop is queued.
 //! Run: `RUSTFLAGS="--cfg loom" cargo test -p usermm --release --test loom_page`.
 #![cfg(loom)]
 
@@ -143,5 +145,61 @@ fn fault_races_reclaim() {
             }
             other => panic!("entry is {other:?}"),
         }
+    });
+}
+
+/// A pool slot's contents in the zap model.
+const EMPTY: u8 = 0;
+const STALE: u8 = 1;
+const DATA: u8 = 2;
+
+#[test]
+fn slot_drop_never_lands_on_a_reused_frame() {
+    use loom::sync::atomic::{AtomicU8, Ordering};
+    use usermm::mm::zap::ZapQueue;
+    loom::model(|| {
+        // Frame 0's page was copied into its view: its slot holds a stale copy, queued.
+        let pages = Arc::new(MemMap::new(2));
+        pages[F0].init(Owner::Anon(RegionId::new(0), 0), pg::MAPPED);
+        let slot = Arc::new(AtomicU8::new(STALE));
+        let q = Arc::new(ZapQueue::default());
+        assert!(!q.push(&pages, F0));
+        let (p1, s1, q1) = (pages.clone(), slot.clone(), q.clone());
+        // The flusher: drops every queued slot.
+        let t = loom::thread::spawn(move || {
+            q1.flush(&p1, |frames| {
+                for &f in frames {
+                    assert_eq!(f, F0);
+                    s1.store(EMPTY, Ordering::SeqCst);
+                }
+            });
+        });
+        // Meanwhile the page is discarded, its frame freed and reused by a new page.
+        pages[F0].reset_flags(0);
+        if q.settle_free(&pages, F0) {
+            // Kept as a recycled page: the new user overwrites it in place.
+            assert!(pages[F0].test(pg::POOLED));
+            assert_eq!(
+                slot.load(Ordering::SeqCst),
+                STALE,
+                "a pooled slot holds its page"
+            );
+        } else {
+            // The drop has landed: the new user fills an empty slot (UFFDIO_COPY; a page
+            // still there would be EEXIST).
+            assert_eq!(
+                slot.load(Ordering::SeqCst),
+                EMPTY,
+                "the drop landed before the flag cleared"
+            );
+        }
+        slot.store(DATA, Ordering::SeqCst);
+        t.join().unwrap();
+        assert_eq!(
+            slot.load(Ordering::SeqCst),
+            DATA,
+            "a drop landed on the reused frame"
+        );
+        assert!(!pages[F0].test(pg::ZAPPENDING));
     });
 }

@@ -21,6 +21,7 @@ pub mod lru;
 pub mod page;
 pub mod pgtable;
 pub mod radix_tree;
+pub mod zap;
 
 // Under `--cfg loom` only the page state machine (descriptors, page table, LRU) is built, so
 // the model checker explores it with loom's primitives; see tests/loom_page.rs.

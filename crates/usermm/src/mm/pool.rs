@@ -13,8 +13,6 @@
 
 use std::ops::Range;
 
-use crate::sync::Mutex;
-
 use crate::sys::{Advice, Mapping, PAGE_SIZE};
 use crate::vmstat::Item;
 
@@ -50,19 +48,13 @@ pub(crate) fn runs_max<'a, T: Copy>(
     })
 }
 
-/// Slots to empty in one batch (`PG_zappending`): a page placed in its view with UFFDIO_COPY
-/// leaves a copy in its slot, which is dropped with the next batch, one process_madvise(2) for
-/// [`ZAP_BATCH`] slots. A single-page UFFDIO_MOVE or madvise(2) costs a TLB shootdown (an
-/// inter-processor interrupt, 11-15 us on this VM while another thread of the process runs on
-/// the other vCPU); a COPY costs 2-3 us and the batched drop 1.2-1.7 us per page (bench/ipi.md).
-/// At most [`ZAP_BATCH`] stale copies (128 KiB) exist at a time.
-#[derive(Debug, Default)]
-pub struct ZapQueue {
-    q: Mutex<Vec<Pfn>>,
-}
-
-/// Slots dropped per process_madvise(2).
-pub const ZAP_BATCH: usize = 32;
+/// Slots to empty in one batch (`PG_zappending`, the protocol in mm/zap.rs): a page placed in
+/// its view with UFFDIO_COPY leaves a copy in its slot, which is dropped with the next batch, one
+/// process_madvise(2) for `zap::ZAP_BATCH` (32) slots. A single-page UFFDIO_MOVE or madvise(2) costs a
+/// TLB shootdown (an inter-processor interrupt, 11-15 us on this VM while another thread of the
+/// process runs on the other vCPU); a COPY costs 2-3 us and the batched drop 1.2-1.7 us per page
+/// (bench/ipi.md). At most `ZAP_BATCH` stale copies (128 KiB) exist at a time.
+pub use super::zap::ZapQueue;
 
 /// Runs of consecutive pooled frames at least this long are zeroed or filled in place and moved
 /// (one shootdown per run); shorter ones are copied and their slots dropped in batches.
@@ -72,35 +64,18 @@ pub const MOVE_MIN_RUN: usize = 4;
 /// be emptied with the next batch. Before anything looks into the slot or moves a page into it,
 /// [`settle`] empties it.
 pub fn defer_zap(m: &MmInner, f: Pfn) {
-    let full = {
-        let mut q = m.zaps.q.lock();
-        m.pages[f].set(pg::ZAPPENDING);
-        q.push(f);
-        q.len() >= ZAP_BATCH
-    };
-    if full {
+    if m.zaps.push(&m.pages, f) {
         flush_zaps(m);
     }
 }
 
-/// Empties every queued slot: one process_madvise(2) per [`ZAP_BATCH`] slots, under the queue's
-/// lock, and only then clears their PG_zappending (a frame freed meanwhile waits for the lock
-/// in [`settle_free`], so its slot is never refilled before the drop lands).
+/// Empties every queued slot: one process_madvise(2) per batch (`ZapQueue::flush`).
 pub fn flush_zaps(m: &MmInner) {
-    let mut q = m.zaps.q.lock();
-    if q.is_empty() {
-        return;
-    }
-    q.retain(|&f| m.pages[f].test(pg::ZAPPENDING));
-    q.sort_unstable();
-    q.dedup();
-    let offs: Vec<usize> = q.iter().map(|f| f.offset()).collect();
-    m.warn_on(m.pool.dontneed_pages(&offs), "MADV_DONTNEED of pool slots");
-    for &f in q.iter() {
-        m.pages[f].clear(pg::ZAPPENDING);
-    }
-    m.vm.add(Item::PoolZapBatched, q.len() as u64);
-    q.clear();
+    let n = m.zaps.flush(&m.pages, |frames| {
+        let offs: Vec<usize> = frames.iter().map(|f| f.offset()).collect();
+        m.warn_on(m.pool.dontneed_pages(&offs), "MADV_DONTNEED of pool slots");
+    });
+    m.vm.add(Item::PoolZapBatched, n as u64);
 }
 
 /// Before frame `f`'s slot is looked into or a page moved into it: a pending drop happens now.
@@ -113,13 +88,7 @@ pub fn settle(m: &MmInner, f: Pfn) {
 /// A frame being freed whose slot drop is still pending keeps the page as a recycled one
 /// (PG_pooled) instead: the next user overwrites it.
 pub fn settle_free(m: &MmInner, f: Pfn) {
-    let p = &m.pages[f];
-    if p.test(pg::ZAPPENDING) {
-        let _q = m.zaps.q.lock();
-        if p.test_clear(pg::ZAPPENDING) {
-            p.set(pg::POOLED);
-        }
-    }
+    m.zaps.settle_free(&m.pages, f);
 }
 
 /// Returns frames to the allocator. `zap`: drop the pages their pool slots hold first;
