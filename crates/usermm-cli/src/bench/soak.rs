@@ -235,10 +235,17 @@ impl Worker {
     /// The final sweep: every page of every region and of the file, through the mapping.
     fn verify_all(&mut self) -> Result<(), String> {
         if self.corrupt {
-            if let Some(p) = self.anon[0].pages.iter().position(|s| s.version > 0) {
-                let r = &self.anon[0].region;
-                r.write_u64(p * PAGE + 8, !r.read_u64(p * PAGE + 8));
-            }
+            // A written page of region 0; if none is (a short run, or the region was just
+            // recreated), write one first, so the hook always has something to corrupt.
+            let p = match self.anon[0].pages.iter().position(|s| s.version > 0) {
+                Some(p) => p,
+                None => {
+                    self.write_anon(0, 0, Op::WriteRandom)?;
+                    0
+                }
+            };
+            let r = &self.anon[0].region;
+            r.write_u64(p * PAGE + 8, !r.read_u64(p * PAGE + 8));
         }
         for slot in 0..REGIONS {
             for p in 0..self.anon[slot].pages.len() {
