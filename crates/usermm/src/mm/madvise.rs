@@ -136,7 +136,6 @@ pub(crate) fn zap_page_range(m: &MmInner, r: &RegionInner, from: u64, to: u64, c
                         }
                         m.vm.sub(Item::NrAnonPages, 1);
                         p.reset_flags(0);
-                        super::pool::settle_free(m, f);
                         freed.push(f);
                     }
                 }
@@ -161,8 +160,7 @@ pub(crate) fn zap_page_range(m: &MmInner, r: &RegionInner, from: u64, to: u64, c
                 "MADV_DONTNEED of view pages",
             );
         }
-        m.frames.free(&freed);
-        m.vm.add(Item::Pgfree, freed.len() as u64);
+        super::pool::free_frames(m, &freed, false);
         start = end;
     }
 }

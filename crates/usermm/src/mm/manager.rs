@@ -335,8 +335,8 @@ pub struct MmInner {
     pub(crate) uffd: Uffd,
     pub(crate) pool: Mapping,
     pub(crate) zero_src: Mapping,
-    /// Pool slots to empty in the next batch (`pool::defer_zap`).
-    pub(crate) zaps: super::pool::ZapQueue,
+    /// Pool slots to empty in the next batch (`pool::defer_zap`, the protocol in mm/zap.rs).
+    pub(crate) zaps: super::zap::ZapQueue,
     pub(crate) pages: MemMap,
     pub(crate) frames: FrameAlloc,
     pub(crate) lru: Lruvec,

@@ -386,20 +386,15 @@ fn do_anonymous_page_win(
     // (one TLB shootdown per run); the other pages are copied from the zero source and their
     // recycled slots dropped in batches. One ioctl per run.
     let mut pooled = pool::pooled_batch(m, &frames[..n]);
-    for run in pool::runs(&frames[..n], |a, b| b == a.next()) {
-        let mut k = run.start;
-        while k < run.end {
-            let e = (k..run.end)
-                .find(|&j| pooled[j] != pooled[k])
-                .unwrap_or(run.end);
-            if pooled[k] && e - k < pool::MOVE_MIN_RUN {
-                for j in k..e {
-                    pooled[j] = false;
-                    pool::empty_slot(m, frames[j]);
-                }
-            }
-            k = e;
-        }
+    let ks: Vec<usize> = (0..n).collect();
+    let short: Vec<_> = pool::runs(&ks, |a, b| {
+        pooled[a] && pooled[b] && frames[b] == frames[a].next()
+    })
+    .filter(|run| pooled[run.start] && run.len() < pool::MOVE_MIN_RUN)
+    .collect();
+    for k in short.into_iter().flatten() {
+        pooled[k] = false;
+        pool::empty_slot(m, frames[k]);
     }
     for (k, &f) in frames[..n].iter().enumerate() {
         if pooled[k] {

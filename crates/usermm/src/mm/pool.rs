@@ -48,14 +48,6 @@ pub(crate) fn runs_max<'a, T: Copy>(
     })
 }
 
-/// Slots to empty in one batch (`PG_zappending`, the protocol in mm/zap.rs): a page placed in
-/// its view with UFFDIO_COPY leaves a copy in its slot, which is dropped with the next batch, one
-/// process_madvise(2) for `zap::ZAP_BATCH` (32) slots. A single-page UFFDIO_MOVE or madvise(2) costs a
-/// TLB shootdown (an inter-processor interrupt, 11-15 us on this VM while another thread of the
-/// process runs on the other vCPU); a COPY costs 2-3 us and the batched drop 1.2-1.7 us per page
-/// (bench/ipi.md). At most `ZAP_BATCH` stale copies (128 KiB) exist at a time.
-pub use super::zap::ZapQueue;
-
 /// Runs of consecutive pooled frames at least this long are zeroed or filled in place and moved
 /// (one shootdown per run); shorter ones are copied and their slots dropped in batches.
 pub const MOVE_MIN_RUN: usize = 4;

@@ -493,19 +493,20 @@ mod tests {
 
     #[test]
     fn dontneed_pages_drops_exactly_the_named_pages() {
-        let m = Mapping::anon(2000 * PAGE_SIZE, 0).unwrap();
-        for p in 0..2000 {
+        let m = Mapping::anon(3500 * PAGE_SIZE, 0).unwrap();
+        for p in 0..3500 {
             m.write_u64(p * PAGE_SIZE, p as u64 + 1);
         }
         // More than one process_madvise vector (MAX_IOV) and scattered pages.
-        let drop: Vec<usize> = (0..2000).filter(|p| p % 3 == 1).collect();
+        let drop: Vec<usize> = (0..3500).filter(|p| p % 3 == 1).collect();
         let offs: Vec<usize> = drop.iter().map(|p| p * PAGE_SIZE).collect();
+        assert!(offs.len() > MAX_IOV);
         m.dontneed_pages(&offs).unwrap();
-        for p in 0..2000 {
+        for p in 0..3500 {
             let want = if p % 3 == 1 { 0 } else { p as u64 + 1 };
             assert_eq!(m.read_u64(p * PAGE_SIZE), want, "page {p}");
         }
-        let e = m.dontneed_pages(&[0, 2000 * PAGE_SIZE]).unwrap_err();
+        let e = m.dontneed_pages(&[0, 3500 * PAGE_SIZE]).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
         assert_eq!(
             m.read_u64(0),
