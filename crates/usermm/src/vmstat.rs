@@ -158,6 +158,24 @@ impl Default for Counters {
 }
 
 impl Counters {
+    /// `WARN_ON`: an operation that fails only if usermm has a bug (an in-range copy or zap, a wake,
+    /// a poison or write-protect of a registered page) failed. Logged with what it was and counted
+    /// (`mm_warn`), never silently dropped; the caller carries on as the kernel does after a WARN.
+    pub(crate) fn warn_on<T, E: std::fmt::Display>(
+        &self,
+        r: std::result::Result<T, E>,
+        what: &str,
+    ) -> Option<T> {
+        match r {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.inc(Item::MmWarn);
+                log::error!("{what} failed: {e}");
+                None
+            }
+        }
+    }
+
     #[inline]
     pub fn add(&self, i: Item, n: u64) {
         self.v[i as usize].fetch_add(n, Ordering::Relaxed);

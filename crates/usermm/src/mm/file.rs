@@ -350,7 +350,7 @@ mod tests {
         let (inner, a) = (m.inner(), &f.mapping);
         assert!(find_get_page(inner, a, 0).unwrap().is_none(), "no CREAT");
         let p = find_or_create_page(inner, a, 0).unwrap().unwrap();
-        let d = &inner.pages[p];
+        let d = &inner.node.pages[p];
         assert!(d.test(pg::LOCKED) && d.test(pg::REFERENCED) && d.test(pg::LRU));
         assert!(!d.test(pg::ACTIVE));
         assert_eq!(d.page_count(), 2, "cache + caller");
@@ -359,18 +359,18 @@ mod tests {
             "NOWAIT does not wait for a locked page"
         );
         d.unlock();
-        put_page(inner, p);
+        put_page(&inner.node, p);
         let q = find_lock_page(inner, a, 0).unwrap().unwrap();
         assert_eq!(p, q);
         assert!(d.test(pg::LOCKED));
         d.unlock();
-        put_page(inner, q);
+        put_page(&inner.node, q);
         // ACCESSED on an existing, referenced page activates it (mark_page_accessed).
         let r = pagecache_get_page(inner, a, 0, Fgp::ACCESSED)
             .unwrap()
             .unwrap();
         assert!(d.test(pg::ACTIVE) && !d.test(pg::REFERENCED));
-        put_page(inner, r);
+        put_page(&inner.node, r);
         assert_eq!(d.page_count(), 1);
         assert_eq!(a.nrpages.load(Ordering::Relaxed), 1);
     }
@@ -385,15 +385,15 @@ mod tests {
             let f = m.memfile("t").unwrap();
             let (inner, a) = (m.inner(), &f.mapping);
             let p = grab_cache_page_write_begin(inner, a, 3).unwrap().unwrap();
-            let d = &inner.pages[p];
+            let d = &inner.node.pages[p];
             assert_eq!(d.test(pg::REFERENCED), b == Behaviour::New, "{b:?}");
             d.unlock();
-            put_page(inner, p);
+            put_page(&inner.node, p);
             f.write_at(8 << 12, &[1u8; 4096]).unwrap();
             let p = find_get_page(inner, a, 8).unwrap().unwrap();
-            let d = &inner.pages[p];
+            let d = &inner.node.pages[p];
             assert!(d.test(pg::REFERENCED) && !d.test(pg::ACTIVE), "{b:?}");
-            put_page(inner, p);
+            put_page(&inner.node, p);
             // A second write to the page activates it either way.
             f.write_at(8 << 12, &[2u8; 16]).unwrap();
             assert!(d.test(pg::ACTIVE), "{b:?}");

@@ -27,6 +27,7 @@ use crate::vmstat::{Counters, Item};
 
 use super::errseq::ErrSeq;
 use super::lru::mark_page_accessed;
+use super::mmzone::Node;
 use super::page::{pg, MappingId, Owner, Pfn, SwapEntry};
 use super::radix_tree::{Mark, RadixTree};
 use super::region::RegionInner;
@@ -289,13 +290,13 @@ impl AddressSpace {
 }
 
 /// `get_page`.
-fn get_page(m: &MmInner, f: Pfn) {
-    m.pages[f].get_page();
+fn get_page(node: &Node, f: Pfn) {
+    node.pages[f].get_page();
 }
 
 /// `put_page`: drops a reference taken by a lookup.
-pub fn put_page(m: &MmInner, f: Pfn) {
-    m.pages[f].put_page();
+pub fn put_page(node: &Node, f: Pfn) {
+    node.pages[f].put_page();
 }
 
 /// `find_get_entry`: the entry at `index`, with a reference on a page.
@@ -303,7 +304,7 @@ pub(crate) fn find_get_entry(m: &MmInner, mapping: &AddressSpace, index: u64) ->
     let t = mapping.lock_tree(&m.vm, LockSite::FindGetPage);
     let e = t.get(index).map(Entry::decode)?;
     if let Entry::Page(f) = e {
-        get_page(m, f);
+        get_page(&m.node, f);
     }
     Some(e)
 }
@@ -317,7 +318,7 @@ pub(crate) fn lock_page_in(
     index: u64,
     nowait: bool,
 ) -> bool {
-    let p = &m.pages[f];
+    let p = &m.node.pages[f];
     if nowait {
         if !p.trylock() {
             return false;
@@ -347,14 +348,14 @@ pub fn pagecache_get_page(
         match find_get_entry(m, mapping, index) {
             Some(Entry::Page(f)) => {
                 if fgp.has(Fgp::LOCK) && !lock_page_in(m, mapping, f, index, fgp.has(Fgp::NOWAIT)) {
-                    put_page(m, f);
+                    put_page(&m.node, f);
                     if fgp.has(Fgp::NOWAIT) {
                         return Ok(None);
                     }
                     continue;
                 }
                 if fgp.has(Fgp::ACCESSED) {
-                    mark_page_accessed(&m.lru, &m.pages, f, &m.vm);
+                    mark_page_accessed(&m.node.lru, &m.node.pages, f, &m.vm);
                 }
                 return Ok(Some(f));
             }
@@ -372,10 +373,12 @@ pub fn pagecache_get_page(
         }
         let mut frames = Vec::with_capacity(1);
         if fgp.has(Fgp::NOWAIT) {
-            if m.frames.nr_free() <= m.wmark.min || m.frames.alloc(1, &mut frames) == 0 {
+            if m.node.frames.nr_free() <= m.node.wmark.min
+                || m.node.frames.alloc(1, &mut frames) == 0
+            {
                 return Ok(None);
             }
-            m.note_resident();
+            m.node.note_resident();
         } else if !page_alloc::alloc_pages(m, 1, &mut frames) {
             return Err(Error::io(
                 format!("page cache of {}", mapping.name()),
@@ -394,7 +397,7 @@ pub fn pagecache_get_page(
             flags |= pg::REFERENCED;
             m.vm.inc(Item::InitPageAccessed);
         }
-        let p = &m.pages[f];
+        let p = &m.node.pages[f];
         let pooled = p.test(pg::POOLED);
         p.init(
             Owner::Cache(mapping.id, index),
@@ -413,7 +416,7 @@ pub fn pagecache_get_page(
             pool::recycle_frames(m, &[f]);
             continue;
         }
-        get_page(m, f);
+        get_page(&m.node, f);
         if !fgp.has(Fgp::LOCK) {
             p.unlock();
         }
@@ -435,7 +438,7 @@ fn add_to_page_cache_lru(m: &MmInner, mapping: &AddressSpace, f: Pfn, index: u64
     if mapping.is_memory() {
         m.vm.inc(Item::NrShmem);
     }
-    m.lru.add(&m.pages, &[f], &m.vm);
+    m.node.lru.add(&m.node.pages, &[f], &m.vm);
     true
 }
 
@@ -487,10 +490,10 @@ pub(crate) enum Loc {
 
 /// The location of locked frame `f`'s bytes.
 pub(crate) fn page_loc(m: &MmInner, f: Pfn) -> Loc {
-    let p = &m.pages[f];
+    let p = &m.node.pages[f];
     if p.test(pg::MAPPED) {
         let (rid, idx) = p.mapped_at();
-        if let Some(r) = m.region(rid) {
+        if let Some(r) = m.mm.region(rid) {
             if idx < r.npages() {
                 return Loc::View(r, idx.usize() * PAGE_SIZE);
             }
@@ -503,7 +506,7 @@ pub(crate) fn page_loc(m: &MmInner, f: Pfn) -> Loc {
 /// Copies bytes out of locked page `f` at `off`.
 pub(crate) fn copy_from_page(m: &MmInner, f: Pfn, off: usize, buf: &mut [u8]) {
     let r = match page_loc(m, f) {
-        Loc::Pool(o) => m.pool.read_bytes(o + off, buf),
+        Loc::Pool(o) => m.pool.slots.read_bytes(o + off, buf),
         Loc::View(r, o) => r.view.read_bytes(o + off, buf),
     };
     if let Err(e) = r {
@@ -522,13 +525,13 @@ pub(crate) fn copy_to_page(
     buf: &[u8],
 ) {
     let r = match page_loc(m, f) {
-        Loc::Pool(o) => m.pool.write_bytes(o + off, buf),
+        Loc::Pool(o) => m.pool.slots.write_bytes(o + off, buf),
         Loc::View(r, o) => {
-            let p = &m.pages[f];
+            let p = &m.node.pages[f];
             if p.test(pg::WP) {
-                if let Err(e) = m
-                    .uffd
-                    .writeprotect(r.view.addr() + o, PAGE_SIZE, false, true)
+                if let Err(e) =
+                    m.mm.uffd
+                        .writeprotect(r.view.addr() + o, PAGE_SIZE, false, true)
                 {
                     log::error!("unprotecting a mapped file page to write it: {e}");
                     return;
@@ -548,7 +551,7 @@ pub(crate) fn copy_to_page(
 /// dirty counters and the mapping's place on its flusher's dirty list. In-memory files have no
 /// writeback: only the flag (`__set_page_dirty_no_writeback`).
 pub fn set_page_dirty(m: &MmInner, mapping: &Arc<AddressSpace>, f: Pfn) {
-    let p = &m.pages[f];
+    let p = &m.node.pages[f];
     if p.test_set(pg::DIRTY) {
         return;
     }
@@ -567,10 +570,11 @@ pub fn set_page_dirty(m: &MmInner, mapping: &Arc<AddressSpace>, f: Pfn) {
 /// `clear_page_dirty_for_io`: write-protects the page where it is mapped (so the next store is
 /// seen and redirties it), then clears PG_dirty. The DIRTY mark stays until writeback starts.
 pub(crate) fn clear_page_dirty_for_io(m: &MmInner, mapping: &AddressSpace, f: Pfn) -> bool {
-    let p = &m.pages[f];
+    let p = &m.node.pages[f];
     if p.test(pg::MAPPED) && !p.test(pg::WP) {
         if let Loc::View(r, o) = page_loc(m, f) {
             match m
+                .mm
                 .uffd
                 .writeprotect(r.view.addr() + o, PAGE_SIZE, true, true)
             {
@@ -595,7 +599,7 @@ pub(crate) fn clear_page_dirty_for_io(m: &MmInner, mapping: &AddressSpace, f: Pf
 /// `__test_set_page_writeback`: PG_writeback, and unless the mapping has NO_WRITEBACK_TAGS, the
 /// WRITEBACK mark set and the DIRTY (if clean now) and TOWRITE marks cleared under the tree lock.
 pub(crate) fn set_page_writeback(m: &MmInner, mapping: &AddressSpace, f: Pfn, index: u64) {
-    let p = &m.pages[f];
+    let p = &m.node.pages[f];
     if p.test_set(pg::WRITEBACK) {
         return;
     }
@@ -612,7 +616,7 @@ pub(crate) fn set_page_writeback(m: &MmInner, mapping: &AddressSpace, f: Pfn, in
 
 /// `test_clear_page_writeback` (`end_page_writeback`).
 pub(crate) fn end_page_writeback(m: &MmInner, mapping: &AddressSpace, f: Pfn, index: u64) {
-    let p = &m.pages[f];
+    let p = &m.node.pages[f];
     if !p.test_clear(pg::WRITEBACK) {
         return;
     }
@@ -651,7 +655,7 @@ fn write_run(m: &MmInner, mapping: &AddressSpace, run: &[(u64, Pfn)]) -> io::Res
         }
         let file_off = run[k].0 * PAGE_SIZE as u64;
         match &loc0 {
-            Loc::Pool(_) => m.pool.pwrite_pages(file, file_off, &offs)?,
+            Loc::Pool(_) => m.pool.slots.pwrite_pages(file, file_off, &offs)?,
             Loc::View(r, _) => r.view.pwrite_pages(file, file_off, &offs)?,
         }
         let len = (e - k) as u64 * PAGE_SIZE as u64;
@@ -715,15 +719,15 @@ pub(crate) fn writeback_locked(
             m.vm.inc(Item::FileWriteError);
             mapping.wb_err.set(err.raw_os_error().unwrap_or(libc::EIO));
             for &(_, f) in run {
-                m.pages[f].set(pg::ERROR);
+                m.node.pages[f].set(pg::ERROR);
                 set_page_dirty(m, mapping, f);
             }
             first_err.get_or_insert(err);
         }
     }
     for &(_, f) in &batch {
-        m.pages[f].unlock();
-        put_page(m, f);
+        m.node.pages[f].unlock();
+        put_page(&m.node, f);
     }
     first_err.map_or(Ok(()), Err)
 }
@@ -763,7 +767,7 @@ pub fn write_cache_pages(
             t.gang_lookup_tag(next, end, mark, 64, &mut found);
             for &(_, v) in &found {
                 if let Entry::Page(f) = Entry::decode(v) {
-                    get_page(m, f);
+                    get_page(&m.node, f);
                 }
             }
         }
@@ -782,7 +786,7 @@ pub fn write_cache_pages(
                 lock_page_in(m, mapping, f, i, true)
             };
             if !locked {
-                put_page(m, f);
+                put_page(&m.node, f);
                 continue;
             }
             if !clear_page_dirty_for_io(m, mapping, f) {
@@ -792,8 +796,8 @@ pub fn write_cache_pages(
                         .lock_tree(&m.vm, LockSite::SetPageWriteback)
                         .clear_mark(i, Mark::Towrite);
                 }
-                m.pages[f].unlock();
-                put_page(m, f);
+                m.node.pages[f].unlock();
+                put_page(&m.node, f);
                 continue;
             }
             batch.push((i, f));
@@ -844,7 +848,7 @@ fn read_into(m: &MmInner, mapping: &AddressSpace, start: u64, frames: &[Pfn]) ->
     let Some(file) = mapping.file() else {
         // In-memory file: new pages are zeros.
         for &f in frames {
-            let _ = m.pool.fill(f.offset(), PAGE_SIZE, 0);
+            let _ = m.pool.slots.fill(f.offset(), PAGE_SIZE, 0);
         }
         return Ok(());
     };
@@ -857,6 +861,7 @@ fn read_into(m: &MmInner, mapping: &AddressSpace, start: u64, frames: &[Pfn]) ->
         }
         for (k, &f) in frames.iter().enumerate() {
             m.pool
+                .slots
                 .copy_from(f.offset(), bounce, k * PAGE_SIZE, PAGE_SIZE)?;
         }
         Ok::<(), io::Error>(())
@@ -904,7 +909,7 @@ pub fn do_page_cache_readahead(
         let mut added = Vec::with_capacity(frames.len());
         for (k, &f) in frames.iter().enumerate() {
             let idx = run[0] + k as u64;
-            let p = &m.pages[f];
+            let p = &m.node.pages[f];
             let pooled = p.test(pg::POOLED);
             let mut flags = pg::LOCKED | pg::PAGECACHE;
             if mapping.is_memory() {
@@ -941,7 +946,7 @@ pub fn do_page_cache_readahead(
             m.vm.inc(Item::FileReadError);
         }
         for &f in &added {
-            let p = &m.pages[f];
+            let p = &m.node.pages[f];
             if ok.is_ok() {
                 p.set(pg::UPTODATE);
             } else {
@@ -952,7 +957,7 @@ pub fn do_page_cache_readahead(
         if ok.is_err() {
             // Drop them so a later read retries the I/O.
             for (k, &f) in added.iter().enumerate() {
-                let p = &m.pages[f];
+                let p = &m.node.pages[f];
                 if p.trylock() && !remove_page(m, mapping, f, run[0] + k as u64, false) {
                     p.unlock();
                 }
@@ -977,7 +982,7 @@ pub(crate) fn remove_page(
     index: u64,
     reclaim: bool,
 ) -> bool {
-    let p = &m.pages[f];
+    let p = &m.node.pages[f];
     {
         let mut t = mapping.lock_tree(&m.vm, LockSite::DeleteFromPageCache);
         if t.get(index) != Some(Entry::Page(f).encode()) || (reclaim && p.page_count() != 1) {
@@ -995,7 +1000,7 @@ pub(crate) fn remove_page(
     }
     if !reclaim {
         // Truncation: off the LRU (reclaim isolated its pages already).
-        m.lru.del(&m.pages, f, &m.vm);
+        m.node.lru.del(&m.node.pages, f, &m.vm);
     }
     p.reset_flags(pg::POOLED);
     p.set_page_count(0);
@@ -1040,38 +1045,38 @@ pub fn file_read(
                 // No readahead possible (memory is short): read just this page.
                 match pagecache_get_page(m, mapping, index, Fgp::LOCK | Fgp::CREAT)? {
                     Some(f) => {
-                        if !m.pages[f].test(pg::UPTODATE) {
+                        if !m.node.pages[f].test(pg::UPTODATE) {
                             if let Err(e) = read_into(m, mapping, index, &[f]) {
                                 m.vm.inc(Item::FileReadError);
-                                put_page(m, f);
+                                put_page(&m.node, f);
                                 if !remove_page(m, mapping, f, index, false) {
-                                    m.pages[f].unlock();
+                                    m.node.pages[f].unlock();
                                 }
                                 return Err(Error::io(format!("reading {}", mapping.name()), e));
                             }
-                            m.pages[f].set(pg::UPTODATE);
+                            m.node.pages[f].set(pg::UPTODATE);
                         }
-                        m.pages[f].unlock();
+                        m.node.pages[f].unlock();
                         f
                     }
                     None => continue,
                 }
             }
         };
-        let p = &m.pages[f];
+        let p = &m.node.pages[f];
         if p.test_clear(pg::READAHEAD) {
             m.vm.inc(Item::FileRaHit);
             let w = ra.lock().on_marker(index, req, max);
             do_page_cache_readahead(m, mapping, w.start, w.size, w.mark());
         }
         if !lock_page_in(m, mapping, f, index, false) {
-            put_page(m, f);
+            put_page(&m.node, f);
             continue;
         }
         if !p.test(pg::UPTODATE) {
             // Its read failed: report it.
             p.unlock();
-            put_page(m, f);
+            put_page(&m.node, f);
             return Err(Error::io(
                 format!("reading page {index} of {}", mapping.name()),
                 io::Error::from_raw_os_error(libc::EIO),
@@ -1082,8 +1087,8 @@ pub fn file_read(
         let n = (PAGE_SIZE - from).min(len - done);
         copy_from_page(m, f, from, &mut buf[done..done + n]);
         p.unlock();
-        mark_page_accessed(&m.lru, &m.pages, f, &m.vm);
-        put_page(m, f);
+        mark_page_accessed(&m.node.lru, &m.node.pages, f, &m.vm);
+        put_page(&m.node, f);
         ra.lock().prev_index = index;
         done += n;
         index += 1;
@@ -1105,17 +1110,17 @@ pub fn file_write(m: &MmInner, mapping: &Arc<AddressSpace>, pos: u64, buf: &[u8]
         let Some(f) = grab_cache_page_write_begin(m, mapping, index)? else {
             continue;
         };
-        let p = &m.pages[f];
+        let p = &m.node.pages[f];
         if !p.test(pg::UPTODATE) {
             let size = mapping.size.load(Ordering::Acquire);
             if n == PAGE_SIZE || index * ps >= size {
                 // Fully overwritten, or beyond EOF: the rest is zeros.
                 if n != PAGE_SIZE {
-                    let _ = m.pool.fill(f.offset(), PAGE_SIZE, 0);
+                    let _ = m.pool.slots.fill(f.offset(), PAGE_SIZE, 0);
                 }
             } else if let Err(e) = read_into(m, mapping, index, &[f]) {
                 m.vm.inc(Item::FileReadError);
-                put_page(m, f);
+                put_page(&m.node, f);
                 if !remove_page(m, mapping, f, index, false) {
                     p.unlock();
                 }
@@ -1130,7 +1135,7 @@ pub fn file_write(m: &MmInner, mapping: &Arc<AddressSpace>, pos: u64, buf: &[u8]
         // write_end.
         if !m.cfg.settings.is_new(Switch::AccessedInit) {
             // Before seed 002: marked accessed after the copy, with atomic operations.
-            mark_page_accessed(&m.lru, &m.pages, f, &m.vm);
+            mark_page_accessed(&m.node.lru, &m.node.pages, f, &m.vm);
         }
         // i_size first, then the dirty page: writeback never sees a dirty page past i_size.
         let old_size = mapping.size.load(Ordering::Acquire);
@@ -1142,7 +1147,7 @@ pub fn file_write(m: &MmInner, mapping: &Arc<AddressSpace>, pos: u64, buf: &[u8]
         }
         set_page_dirty(m, mapping, f);
         p.unlock();
-        put_page(m, f);
+        put_page(&m.node, f);
         done += n;
     }
     Ok(done)
@@ -1180,7 +1185,7 @@ pub(crate) fn pagecache_isize_extended(m: &MmInner, mapping: &AddressSpace, old:
         for i in used {
             let mut g = r.pt.lock(i);
             if g.get() == super::pgtable::Pte::Poison {
-                m.warn_on(
+                m.vm.warn_on(
                     r.view.advise(
                         i.usize() * PAGE_SIZE,
                         PAGE_SIZE,

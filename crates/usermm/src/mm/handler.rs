@@ -20,13 +20,46 @@
 
 use std::time::{Duration, Instant};
 
-use crate::sync::{Arc, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use crate::sys::uffd::{event, Msg};
+use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use crate::sys::uffd::{event, EventFd, Msg};
 use crate::vmstat::Item;
 
 use super::memory::{handle_fault, poison_after_panic, resolve_from_scratch, Fault};
 use super::MmInner;
 use crate::conv::Saturate;
+
+/// The handler threads' shared state: shutdown, the idle spinner, the re-fault tripwire's
+/// memory and the watchdog's per-thread slots.
+#[derive(Debug)]
+pub struct HandlerState {
+    /// Set when the manager is being torn down; `shutdown_efd` wakes sleepers.
+    pub(crate) shutdown: AtomicBool,
+    pub(crate) shutdown_efd: EventFd,
+    /// Handlers spinning now (at most one spins at a time).
+    pub(crate) spinners: AtomicU32,
+    /// The re-fault tripwire's memory of each thread's last faults.
+    pub(crate) refaults: RefaultTrack,
+    /// Per handler thread: the fault it serves and its oldest deferred one (the watchdog's view).
+    pub(crate) slots: Box<[HandlerSlot]>,
+    /// Start of this manager's clock for the handler slots.
+    pub(crate) epoch: Instant,
+    /// The watchdog's threshold (ms): faults outstanding longer are reported.
+    pub(crate) stuck_after_ms: AtomicU64,
+}
+
+impl HandlerState {
+    pub(crate) fn new(shutdown_efd: EventFd, handlers: usize) -> HandlerState {
+        HandlerState {
+            shutdown: AtomicBool::new(false),
+            shutdown_efd,
+            spinners: AtomicU32::new(0),
+            refaults: RefaultTrack::default(),
+            slots: (0..handlers).map(|_| HandlerSlot::default()).collect(),
+            epoch: Instant::now(),
+            stuck_after_ms: AtomicU64::new(STUCK_FAULT_AFTER.as_millis().sat_u64()),
+        }
+    }
+}
 
 /// Consecutive faults of one thread at one page that trip the wire. A thread faults again at the
 /// page it just faulted on only when its page was taken again before it could use it (reclaim
@@ -78,9 +111,9 @@ impl RefaultTrack {
 fn serve(m: &MmInner, msg: &Msg) -> Fault {
     let (addr, flags, tid) = (msg.fault_address(), msg.fault_flags(), msg.fault_tid());
     inject::maybe_panic(addr);
-    let n = m.refaults.note(tid, addr);
+    let n = m.handlers.refaults.note(tid, addr);
     if n >= REFAULT_TRIP {
-        m.refaults.reset(tid);
+        m.handlers.refaults.reset(tid);
         return resolve_from_scratch(m, addr, flags, n);
     }
     handle_fault(m, addr, flags)
@@ -175,15 +208,15 @@ pub struct StuckFault {
     pub in_handler: bool,
 }
 
-fn since(m: &MmInner) -> u64 {
-    m.epoch.elapsed().as_nanos().sat_u64().max(1)
+fn since(h: &HandlerState) -> u64 {
+    h.epoch.elapsed().as_nanos().sat_u64().max(1)
 }
 
 /// The faults outstanding longer than `after` (handler slots; see [`watchdog_main`]).
 pub fn stuck_faults(m: &MmInner, after: Duration) -> Vec<StuckFault> {
-    let now = since(m);
+    let now = since(&m.handlers);
     let mut v = Vec::new();
-    for s in m.handler_slots.iter() {
+    for s in m.handlers.slots.iter() {
         for (t, a, in_handler) in [
             (&s.busy_since, &s.busy_addr, true),
             (&s.deferred_since, &s.deferred_addr, false),
@@ -205,14 +238,14 @@ pub fn stuck_faults(m: &MmInner, after: Duration) -> Vec<StuckFault> {
 /// manager's threshold once (log line with the page's state, `fault_stuck`).
 pub fn watchdog_main(m: Arc<MmInner>) {
     let mut reported: Vec<usize> = Vec::new();
-    while !m.shutdown.load(Ordering::Acquire) {
+    while !m.handlers.shutdown.load(Ordering::Acquire) {
         for _ in 0..5 {
-            if m.shutdown.load(Ordering::Acquire) {
+            if m.handlers.shutdown.load(Ordering::Acquire) {
                 return;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        let after = Duration::from_millis(m.stuck_after_ms.load(Ordering::Relaxed));
+        let after = Duration::from_millis(m.handlers.stuck_after_ms.load(Ordering::Relaxed));
         let stuck = stuck_faults(&m, after);
         for s in &stuck {
             if !reported.contains(&s.addr) {
@@ -234,10 +267,10 @@ pub fn watchdog_main(m: Arc<MmInner>) {
 }
 
 pub fn handler_main(m: Arc<MmInner>, slot: usize) {
-    let me = &m.handler_slots[slot];
+    let me = &m.handlers.slots[slot];
     let serve_one = |msg: &Msg| -> Fault {
         me.busy_addr.store(msg.fault_address(), Ordering::Relaxed);
-        me.busy_since.store(since(&m), Ordering::Release);
+        me.busy_since.store(since(&m.handlers), Ordering::Release);
         let f = serve_guarded(&m, msg);
         me.busy_since.store(0, Ordering::Release);
         f
@@ -255,10 +288,10 @@ pub fn handler_main(m: Arc<MmInner>, slot: usize) {
         None => me.deferred_since.store(0, Ordering::Release),
     };
     loop {
-        if m.shutdown.load(Ordering::Acquire) {
+        if m.handlers.shutdown.load(Ordering::Acquire) {
             return;
         }
-        let n = match m.uffd.read_msgs(&mut msgs) {
+        let n = match m.mm.uffd.read_msgs(&mut msgs) {
             Ok(n) => n,
             Err(e) => {
                 log::error!("reading userfaultfd: {e}");
@@ -269,7 +302,7 @@ pub fn handler_main(m: Arc<MmInner>, slot: usize) {
         for msg in &msgs[..n] {
             match msg.event {
                 event::PAGEFAULT => {
-                    let t = since(&m);
+                    let t = since(&m.handlers);
                     if serve_one(msg) == Fault::Retry {
                         deferred.push((*msg, t));
                     }
@@ -293,23 +326,24 @@ pub fn handler_main(m: Arc<MmInner>, slot: usize) {
                 last_work = Instant::now();
             } else {
                 // Pages still under I/O: wait a little for new messages instead of spinning.
-                let _ = m.uffd.poll(Some(m.shutdown_efd.raw_fd()), 1);
+                let _ = m.mm.uffd.poll(Some(m.handlers.shutdown_efd.raw_fd()), 1);
             }
             continue;
         }
         if last_work.elapsed() < spin
-            && m.spinners
+            && m.handlers
+                .spinners
                 .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
         {
             // Spin (as the only spinner) until a message arrives or the window closes.
             let mut hit = false;
             while last_work.elapsed() < spin {
-                match m.uffd.read_msgs(&mut msgs[..1]) {
+                match m.mm.uffd.read_msgs(&mut msgs[..1]) {
                     Ok(1) => {
                         hit = true;
                         m.vm.inc(Item::HandlerSpinHit);
-                        let t = since(&m);
+                        let t = since(&m.handlers);
                         if msgs[0].event == event::PAGEFAULT && serve_one(&msgs[0]) == Fault::Retry
                         {
                             deferred.push((msgs[0], t));
@@ -320,14 +354,14 @@ pub fn handler_main(m: Arc<MmInner>, slot: usize) {
                     _ => std::hint::spin_loop(),
                 }
             }
-            m.spinners.store(0, Ordering::Release);
+            m.handlers.spinners.store(0, Ordering::Release);
             if hit {
                 last_work = Instant::now();
             }
             continue;
         }
         m.vm.inc(Item::HandlerWakeup);
-        let _ = m.uffd.poll(Some(m.shutdown_efd.raw_fd()), 100);
+        let _ = m.mm.uffd.poll(Some(m.handlers.shutdown_efd.raw_fd()), 100);
         last_work = Instant::now() - spin;
     }
 }

@@ -114,13 +114,13 @@ pub fn mm_get_huge_zero_page(m: &MmInner) -> bool {
     if !m.cfg.settings.is_new(Switch::HugeZeroRefcount) {
         return get_huge_zero_page(&m.vm);
     }
-    if m.huge_zero_used.load(Ordering::Acquire) {
+    if m.mm.huge_zero_used.load(Ordering::Acquire) {
         return true;
     }
     if !get_huge_zero_page(&m.vm) {
         return false;
     }
-    if m.huge_zero_used.swap(true, Ordering::AcqRel) {
+    if m.mm.huge_zero_used.swap(true, Ordering::AcqRel) {
         put_huge_zero_page(&m.vm);
     }
     true
@@ -136,7 +136,7 @@ pub fn put_huge_zero_unit(m: &MmInner) {
 
 /// `mm_put_huge_zero_page`: at teardown, the manager's reference.
 pub fn mm_put_huge_zero_page(m: &MmInner) {
-    if m.huge_zero_used.swap(false, Ordering::AcqRel) {
+    if m.mm.huge_zero_used.swap(false, Ordering::AcqRel) {
         put_huge_zero_page(&m.vm);
     }
 }

@@ -61,7 +61,7 @@ pub(crate) fn zap_page_range(m: &MmInner, r: &RegionInner, from: u64, to: u64, c
                 let frame = match pte {
                     Pte::Frame(f) => {
                         // Page lock before pte lock, as everywhere.
-                        m.pages[f].lock();
+                        m.node.pages[f].lock();
                         Some(f)
                     }
                     _ => None,
@@ -76,7 +76,7 @@ pub(crate) fn zap_page_range(m: &MmInner, r: &RegionInner, from: u64, to: u64, c
                     // A fault or reclaim changed the entry meanwhile: take the locks again.
                     drop(g);
                     if let Some(f) = frame {
-                        m.pages[f].unlock();
+                        m.node.pages[f].unlock();
                     }
                     continue;
                 }
@@ -105,9 +105,9 @@ pub(crate) fn zap_page_range(m: &MmInner, r: &RegionInner, from: u64, to: u64, c
                             sw.swap_free(s, &m.vm);
                         }
                     }
-                    Pte::Frame(f) if m.pages[f].test(pg::PAGECACHE) => {
+                    Pte::Frame(f) if m.node.pages[f].test(pg::PAGECACHE) => {
                         // A shared file page: back to the page cache, not freed.
-                        let p = &m.pages[f];
+                        let p = &m.node.pages[f];
                         if p.test(pg::MAPPED) {
                             super::rmap::unmap_file_page_at(m, r, i, f);
                         }
@@ -117,8 +117,8 @@ pub(crate) fn zap_page_range(m: &MmInner, r: &RegionInner, from: u64, to: u64, c
                         break;
                     }
                     Pte::Frame(f) => {
-                        let p = &m.pages[f];
-                        m.lru.del(&m.pages, f, &m.vm);
+                        let p = &m.node.pages[f];
+                        m.node.lru.del(&m.node.pages, f, &m.vm);
                         if p.test(pg::SWAPCACHE) {
                             if let Some(sw) = &m.swap {
                                 sw.swap_free(p.swap_entry(), &m.vm);
@@ -129,8 +129,8 @@ pub(crate) fn zap_page_range(m: &MmInner, r: &RegionInner, from: u64, to: u64, c
                             zap_from = zap_from.min(i);
                             zap_to = zap_to.max(i + 1);
                         } else {
-                            m.warn_on(
-                                m.pool.advise(f.offset(), PAGE_SIZE, Advice::DontNeed),
+                            m.vm.warn_on(
+                                m.pool.slots.advise(f.offset(), PAGE_SIZE, Advice::DontNeed),
                                 "MADV_DONTNEED of a pool slot",
                             );
                         }
@@ -151,7 +151,7 @@ pub(crate) fn zap_page_range(m: &MmInner, r: &RegionInner, from: u64, to: u64, c
             }
         }
         if zap_from < zap_to {
-            m.warn_on(
+            m.vm.warn_on(
                 r.view.advise(
                     zap_from.usize() * PAGE_SIZE,
                     (zap_to - zap_from).usize() * PAGE_SIZE,

@@ -1,6 +1,5 @@
 //! The manager proper: `Mm`, its settings, shared state and threads (see `mm/mod.rs`).
 
-use std::collections::BTreeMap;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -10,14 +9,16 @@ use crate::swap::SwapConfig;
 
 /// Budget used when `USERMM_BUDGET` is not set.
 pub const DEFAULT_BUDGET: u64 = 256 << 20;
-use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, Condvar, Mutex, Ordering, RwLock};
+use crate::sync::{Arc, Mutex, Ordering, RwLock};
 use crate::sys::uffd::{self, EventFd, OpenPolicy, Uffd};
 use crate::sys::{Advice, Mapping, PAGE_SIZE};
 use crate::vmstat::{Counters, Item, Vmstat};
 
-use super::lru::Lruvec;
-use super::page::{FrameAlloc, IdTable, MemMap, Owner, Pfn, RegionId};
-use super::region::{Region, RegionInner};
+use super::handler::HandlerState;
+use super::mmzone::{Node, Watermarks};
+use super::page::{Owner, Pfn};
+use super::pool::FramePool;
+use super::region::{MmStruct, Region};
 use super::swap_state::SwapState;
 use super::{handler, vmscan};
 use crate::conv::{Narrow, Saturate};
@@ -28,35 +29,6 @@ pub const MIN_BUDGET: u64 = 1 << 20;
 /// Most fault handler threads one manager starts. All of them read one userfaultfd, so more
 /// only contend; each idle one spins for `handler_spin_us` before it sleeps.
 pub const MAX_HANDLER_THREADS: usize = 256;
-
-/// Free-frame watermarks, in pages (`zone->_watermark[WMARK_MIN/LOW/HIGH]`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Watermarks {
-    pub min: u64,
-    pub low: u64,
-    pub high: u64,
-}
-
-impl Watermarks {
-    /// Linux's scaling (`__setup_per_zone_wmarks`): min_free_kbytes = sqrt(16 * budget in KiB)
-    /// clamped to [128 KiB, 256 MiB]; low = min + max(min/4, 0.1% of pages); high = min + 2x that.
-    pub fn scaled(budget_pages: u64) -> Watermarks {
-        let kb = budget_pages * (PAGE_SIZE as u64 / 1024);
-        // A square root of a u64 fits a u64; the float keeps 52 bits, plenty for a page count.
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        let min_kb = ((kb * 16) as f64).sqrt() as u64;
-        let min_kb = min_kb.clamp(128, 262_144);
-        let min = (min_kb * 1024 / PAGE_SIZE as u64)
-            .min(budget_pages / 8)
-            .max(4);
-        let tmp = (min / 4).max(budget_pages * 10 / 10_000);
-        Watermarks {
-            min,
-            low: min + tmp,
-            high: min + 2 * tmp,
-        }
-    }
-}
 
 /// Settings of one memory manager.
 #[derive(Debug, Clone)]
@@ -286,116 +258,34 @@ impl MmConfig {
     }
 }
 
-/// Address-ordered and id-indexed region tables.
-#[derive(Debug, Default)]
-pub(crate) struct RegionTable {
-    by_id: IdTable<RegionId, RegionInner>,
-    by_addr: BTreeMap<usize, RegionId>,
-}
-
-impl RegionTable {
-    pub(crate) fn insert(
-        &mut self,
-        make: impl FnOnce(RegionId) -> Arc<RegionInner>,
-    ) -> Arc<RegionInner> {
-        let r = self.by_id.insert(make);
-        self.by_addr.insert(r.view.addr(), r.id);
-        r
-    }
-    pub(crate) fn get(&self, id: RegionId) -> Option<&Arc<RegionInner>> {
-        self.by_id.get(id)
-    }
-    pub(crate) fn find(&self, addr: usize) -> Option<&Arc<RegionInner>> {
-        let (_, id) = self.by_addr.range(..=addr).next_back()?;
-        let r = self.get(*id)?;
-        (addr < r.view.addr() + r.view.len()).then_some(r)
-    }
-    pub(crate) fn remove_addr(&mut self, addr: usize) {
-        self.by_addr.remove(&addr);
-    }
-    pub(crate) fn remove_id(&mut self, id: RegionId) {
-        self.by_id.remove(id);
-    }
-    pub(crate) fn len(&self) -> usize {
-        self.by_addr.len()
-    }
-}
-
-/// kswapd's wakeup state (`pgdat->kswapd_wait`).
-#[derive(Debug, Default)]
-pub(crate) struct KswapdWait {
-    pub(crate) pending: Mutex<bool>,
-    pub(crate) cv: Condvar,
-}
-
-/// The shared state of one memory manager. Threads hold `Arc<MmInner>`.
+/// The shared state of one memory manager, made of the kernel's objects. Threads hold
+/// `Arc<MmInner>`. The fault and reclaim entry points take the whole (as the kernel's reach
+/// `current->mm`, the node and the swap info from a `vm_fault` or `scan_control`); the pieces'
+/// own operations take only their piece.
 #[derive(Debug)]
 pub struct MmInner {
     pub(crate) cfg: MmConfig,
-    pub(crate) uffd: Uffd,
-    pub(crate) pool: Mapping,
-    pub(crate) zero_src: Mapping,
-    /// Pool slots to empty in the next batch (`pool::defer_zap`, the protocol in mm/zap.rs).
-    pub(crate) zaps: super::zap::ZapQueue,
-    pub(crate) pages: MemMap,
-    pub(crate) frames: FrameAlloc,
-    pub(crate) lru: Lruvec,
-    pub(crate) vm: Counters,
+    /// The memory node: descriptors, free frames, LRU lists, watermarks, kswapd (`pglist_data`).
+    pub(crate) node: Node,
+    /// The frame pool's slots, the zero source and the queued slot drops (pool.rs).
+    pub(crate) pool: FramePool,
+    /// The address space: region table, commit accounting, userfaultfd (`mm_struct`).
+    pub(crate) mm: MmStruct,
+    /// The fault handler threads' shared state: shutdown, watchdog, tripwires (handler.rs).
+    pub(crate) handlers: HandlerState,
+    /// Swap devices, slots and the swap cache (`swap_info_struct`, swap_state.rs).
     pub(crate) swap: Option<SwapState>,
-    pub(crate) regions: RwLock<RegionTable>,
-    pub(crate) committed: AtomicU64,
-    pub(crate) commit_limit: u64,
-    pub(crate) wmark: Watermarks,
-    pub(crate) kswapd: KswapdWait,
-    pub(crate) shutdown: AtomicBool,
-    pub(crate) shutdown_efd: EventFd,
-    pub(crate) peak_resident: AtomicU64,
-    pub(crate) spinners: AtomicU32,
-    /// The re-fault tripwire's memory of each thread's last faults (handler.rs).
-    pub(crate) refaults: super::handler::RefaultTrack,
-    /// Per handler thread: the fault it serves and its oldest deferred one (the watchdog's view).
-    pub(crate) handler_slots: Box<[super::handler::HandlerSlot]>,
-    /// Start of this manager's clock for the handler slots.
-    pub(crate) epoch: std::time::Instant,
-    /// The watchdog's threshold (ms): faults outstanding longer are reported.
-    pub(crate) stuck_after_ms: AtomicU64,
     /// Address spaces of open files (page owners name them by id).
     pub(crate) mappings: RwLock<super::file::MappingTable>,
-    /// Flushers and dirty lists.
+    /// Flushers and dirty lists (`bdi_writeback`).
     pub(crate) wb: super::page_writeback::WbState,
-    /// PGDAT_DIRTY: reclaim found only dirty, unqueued file pages at the LRU tail.
-    pub(crate) pgdat_dirty: AtomicBool,
-    /// MMF_HUGE_ZERO_PAGE: this manager holds a reference on the huge zero page (seed 003).
-    pub(crate) huge_zero_used: AtomicBool,
+    /// Event counters (`vm_event_states`, `/proc/vmstat`).
+    pub(crate) vm: Counters,
     /// For threads started on demand (flushers).
     pub(crate) self_ref: Mutex<Option<std::sync::Weak<MmInner>>>,
 }
 
 impl MmInner {
-    pub(crate) fn nr_frames(&self) -> u64 {
-        self.frames.nr() as u64
-    }
-    pub(crate) fn resident_pages(&self) -> u64 {
-        self.nr_frames() - self.frames.nr_free()
-    }
-    /// `WARN_ON`: an operation that fails only if usermm has a bug (an in-range copy or zap, a wake,
-    /// a poison or write-protect of a registered page) failed. Logged with what it was and counted
-    /// (`mm_warn`), never silently dropped; the caller carries on as the kernel does after a WARN.
-    pub(crate) fn warn_on<T, E: std::fmt::Display>(
-        &self,
-        r: std::result::Result<T, E>,
-        what: &str,
-    ) -> Option<T> {
-        match r {
-            Ok(v) => Some(v),
-            Err(e) => {
-                self.vm.inc(Item::MmWarn);
-                log::error!("{what} failed: {e}");
-                None
-            }
-        }
-    }
-
     /// Retries a resolving ioctl over `len` bytes on EAGAIN (the kernel is changing the address
     /// space), resuming after the bytes already done: `op(off)` must act on `[off, len)` of its range.
     /// The error's `done` counts every byte resolved across the tries (never re-issue a range that
@@ -428,15 +318,6 @@ impl MmInner {
                 }
             }
         }
-    }
-
-    /// The live region `id` (the rmap's way from a page to its mapping).
-    pub(crate) fn region(&self, id: RegionId) -> Option<Arc<super::region::RegionInner>> {
-        self.regions.read().get(id).cloned()
-    }
-    pub(crate) fn note_resident(&self) {
-        let r = self.resident_pages();
-        self.peak_resident.fetch_max(r, Ordering::Relaxed);
     }
 }
 
@@ -476,12 +357,12 @@ impl Drop for MmHandle {
     fn drop(&mut self) {
         // Closed files' dirty pages reach their files before the manager goes.
         super::file::writeback_all(&self.inner);
-        self.inner.shutdown.store(true, Ordering::Release);
-        self.inner.shutdown_efd.signal();
+        self.inner.handlers.shutdown.store(true, Ordering::Release);
+        self.inner.handlers.shutdown_efd.signal();
         {
-            let mut p = self.inner.kswapd.pending.lock();
+            let mut p = self.inner.node.kswapd.pending.lock();
             *p = true;
-            self.inner.kswapd.cv.notify_all();
+            self.inner.node.kswapd.cv.notify_all();
         }
         for t in self.threads.lock().drain(..) {
             let _ = t.join();
@@ -646,35 +527,15 @@ impl Mm {
             cfg.handler_threads
         };
         let inner = Arc::new(MmInner {
-            commit_limit: nr_frames + swap_pages,
-            pages: MemMap::new(nr_frames.u32()),
-            frames: FrameAlloc::new(nr_frames.u32()),
-            lru: Lruvec::default(),
+            node: Node::new(nr_frames.u32(), wmark),
+            pool: FramePool::new(pool, zero_src),
+            mm: MmStruct::new(uffd, nr_frames + swap_pages),
+            handlers: HandlerState::new(efd, handlers),
             vm,
             swap,
-            regions: RwLock::new(RegionTable::default()),
-            committed: AtomicU64::new(0),
-            wmark,
-            kswapd: KswapdWait::default(),
-            shutdown: AtomicBool::new(false),
-            shutdown_efd: efd,
-            peak_resident: AtomicU64::new(0),
-            spinners: AtomicU32::new(0),
-            refaults: Default::default(),
-            handler_slots: (0..handlers).map(|_| Default::default()).collect(),
-            epoch: std::time::Instant::now(),
-            stuck_after_ms: AtomicU64::new(
-                (super::handler::STUCK_FAULT_AFTER.as_millis()).sat_u64(),
-            ),
             mappings: RwLock::new(Default::default()),
             wb: Default::default(),
-            pgdat_dirty: AtomicBool::new(false),
-            huge_zero_used: AtomicBool::new(false),
             self_ref: Mutex::new(None),
-            uffd,
-            pool,
-            zero_src,
-            zaps: Default::default(),
             cfg,
         });
         *inner.self_ref.lock() = Some(Arc::downgrade(&inner));
@@ -729,7 +590,7 @@ impl Mm {
     /// faults answered without a mapping. A healthy manager has all of them at zero.
     pub fn health(&self) -> Health {
         let m = self.inner();
-        let after = Duration::from_millis(m.stuck_after_ms.load(Ordering::Relaxed));
+        let after = Duration::from_millis(m.handlers.stuck_after_ms.load(Ordering::Relaxed));
         Health {
             handler_panics: m.vm.get(Item::HandlerPanic),
             stuck_faults: super::handler::stuck_faults(m, after),
@@ -743,6 +604,7 @@ impl Mm {
     /// [`STUCK_FAULT_AFTER`](super::handler::STUCK_FAULT_AFTER)).
     pub fn set_stuck_fault_threshold(&self, after: Duration) {
         self.inner()
+            .handlers
             .stuck_after_ms
             .store(after.as_millis().max(1).sat_u64(), Ordering::Relaxed);
     }
@@ -758,8 +620,8 @@ impl Mm {
     /// A snapshot of the counters, named as in `/proc/vmstat`.
     pub fn vmstat(&self) -> Vmstat {
         let m = self.inner();
-        m.vm.set(Item::NrFree, m.frames.nr_free());
-        m.vm.set(Item::UffdMoveUnreported, m.uffd.move_unreported());
+        m.vm.set(Item::NrFree, m.node.frames.nr_free());
+        m.vm.set(Item::UffdMoveUnreported, m.mm.uffd.move_unreported());
         if let Some(s) = &m.swap {
             m.vm.set(Item::NrSwapUsed, s.slots.nr_pages() - s.slots.nr_free());
             // The tiers' own counters (zswap's), summed where two tiers share a name.
@@ -795,12 +657,12 @@ impl Mm {
 
     /// Bytes of frames in use now.
     pub fn resident_bytes(&self) -> u64 {
-        self.inner().resident_pages() * PAGE_SIZE as u64
+        self.inner().node.resident_pages() * PAGE_SIZE as u64
     }
 
     /// Highest `resident_bytes` seen.
     pub fn peak_resident_bytes(&self) -> u64 {
-        self.inner().peak_resident.load(Ordering::Relaxed) * PAGE_SIZE as u64
+        self.inner().node.peak_resident.load(Ordering::Relaxed) * PAGE_SIZE as u64
     }
 
     /// Swap capacity in bytes (0 without swap).
@@ -823,14 +685,14 @@ impl Mm {
     pub fn commit(&self) -> (u64, u64) {
         let m = self.inner();
         (
-            m.committed.load(Ordering::Relaxed) * PAGE_SIZE as u64,
-            m.commit_limit * PAGE_SIZE as u64,
+            m.mm.committed.load(Ordering::Relaxed) * PAGE_SIZE as u64,
+            m.mm.commit_limit * PAGE_SIZE as u64,
         )
     }
 
     /// The watermarks in force (pages).
     pub fn watermarks(&self) -> Watermarks {
-        self.inner().wmark
+        self.inner().node.wmark
     }
 
     /// The settings this manager runs with.
@@ -840,12 +702,12 @@ impl Mm {
 
     /// Number of live regions.
     pub fn nr_regions(&self) -> usize {
-        self.inner().regions.read().len()
+        self.inner().mm.regions.read().len()
     }
 
     /// What userfaultfd offers here.
     pub fn uffd_info(&self) -> UffdInfo {
-        let u = &self.inner().uffd;
+        let u = &self.inner().mm.uffd;
         UffdInfo {
             origin: u.origin(),
             features: uffd::feature::NAMES
@@ -866,13 +728,13 @@ impl Mm {
         use super::pgtable::Pte;
         let m = self.inner();
         let mut bad = Vec::new();
-        let mut owned = vec![false; m.nr_frames().usize()];
-        let t = m.regions.read();
-        for r in t.by_id.iter() {
+        let mut owned = vec![false; m.node.nr_frames().usize()];
+        let t = m.mm.regions.read();
+        for r in t.iter() {
             r.pt.for_each_used(0, r.npages(), |i, p| {
                 if let Pte::Frame(f) = p {
-                    let pg_ = &m.pages[f];
-                    if m.frames.is_free(f) {
+                    let pg_ = &m.node.pages[f];
+                    if m.node.frames.is_free(f) {
                         bad.push(format!("region {} page {i}: frame {f} is free", r.id));
                     }
                     // A page-cache page mapped in a shared file region is named by its
@@ -899,7 +761,7 @@ impl Mm {
         // Page-cache pages need no mapping: their file's tree owns them.
         let files = m.mappings.read().all();
         let in_its_file = |f: Pfn| {
-            let Owner::Cache(id, index) = m.pages[f].owner() else {
+            let Owner::Cache(id, index) = m.node.pages[f].owner() else {
                 return false;
             };
             files.iter().any(|a| {
@@ -907,9 +769,9 @@ impl Mm {
                     && matches!(a.peek(&m.vm, index), Some(super::filemap::Entry::Page(g)) if g == f)
             })
         };
-        for (f, _) in m.pages.iter() {
-            if !m.frames.is_free(f) && !owned[f.idx()] {
-                let p = &m.pages[f];
+        for (f, _) in m.node.pages.iter() {
+            if !m.node.frames.is_free(f) && !owned[f.idx()] {
+                let p = &m.node.pages[f];
                 if in_its_file(f) {
                     continue;
                 }
@@ -918,7 +780,7 @@ impl Mm {
                     p.owner(),
                     p.flags()
                 ));
-            } else if m.frames.is_free(f) && m.pages[f].test(pg::LRU) {
+            } else if m.node.frames.is_free(f) && m.node.pages[f].test(pg::LRU) {
                 bad.push(format!("free frame {f} is on an LRU list"));
             }
         }

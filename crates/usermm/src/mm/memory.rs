@@ -42,14 +42,14 @@ const RA_AROUND: u64 = 32;
 /// Handles one userfaultfd page fault at `addr` with uffd fault `flags`.
 pub fn handle_fault(m: &MmInner, addr: usize, flags: u64) -> Fault {
     let r = {
-        let t = m.regions.read();
+        let t = m.mm.regions.read();
         match t.find(addr) {
             Some(r) => r.clone(),
             None => {
                 // Not ours any more (region dropped while a thread touched it): wake it; it will
                 // fault again on an unregistered range or see the kernel's own page.
-                m.warn_on(
-                    m.uffd.wake(addr & !(PAGE_SIZE - 1), PAGE_SIZE),
+                m.vm.warn_on(
+                    m.mm.uffd.wake(addr & !(PAGE_SIZE - 1), PAGE_SIZE),
                     "UFFDIO_WAKE",
                 );
                 return Fault::Done;
@@ -120,7 +120,7 @@ fn handle_pte_fault(
 /// view and (for a frame) its pool slot hold a page.
 pub(crate) fn describe_page(m: &MmInner, addr: usize) -> String {
     let r = {
-        let t = m.regions.read();
+        let t = m.mm.regions.read();
         match t.find(addr) {
             Some(r) => r.clone(),
             None => return format!("{addr:#x}: in no region"),
@@ -134,7 +134,7 @@ pub(crate) fn describe_page(m: &MmInner, addr: usize) -> String {
         view_present(&r, idx)
     );
     if let Pte::Frame(f) = pte {
-        let p = &m.pages[f];
+        let p = &m.node.pages[f];
         s += &format!(
             ", descriptor {{ flags: {}, owner: {:?}, private: {} }}, pool slot present: {}",
             pg::describe(p.flags()),
@@ -163,7 +163,7 @@ pub fn resolve_from_scratch(m: &MmInner, addr: usize, flags: u64, times: u32) ->
 /// stays allocated (its state is unknown after the panic) and is reported.
 pub(crate) fn poison_after_panic(m: &MmInner, addr: usize) {
     let r = {
-        let t = m.regions.read();
+        let t = m.mm.regions.read();
         t.find(addr).cloned()
     };
     let page = addr & !(PAGE_SIZE - 1);
@@ -175,15 +175,15 @@ pub(crate) fn poison_after_panic(m: &MmInner, addr: usize) {
             }
             g.set(Pte::Poison);
         }
-        m.warn_on(
+        m.vm.warn_on(
             r.view
                 .advise(idx as usize * PAGE_SIZE, PAGE_SIZE, Advice::DontNeed),
             "MADV_DONTNEED of view pages",
         );
     }
-    if let Err(e) = m.uffd.poison(page, PAGE_SIZE, false) {
+    if let Err(e) = m.mm.uffd.poison(page, PAGE_SIZE, false) {
         log::error!("UFFDIO_POISON at {page:#x} after a handler panic: {e}");
-        m.warn_on(m.uffd.wake(page, PAGE_SIZE), "UFFDIO_WAKE");
+        m.vm.warn_on(m.mm.uffd.wake(page, PAGE_SIZE), "UFFDIO_WAKE");
     }
 }
 
@@ -246,7 +246,7 @@ fn repoison(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
         return None;
     }
     let addr = r.page_addr(idx);
-    match m.uffd.poison(addr, PAGE_SIZE, false) {
+    match m.mm.uffd.poison(addr, PAGE_SIZE, false) {
         Ok(_) => {}
         Err(e) if e.is_exists() => wake(m, r, idx),
         Err(e) => {
@@ -265,7 +265,7 @@ fn wake(m: &MmInner, r: &RegionInner, idx: u64) {
 /// UFFDIO_WAKE over `n` pages of `r` from page `idx`. It fails only on a usermm bug: logged with
 /// the address and counted (`mm_warn`), as `warn_on` does.
 fn wake_pages(m: &MmInner, r: &RegionInner, idx: u64, n: u64) {
-    if let Err(e) = m.uffd.wake(r.page_addr(idx), n.usize() * PAGE_SIZE) {
+    if let Err(e) = m.mm.uffd.wake(r.page_addr(idx), n.usize() * PAGE_SIZE) {
         m.vm.inc(Item::MmWarn);
         log::error!("UFFDIO_WAKE at {:#x}: {e}", r.page_addr(idx));
     }
@@ -305,7 +305,7 @@ fn do_anonymous_zero_page(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Faul
     let n = 1 + rest.len() as u64;
     let addr = r.page_addr(idx);
     let len = n.usize() * PAGE_SIZE;
-    let done = match m.retry_again(len, |o| m.uffd.zeropage(addr + o, len - o, true)) {
+    let done = match m.retry_again(len, |o| m.mm.uffd.zeropage(addr + o, len - o, true)) {
         Ok(d) => d,
         Err(e) if e.is_exists() => {
             m.vm.inc(Item::UffdEexist);
@@ -318,9 +318,9 @@ fn do_anonymous_zero_page(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Faul
     };
     let mapped = (done / PAGE_SIZE) as u64;
     if mapped > 0 {
-        if let Err(e) = m
-            .uffd
-            .writeprotect(addr, mapped as usize * PAGE_SIZE, true, true)
+        if let Err(e) =
+            m.mm.uffd
+                .writeprotect(addr, mapped as usize * PAGE_SIZE, true, true)
         {
             log::error!("UFFDIO_WRITEPROTECT at {addr:#x}: {e}");
         }
@@ -398,8 +398,8 @@ fn do_anonymous_page_win(
     }
     for (k, &f) in frames[..n].iter().enumerate() {
         if pooled[k] {
-            m.warn_on(
-                m.pool.fill(f.offset(), PAGE_SIZE, 0),
+            m.vm.warn_on(
+                m.pool.slots.fill(f.offset(), PAGE_SIZE, 0),
                 "zero-filling a pool slot",
             );
         }
@@ -412,11 +412,11 @@ fn do_anonymous_page_win(
             while e < n && pooled[e] && frames[e] == frames[e - 1].next() {
                 e += 1;
             }
-            let src = m.pool.addr() + frames[k].offset();
+            let src = m.pool.slots.addr() + frames[k].offset();
             let len = (e - k) * PAGE_SIZE;
             let dst = addr + k * PAGE_SIZE;
             m.retry_again(len, |o| {
-                m.uffd.move_pages(dst + o, src + o, len - o, false, true)
+                m.mm.uffd.move_pages(dst + o, src + o, len - o, false, true)
             })
         } else {
             while e < n && !pooled[e] {
@@ -425,8 +425,8 @@ fn do_anonymous_page_win(
             let len = (e - k) * PAGE_SIZE;
             let dst = addr + k * PAGE_SIZE;
             m.retry_again(len, |o| {
-                m.uffd
-                    .copy(dst + o, m.zero_src.addr() + o, len - o, false, true)
+                m.mm.uffd
+                    .copy(dst + o, m.pool.zero_src.addr() + o, len - o, false, true)
             })
         };
         match res {
@@ -453,14 +453,14 @@ fn do_anonymous_page_win(
     let flags = pg::UPTODATE | pg::DIRTY | pg::SWAPBACKED | pg::MAPPED;
     for k in 0..done {
         let f = frames[k];
-        m.pages[f].init(Owner::Anon(r.id, idx + k as u64), flags);
+        m.node.pages[f].init(Owner::Anon(r.id, idx + k as u64), flags);
         if k == 0 {
             g.set(Pte::Frame(f));
         } else {
             rest[k - 1].set(Pte::Frame(f));
         }
     }
-    m.lru.add(&m.pages, &frames[..done], &m.vm);
+    m.node.lru.add(&m.node.pages, &frames[..done], &m.vm);
     drop(rest);
     drop(g);
     pool::free_frames(m, &frames[done..], false);
@@ -476,7 +476,7 @@ fn do_anonymous_page_win(
             Item::ThpFaultFallback
         });
     }
-    m.note_resident();
+    m.node.note_resident();
     // Wake only now: the thread may discard or drop the region at once, and must find the
     // entries, the frames and the counters complete.
     wake(m, r, idx);
@@ -498,17 +498,17 @@ fn do_wp_page(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
         pool::free_frames(m, &frames, false);
         return None;
     }
-    m.pages[f].init(
+    m.node.pages[f].init(
         Owner::Anon(r.id, idx),
         pg::UPTODATE | pg::DIRTY | pg::SWAPBACKED | pg::MAPPED,
     );
     g.set(Pte::Frame(f));
-    m.lru.add(&m.pages, &frames, &m.vm);
+    m.node.lru.add(&m.node.pages, &frames, &m.vm);
     // Clearing write protection wakes the thread; its retry copies the zero page into a fresh
     // page of its own.
-    if let Err(e) = m
-        .uffd
-        .writeprotect(r.page_addr(idx), PAGE_SIZE, false, true)
+    if let Err(e) =
+        m.mm.uffd
+            .writeprotect(r.page_addr(idx), PAGE_SIZE, false, true)
     {
         log::error!("UFFDIO_WRITEPROTECT clear at {:#x}: {e}", r.page_addr(idx));
     }
@@ -519,7 +519,7 @@ fn do_wp_page(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
     m.vm.inc(Item::Pgalloc);
     m.vm.inc(Item::NrAnonPages);
     m.vm.inc(Item::NrMapped);
-    m.note_resident();
+    m.node.note_resident();
     wake(m, r, idx);
     Some(Fault::Done)
 }
@@ -543,10 +543,10 @@ fn place_from_slot(
     wp: bool,
     move_writable: bool,
 ) -> Result<usize, OpError> {
-    let src = m.pool.addr() + f.offset();
+    let src = m.pool.slots.addr() + f.offset();
     if move_writable && !wp {
         return m.retry_again(PAGE_SIZE, |_| {
-            m.uffd.move_pages(dst, src, PAGE_SIZE, false, true)
+            m.mm.uffd.move_pages(dst, src, PAGE_SIZE, false, true)
         });
     }
     if !pool::slot_present(m, f) {
@@ -555,7 +555,7 @@ fn place_from_slot(
             done: 0,
         });
     }
-    m.retry_again(PAGE_SIZE, |_| m.uffd.copy(dst, src, PAGE_SIZE, wp, true))
+    m.retry_again(PAGE_SIZE, |_| m.mm.uffd.copy(dst, src, PAGE_SIZE, wp, true))
         .inspect(|_| pool::defer_zap(m, f))
 }
 
@@ -565,7 +565,7 @@ fn place_from_slot(
 /// thread's store lands unseen and the page is later dropped as clean. Returns false if the page
 /// could not be mapped (it stays parked).
 fn map_parked(m: &MmInner, r: &RegionInner, idx: u64, f: Pfn, write: bool, wake_now: bool) -> bool {
-    let p = &m.pages[f];
+    let p = &m.node.pages[f];
     if write {
         swap_state::try_to_free_swap(m, f);
     }
@@ -581,7 +581,7 @@ fn map_parked(m: &MmInner, r: &RegionInner, idx: u64, f: Pfn, write: bool, wake_
         log::warn!(
             "frame {f}: a stray page is mapped at {dst:#x} where the parked page belongs; replaced"
         );
-        m.warn_on(
+        m.vm.warn_on(
             r.view
                 .advise(idx.usize() * PAGE_SIZE, PAGE_SIZE, Advice::DontNeed),
             "MADV_DONTNEED of view pages",
@@ -594,7 +594,8 @@ fn map_parked(m: &MmInner, r: &RegionInner, idx: u64, f: Pfn, write: bool, wake_
             // The pool slot is empty (the page was zapped behind our back): its contents are
             // zeros.
             if let Err(e) = m.retry_again(PAGE_SIZE, |_| {
-                m.uffd.copy(dst, m.zero_src.addr(), PAGE_SIZE, false, true)
+                m.mm.uffd
+                    .copy(dst, m.pool.zero_src.addr(), PAGE_SIZE, false, true)
             }) {
                 log::error!("UFFDIO_COPY of zeros to {dst:#x}: {e}");
                 return false;
@@ -630,7 +631,7 @@ fn frame_fault(
     write: bool,
     wp: bool,
 ) -> Option<Fault> {
-    let p = &m.pages[f];
+    let p = &m.node.pages[f];
     if !p.trylock() {
         m.vm.inc(Item::FaultDeferred);
         return Some(Fault::Retry);
@@ -659,9 +660,9 @@ fn frame_fault(
             // do_wp_page on a clean swap-cache page: it becomes dirty, its swap copy is stale.
             swap_state::try_to_free_swap(m, f);
             p.clear(pg::WP);
-            if let Err(e) = m
-                .uffd
-                .writeprotect(r.page_addr(idx), PAGE_SIZE, false, true)
+            if let Err(e) =
+                m.mm.uffd
+                    .writeprotect(r.page_addr(idx), PAGE_SIZE, false, true)
             {
                 log::error!("UFFDIO_WRITEPROTECT clear at {:#x}: {e}", r.page_addr(idx));
             }
@@ -669,8 +670,8 @@ fn frame_fault(
             m.vm.inc(Item::Pgfault);
         } else if wp {
             // Write-protected though we did not ask (a leftover marker): clear it.
-            m.warn_on(
-                m.uffd
+            m.vm.warn_on(
+                m.mm.uffd
                     .writeprotect(r.page_addr(idx), PAGE_SIZE, false, true),
                 "UFFDIO_WRITEPROTECT",
             );
@@ -702,7 +703,7 @@ fn frame_fault(
         let mut j = idx + 1;
         while j < r.npages() && j - idx < RA_AROUND {
             let Pte::Frame(f2) = r.pt.get(j) else { break };
-            let p2 = &m.pages[f2];
+            let p2 = &m.node.pages[f2];
             if !p2.test(pg::READAHEAD) || p2.test(pg::MAPPED) || !p2.trylock() {
                 break;
             }
@@ -771,8 +772,8 @@ fn do_swap_page(
             // out zeros in its place.
             sw.swap_free(slot, &m.vm);
             g.set(Pte::Poison);
-            m.warn_on(
-                m.uffd.poison(r.page_addr(idx), PAGE_SIZE, false),
+            m.vm.warn_on(
+                m.mm.uffd.poison(r.page_addr(idx), PAGE_SIZE, false),
                 "UFFDIO_POISON",
             );
             drop(rest);
@@ -786,7 +787,7 @@ fn do_swap_page(
         // The faulting page: copied straight into the view, write-protected while its swap copy
         // stays valid (a later write is a wp fault that drops the copy).
         let f0 = frames[0];
-        let p0 = &m.pages[f0];
+        let p0 = &m.node.pages[f0];
         let mut flags = pg::UPTODATE | pg::SWAPBACKED | pg::MAPPED;
         if keep {
             flags |= pg::SWAPCACHE | pg::WP;
@@ -803,7 +804,7 @@ fn do_swap_page(
         pool::empty_slot(m, f0);
         let place = || {
             m.retry_again(PAGE_SIZE, |_| {
-                m.uffd.copy(dst, bounce.addr(), PAGE_SIZE, keep, true)
+                m.mm.uffd.copy(dst, bounce.addr(), PAGE_SIZE, keep, true)
             })
         };
         let mut placed = place();
@@ -812,7 +813,7 @@ fn do_swap_page(
             // results mishandled): the swap copy is the page's data; replace the stray.
             m.vm.inc(Item::FaultStaleUnmapped);
             log::warn!("a stray page is mapped at {dst:#x} whose entry is a swap entry; replaced");
-            m.warn_on(
+            m.vm.warn_on(
                 r.view
                     .advise(idx.usize() * PAGE_SIZE, PAGE_SIZE, Advice::DontNeed),
                 "MADV_DONTNEED of view pages",
@@ -825,7 +826,7 @@ fn do_swap_page(
         p0.init(Owner::Anon(r.id, idx), flags);
         p0.set_swap_entry(slot);
         used.push(f0);
-        m.lru.add(&m.pages, &used, &m.vm);
+        m.node.lru.add(&m.node.pages, &used, &m.vm);
         drop(rest);
         drop(g);
         pool::free_frames(m, &unused, false);
@@ -837,7 +838,7 @@ fn do_swap_page(
         m.vm.add(Item::Pgpgin, read * (PAGE_SIZE as u64 / 1024));
         m.vm.add(Item::SwapRa, read - 1);
         m.vm.add(Item::NrAnonPages, read);
-        m.note_resident();
+        m.node.note_resident();
         wake(m, r, idx);
     });
     Some(Fault::Done)
@@ -866,7 +867,7 @@ fn oom(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
         m.cfg.budget,
         m.swap.as_ref().map_or("none".to_string(), |s| format!("{} of {} slots free", s.slots.nr_free(), s.slots.nr_pages()))
     );
-    if let Err(e) = m.uffd.poison(addr, PAGE_SIZE, false) {
+    if let Err(e) = m.mm.uffd.poison(addr, PAGE_SIZE, false) {
         log::error!("UFFDIO_POISON at {addr:#x}: {e}");
         wake(m, r, idx);
     }
@@ -900,15 +901,15 @@ fn filemap_fault(m: &MmInner, fm: &FileMap, index: u64) -> std::result::Result<P
         }
         Err(_) => return Err(Fault::Retry),
     };
-    let p = &m.pages[f];
+    let p = &m.node.pages[f];
     if !p.trylock() {
-        filemap::put_page(m, f);
+        filemap::put_page(&m.node, f);
         m.vm.inc(Item::FaultDeferred);
         return Err(Fault::Retry);
     }
     if p.owner() != Owner::Cache(a.id, index) || !p.test(pg::UPTODATE) {
         p.unlock();
-        filemap::put_page(m, f);
+        filemap::put_page(&m.node, f);
         return Err(Fault::Retry);
     }
     if p.test_clear(pg::READAHEAD) {
@@ -927,7 +928,7 @@ fn beyond_eof(m: &MmInner, r: &RegionInner, fm: &FileMap, idx: u64) -> bool {
         if g.get() == Pte::None {
             g.set(Pte::Poison);
         }
-        if let Err(e) = m.uffd.poison(r.page_addr(idx), PAGE_SIZE, true) {
+        if let Err(e) = m.mm.uffd.poison(r.page_addr(idx), PAGE_SIZE, true) {
             if !e.is_exists() {
                 log::error!(
                     "UFFDIO_POISON beyond end of file at {:#x}: {e}",
@@ -957,7 +958,7 @@ fn do_shared_fault(
     let index = fm.pgoff + idx;
     match r.pt.get(idx) {
         Pte::Frame(f) => {
-            let p = &m.pages[f];
+            let p = &m.node.pages[f];
             if !p.trylock() {
                 m.vm.inc(Item::FaultDeferred);
                 return Some(Fault::Retry);
@@ -981,8 +982,8 @@ fn do_shared_fault(
                     );
                     let _ = pool::ensure_slot(m, f);
                     g.set(Pte::Poison);
-                    m.warn_on(
-                        m.uffd.poison(r.page_addr(idx), PAGE_SIZE, false),
+                    m.vm.warn_on(
+                        m.mm.uffd.poison(r.page_addr(idx), PAGE_SIZE, false),
                         "UFFDIO_POISON",
                     );
                 }
@@ -1005,9 +1006,9 @@ fn do_shared_fault(
                     m.vm.inc(Item::WpFault);
                     m.vm.inc(Item::Pgfault);
                 }
-                if let Err(e) = m
-                    .uffd
-                    .writeprotect(r.page_addr(idx), PAGE_SIZE, false, true)
+                if let Err(e) =
+                    m.mm.uffd
+                        .writeprotect(r.page_addr(idx), PAGE_SIZE, false, true)
                 {
                     log::error!("UFFDIO_WRITEPROTECT clear at {:#x}: {e}", r.page_addr(idx));
                 }
@@ -1027,7 +1028,7 @@ fn do_shared_fault(
         Ok(f) => f,
         Err(fault) => return Some(fault),
     };
-    let p = &m.pages[f];
+    let p = &m.node.pages[f];
     // Mapped in another view: take it from there first (before our pte lock: lock order).
     if p.test(pg::MAPPED) {
         unmap_file_page(m, f);
@@ -1036,20 +1037,20 @@ fn do_shared_fault(
     if g.get() != Pte::None {
         drop(g);
         p.unlock();
-        filemap::put_page(m, f);
+        filemap::put_page(&m.node, f);
         return None;
     }
     if !map_file_page(m, r, a, idx, f, write) {
         drop(g);
         p.unlock();
-        filemap::put_page(m, f);
+        filemap::put_page(&m.node, f);
         return Some(Fault::Retry);
     }
     m.vm.inc(Item::Pgfault);
     g.set(Pte::Frame(f));
     drop(g);
     p.unlock();
-    filemap::put_page(m, f);
+    filemap::put_page(&m.node, f);
     // Fault-around (filemap_map_pages): map the cached pages that follow. A sequential writer
     // gets a growing window of pages mapped writable and dirty (one fault per window instead
     // of one wp fault per page); a reader gets up to FILE_FAULT_AROUND clean pages mapped
@@ -1087,7 +1088,7 @@ fn map_file_page(
     f: Pfn,
     dirty_it: bool,
 ) -> bool {
-    let p = &m.pages[f];
+    let p = &m.node.pages[f];
     if dirty_it {
         filemap::set_page_dirty(m, a, f);
     }
@@ -1123,10 +1124,10 @@ fn map_around_one(m: &MmInner, r: &RegionInner, fm: &FileMap, j: u64, write: boo
     let Ok(Some(f)) = filemap::find_get_page(m, a, index) else {
         return false;
     };
-    let p = &m.pages[f];
+    let p = &m.node.pages[f];
     let ok = p.trylock();
     if !ok {
-        filemap::put_page(m, f);
+        filemap::put_page(&m.node, f);
         return false;
     }
     let usable =
@@ -1143,7 +1144,7 @@ fn map_around_one(m: &MmInner, r: &RegionInner, fm: &FileMap, j: u64, write: boo
             _ => false,
         };
     p.unlock();
-    filemap::put_page(m, f);
+    filemap::put_page(&m.node, f);
     mapped
 }
 
@@ -1158,11 +1159,11 @@ fn do_cow_fault(m: &MmInner, r: &Arc<RegionInner>, fm: &FileMap, idx: u64) -> Op
         Ok(f) => f,
         Err(fault) => return Some(fault),
     };
-    let p = &m.pages[f];
+    let p = &m.node.pages[f];
     let mut frames = Vec::with_capacity(1);
     if !page_alloc::alloc_pages(m, 1, &mut frames) {
         p.unlock();
-        filemap::put_page(m, f);
+        filemap::put_page(&m.node, f);
         return oom(m, r, idx);
     }
     let nf = frames[0];
@@ -1170,38 +1171,40 @@ fn do_cow_fault(m: &MmInner, r: &Arc<RegionInner>, fm: &FileMap, idx: u64) -> Op
     if g.get() != Pte::None {
         drop(g);
         p.unlock();
-        filemap::put_page(m, f);
+        filemap::put_page(&m.node, f);
         pool::free_frames(m, &frames, false);
         return None;
     }
     pool::empty_slot(m, nf);
     let src = match filemap::page_loc(m, f) {
-        filemap::Loc::Pool(o) => m.pool.addr() + o,
+        filemap::Loc::Pool(o) => m.pool.slots.addr() + o,
         filemap::Loc::View(v, o) => v.view.addr() + o,
     };
     let dst = r.page_addr(idx);
-    if let Err(e) = m.retry_again(PAGE_SIZE, |_| m.uffd.copy(dst, src, PAGE_SIZE, false, true)) {
+    if let Err(e) = m.retry_again(PAGE_SIZE, |_| {
+        m.mm.uffd.copy(dst, src, PAGE_SIZE, false, true)
+    }) {
         log::error!("copying file page {index} into a private region at {dst:#x}: {e}");
         drop(g);
         p.unlock();
-        filemap::put_page(m, f);
+        filemap::put_page(&m.node, f);
         pool::free_frames(m, &frames, false);
         return Some(Fault::Retry);
     }
-    mark_page_accessed(&m.lru, &m.pages, f, &m.vm);
+    mark_page_accessed(&m.node.lru, &m.node.pages, f, &m.vm);
     p.unlock();
-    filemap::put_page(m, f);
-    m.pages[nf].init(
+    filemap::put_page(&m.node, f);
+    m.node.pages[nf].init(
         Owner::Anon(r.id, idx),
         pg::UPTODATE | pg::DIRTY | pg::SWAPBACKED | pg::MAPPED,
     );
     g.set(Pte::Frame(nf));
-    m.lru.add(&m.pages, &[nf], &m.vm);
+    m.node.lru.add(&m.node.pages, &[nf], &m.vm);
     m.vm.inc(Item::NrAnonPages);
     m.vm.inc(Item::NrMapped);
     m.vm.inc(Item::Pgfault);
     drop(g);
-    m.note_resident();
+    m.node.note_resident();
     wake(m, r, idx);
     Some(Fault::Done)
 }
@@ -1252,16 +1255,16 @@ fn do_huge_pmd_anonymous_page(
     }
     let addr = r.page_addr(u);
     let len = huge_memory::HPAGE_PMD_SIZE;
-    let ok = match m.retry_again(len, |o| m.uffd.zeropage(addr + o, len - o, true)) {
+    let ok = match m.retry_again(len, |o| m.mm.uffd.zeropage(addr + o, len - o, true)) {
         Ok(_) => true,
         Err(e) => {
             log::debug!("UFFDIO_ZEROPAGE over a huge unit at {addr:#x}: {e}");
             false
         }
     };
-    if !ok || m.uffd.writeprotect(addr, len, true, true).is_err() {
+    if !ok || m.mm.uffd.writeprotect(addr, len, true, true).is_err() {
         // Partly mapped by a racing path: undo and fall back to small pages.
-        m.warn_on(
+        m.vm.warn_on(
             r.view.advise(u.usize() * PAGE_SIZE, len, Advice::DontNeed),
             "MADV_DONTNEED of view pages",
         );
@@ -1288,7 +1291,7 @@ fn do_huge_pmd_wp_page(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> 
         // Split meanwhile (partial discard): small zero pages now.
         return None;
     };
-    m.warn_on(
+    m.vm.warn_on(
         r.view.advise(
             u.usize() * PAGE_SIZE,
             huge_memory::HPAGE_PMD_SIZE,

@@ -78,19 +78,19 @@ fn new_region(mm: &Mm, len: usize, file: Option<FileMap>, noreserve: bool) -> Re
     } else {
         npages
     };
-    let prev = m.committed.fetch_add(npages_commit, Ordering::AcqRel);
+    let prev = m.mm.committed.fetch_add(npages_commit, Ordering::AcqRel);
     let npages_all = npages;
     let npages = npages_commit;
-    if !m.cfg.overcommit && prev + npages > m.commit_limit {
-        m.committed.fetch_sub(npages, Ordering::AcqRel);
+    if !m.cfg.overcommit && prev + npages > m.mm.commit_limit {
+        m.mm.committed.fetch_sub(npages, Ordering::AcqRel);
         return Err(Error::CommitLimit {
             requested: npages * PAGE_SIZE as u64,
             committed: prev * PAGE_SIZE as u64,
-            limit: m.commit_limit * PAGE_SIZE as u64,
+            limit: m.mm.commit_limit * PAGE_SIZE as u64,
         });
     }
     let undo = |e: Error| {
-        m.committed.fetch_sub(npages, Ordering::AcqRel);
+        m.mm.committed.fetch_sub(npages, Ordering::AcqRel);
         e
     };
     let huge = file.is_none() && m.cfg.thp;
@@ -108,10 +108,10 @@ fn new_region(mm: &Mm, len: usize, file: Option<FileMap>, noreserve: bool) -> Re
     // child touching the range gets SIGSEGV, never stale data.
     view.advise(0, view.len(), Advice::DontFork)
         .map_err(|e| undo(Error::io("madvise(DONTFORK) on a region", e)))?;
-    m.uffd
+    m.mm.uffd
         .register(view.addr(), view.len(), mode::MISSING | mode::WP)
         .map_err(|e| undo(Error::io("registering the region with userfaultfd", e)))?;
-    let r = m.regions.write().insert(|id| {
+    let r = m.mm.regions.write().insert(|id| {
         Arc::new(RegionInner {
             id,
             view,
@@ -189,16 +189,16 @@ impl Drop for Region {
     fn drop(&mut self) {
         let m = &self.h.inner;
         self.r.dead.store(true, Ordering::Release);
-        m.regions.write().remove_addr(self.r.view.addr());
+        m.mm.regions.write().remove_addr(self.r.view.addr());
         zap_page_range(m, &self.r, 0, self.r.npages(), false);
-        m.warn_on(
-            m.uffd.unregister(self.r.view.addr(), self.r.view.len()),
+        m.vm.warn_on(
+            m.mm.uffd.unregister(self.r.view.addr(), self.r.view.len()),
             "UFFDIO_UNREGISTER of a region",
         );
-        m.regions.write().remove_id(self.r.id);
+        m.mm.regions.write().remove_id(self.r.id);
         let shared = self.r.file.as_ref().is_some_and(|f| f.shared);
         if !shared && !self.r.noreserve {
-            m.committed.fetch_sub(self.r.npages(), Ordering::AcqRel);
+            m.mm.committed.fetch_sub(self.r.npages(), Ordering::AcqRel);
         }
         if let Some(fm) = &self.r.file {
             put_mapping(m, &fm.mapping);

@@ -44,6 +44,8 @@ pub mod memory;
 #[cfg(not(loom))]
 pub(crate) mod mmap;
 #[cfg(not(loom))]
+pub(crate) mod mmzone;
+#[cfg(not(loom))]
 pub(crate) mod page_alloc;
 #[cfg(not(loom))]
 pub(crate) mod page_io;
@@ -68,3 +70,5 @@ pub mod vmscan;
 
 #[cfg(not(loom))]
 pub use manager::*;
+#[cfg(not(loom))]
+pub use mmzone::Watermarks;

@@ -23,18 +23,18 @@ pub fn alloc_pages(m: &MmInner, want: usize, out: &mut Vec<Pfn>) -> bool {
     let mut fails = 0u32;
     let write_errors = m.vm.get(Item::SwapWriteError);
     loop {
-        let free = m.frames.nr_free();
-        let above_min = free.saturating_sub(m.wmark.min).usize();
+        let free = m.node.frames.nr_free();
+        let above_min = free.saturating_sub(m.node.wmark.min).usize();
         // Once direct reclaim has run and failed, dip into the reserve below min.
         let can = if fails > 2 { free.usize() } else { above_min };
-        if can > 0 && m.frames.alloc(want.min(can), out) > 0 {
-            if m.frames.nr_free() < m.wmark.low {
-                vmscan::wake_kswapd(m);
+        if can > 0 && m.node.frames.alloc(want.min(can), out) > 0 {
+            if m.node.frames.nr_free() < m.node.wmark.low {
+                vmscan::wake_kswapd(&m.node);
             }
-            m.note_resident();
+            m.node.note_resident();
             return true;
         }
-        vmscan::wake_kswapd(m);
+        vmscan::wake_kswapd(&m.node);
         if !stalled {
             m.vm.inc(Item::Allocstall);
             stalled = true;

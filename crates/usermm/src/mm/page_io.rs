@@ -25,7 +25,7 @@ pub(crate) fn swap_writepage(
     frames: impl IntoIterator<Item = Pfn>,
 ) -> io::Result<()> {
     let offs: Vec<usize> = frames.into_iter().map(Pfn::offset).collect();
-    match sw.dev.write_pages(first.offset(), &m.pool, &offs) {
+    match sw.dev.write_pages(first.offset(), &m.pool.slots, &offs) {
         Ok(()) => {
             let n = offs.len() as u64;
             m.vm.add(Item::Pswpout, n);

@@ -8,6 +8,7 @@
 //! (halfway between the background and the hard threshold): the pause grows linearly from 0 to
 //! `MAX_PAUSE` at the threshold, and above it writers wait until writeback brings it back.
 
+use crate::vmstat::Counters;
 use std::collections::HashMap;
 use std::sync::Weak;
 use std::thread::JoinHandle;
@@ -86,7 +87,7 @@ impl WbState {
 /// memory (free frames plus file pages).
 pub fn global_dirty_limits(m: &MmInner) -> (u64, u64) {
     // The file LRU sizes from the counters: no lru_lock on the writer's path.
-    let dirtyable = m.frames.nr_free()
+    let dirtyable = m.node.frames.nr_free()
         + m.vm.get(Item::NrInactiveFile)
         + m.vm.get(Item::NrActiveFile)
         + m.vm.get(Item::NrIsolatedFile);
@@ -100,8 +101,8 @@ pub fn global_dirty_limits(m: &MmInner) -> (u64, u64) {
     (bg, thresh)
 }
 
-fn nr_dirty(m: &MmInner) -> u64 {
-    m.vm.get(Item::NrDirty) + m.vm.get(Item::NrWriteback)
+fn nr_dirty(vm: &Counters) -> u64 {
+    vm.get(Item::NrDirty) + vm.get(Item::NrWriteback)
 }
 
 /// The flusher of `dev`, started on first use.
@@ -181,7 +182,7 @@ pub fn balance_dirty_pages_ratelimited(m: &MmInner, mapping: &AddressSpace) {
     if skip {
         return;
     }
-    let dirty = nr_dirty(m);
+    let dirty = nr_dirty(&m.vm);
     if dirty < 64 {
         return;
     }
@@ -197,10 +198,10 @@ pub fn balance_dirty_pages_ratelimited(m: &MmInner, mapping: &AddressSpace) {
     let start = Instant::now();
     m.vm.inc(Item::DirtyThrottle);
     loop {
-        let dirty = nr_dirty(m);
+        let dirty = nr_dirty(&m.vm);
         let (bg, thresh) = global_dirty_limits(m);
         let freerun = (bg + thresh) / 2;
-        if dirty <= freerun || m.shutdown.load(Ordering::Relaxed) {
+        if dirty <= freerun || m.handlers.shutdown.load(Ordering::Relaxed) {
             break;
         }
         let span = thresh.saturating_sub(freerun).max(1);
@@ -233,7 +234,7 @@ fn wb_workfn(m: Arc<MmInner>, b: Arc<Bdi>) {
             *w = WbWork::default();
             r
         };
-        if m.shutdown.load(Ordering::Acquire) {
+        if m.handlers.shutdown.load(Ordering::Acquire) {
             return;
         }
         let list: Vec<Arc<AddressSpace>> = {
@@ -245,9 +246,9 @@ fn wb_workfn(m: Arc<MmInner>, b: Arc<Bdi>) {
         let mut list = list;
         list.sort_by_key(|a| a.dirtied_when.load(Ordering::Relaxed));
         let now = m.wb.now_ms();
-        let over_bg = |m: &MmInner| nr_dirty(m) > global_dirty_limits(m).0;
+        let over_bg = |m: &MmInner| nr_dirty(&m.vm) > global_dirty_limits(m).0;
         for a in &list {
-            if m.shutdown.load(Ordering::Acquire) {
+            if m.handlers.shutdown.load(Ordering::Acquire) {
                 return;
             }
             // A closed file that was unlinked: its dirty pages are garbage, drop them.

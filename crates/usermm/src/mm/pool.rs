@@ -17,7 +17,30 @@ use crate::sys::{Advice, Mapping, PAGE_SIZE};
 use crate::vmstat::Item;
 
 use super::page::{pg, Pfn};
+use super::zap::ZapQueue;
 use super::MmInner;
+
+/// The pool's mappings: one slot per frame, registered with the manager's userfaultfd; a
+/// source of zeros to fill slots from; and the slot drops queued for the next batch.
+#[derive(Debug)]
+pub struct FramePool {
+    /// Slot N holds frame N's page while it is not mapped in a region's view.
+    pub(crate) slots: Mapping,
+    /// 2 MiB of the shared zero page: copies from it read cache-hot zeros and cost no memory.
+    pub(crate) zero_src: Mapping,
+    /// Pool slots to empty in the next batch (`defer_zap`, the protocol in mm/zap.rs).
+    pub(crate) zaps: ZapQueue,
+}
+
+impl FramePool {
+    pub(crate) fn new(slots: Mapping, zero_src: Mapping) -> FramePool {
+        FramePool {
+            slots,
+            zero_src,
+            zaps: ZapQueue::default(),
+        }
+    }
+}
 
 /// The runs of `v`: maximal index ranges whose neighbours satisfy `next(prev, cur)` (consecutive
 /// frames, slots or page indexes). One helper for every "split into runs" loop.
@@ -56,23 +79,26 @@ pub const MOVE_MIN_RUN: usize = 4;
 /// be emptied with the next batch. Before anything looks into the slot or moves a page into it,
 /// [`settle`] empties it.
 pub fn defer_zap(m: &MmInner, f: Pfn) {
-    if m.zaps.push(&m.pages, f) {
+    if m.pool.zaps.push(&m.node.pages, f) {
         flush_zaps(m);
     }
 }
 
 /// Empties every queued slot: one process_madvise(2) per batch (`ZapQueue::flush`).
 pub fn flush_zaps(m: &MmInner) {
-    let n = m.zaps.flush(&m.pages, |frames| {
+    let n = m.pool.zaps.flush(&m.node.pages, |frames| {
         let offs: Vec<usize> = frames.iter().map(|f| f.offset()).collect();
-        m.warn_on(m.pool.dontneed_pages(&offs), "MADV_DONTNEED of pool slots");
+        m.vm.warn_on(
+            m.pool.slots.dontneed_pages(&offs),
+            "MADV_DONTNEED of pool slots",
+        );
     });
     m.vm.add(Item::PoolZapBatched, n as u64);
 }
 
 /// Before frame `f`'s slot is looked into or a page moved into it: a pending drop happens now.
 pub fn settle(m: &MmInner, f: Pfn) {
-    if m.pages[f].test(pg::ZAPPENDING) {
+    if m.node.pages[f].test(pg::ZAPPENDING) {
         flush_zaps(m);
     }
 }
@@ -80,7 +106,7 @@ pub fn settle(m: &MmInner, f: Pfn) {
 /// A frame being freed whose slot drop is still pending keeps the page as a recycled one
 /// (PG_pooled) instead: the next user overwrites it.
 pub fn settle_free(m: &MmInner, f: Pfn) {
-    m.zaps.settle_free(&m.pages, f);
+    m.pool.zaps.settle_free(&m.node.pages, f);
 }
 
 /// Returns frames to the allocator. `zap`: drop the pages their pool slots hold first;
@@ -95,10 +121,10 @@ pub fn free_frames(m: &MmInner, frames: &[Pfn], zap: bool) {
     if zap {
         zap_pool(m, frames);
         for &f in frames {
-            m.pages[f].reset_flags(0);
+            m.node.pages[f].reset_flags(0);
         }
     }
-    m.frames.free(frames);
+    m.node.frames.free(frames);
     m.vm.add(Item::Pgfree, frames.len() as u64);
 }
 
@@ -108,9 +134,9 @@ pub fn free_frames(m: &MmInner, frames: &[Pfn], zap: bool) {
 pub fn recycle_frames(m: &MmInner, frames: &[Pfn]) {
     for &f in frames {
         settle_free(m, f);
-        m.pages[f].reset_flags(pg::POOLED);
+        m.node.pages[f].reset_flags(pg::POOLED);
     }
-    m.frames.free(frames);
+    m.node.frames.free(frames);
     m.vm.add(Item::Pgfree, frames.len() as u64);
 }
 
@@ -119,11 +145,11 @@ pub fn recycle_frames(m: &MmInner, frames: &[Pfn]) {
 /// thread, never be served; a lost slot is counted (`pool_slot_lost`) and the frame treated as
 /// not pooled.
 pub fn pooled_and_present(m: &MmInner, f: Pfn) -> bool {
-    let p = &m.pages[f];
+    let p = &m.node.pages[f];
     if !p.test(pg::POOLED) {
         return false;
     }
-    match m.pool.resident(f.offset(), PAGE_SIZE) {
+    match m.pool.slots.resident(f.offset(), PAGE_SIZE) {
         Ok(v) if v[0] => true,
         _ => {
             m.vm.inc(Item::PoolSlotLost);
@@ -137,7 +163,10 @@ pub fn pooled_and_present(m: &MmInner, f: Pfn) -> bool {
 /// Whether frame `f`'s pool slot holds a page (mincore), whatever its flags say.
 pub fn slot_present(m: &MmInner, f: Pfn) -> bool {
     settle(m, f);
-    m.pool.resident(f.offset(), PAGE_SIZE).is_ok_and(|v| v[0])
+    m.pool
+        .slots
+        .resident(f.offset(), PAGE_SIZE)
+        .is_ok_and(|v| v[0])
 }
 
 /// [`pooled_and_present`] for a batch, with one mincore per run of consecutive frames.
@@ -147,10 +176,11 @@ pub fn pooled_batch(m: &MmInner, frames: &[Pfn]) -> Vec<bool> {
         let (k, e) = (run.start, run.end);
         let res = m
             .pool
+            .slots
             .resident(frames[k].offset(), (e - k) * PAGE_SIZE)
             .unwrap_or_else(|_| vec![false; e - k]);
         for j in k..e {
-            let p = &m.pages[frames[j]];
+            let p = &m.node.pages[frames[j]];
             if p.test(pg::POOLED) {
                 if res[j - k] {
                     out[j] = true;
@@ -171,7 +201,7 @@ pub fn pooled_batch(m: &MmInner, frames: &[Pfn]) -> Vec<bool> {
 /// Empties the pool slot of a freshly allocated frame that will not use the page parked there
 /// (with the next batch: [`defer_zap`]).
 pub fn empty_slot(m: &MmInner, f: Pfn) {
-    if m.pages[f].test_clear(pg::POOLED) {
+    if m.node.pages[f].test_clear(pg::POOLED) {
         defer_zap(m, f);
     }
 }
@@ -181,8 +211,8 @@ fn zap_pool(m: &MmInner, frames: &[Pfn]) {
     let mut sorted = frames.to_vec();
     sorted.sort_unstable();
     for run in runs(&sorted, |a, b| b == a.next()) {
-        m.warn_on(
-            m.pool.advise(
+        m.vm.warn_on(
+            m.pool.slots.advise(
                 sorted[run.start].offset(),
                 run.len() * PAGE_SIZE,
                 Advice::DontNeed,
@@ -196,11 +226,14 @@ fn zap_pool(m: &MmInner, frames: &[Pfn]) {
 /// page, or UFFDIO_COPY into an empty slot.
 pub(crate) fn fill_slot(m: &MmInner, f: Pfn, bounce: &Mapping, off: usize) -> bool {
     settle(m, f);
-    if pooled_and_present(m, f) && m.pages[f].test_clear(pg::POOLED) {
-        m.pool.copy_from(f.offset(), bounce, off, PAGE_SIZE).is_ok()
+    if pooled_and_present(m, f) && m.node.pages[f].test_clear(pg::POOLED) {
+        m.pool
+            .slots
+            .copy_from(f.offset(), bounce, off, PAGE_SIZE)
+            .is_ok()
     } else {
-        let dst = m.pool.addr() + f.offset();
-        m.uffd
+        let dst = m.pool.slots.addr() + f.offset();
+        m.mm.uffd
             .copy(dst, bounce.addr() + off, PAGE_SIZE, false, true)
             .is_ok()
     }
@@ -229,12 +262,16 @@ pub(crate) fn with_bounce<R>(pages: usize, f: impl FnOnce(&Mapping) -> R) -> R {
 /// bytes can be accessed. A recycled page keeps stale bytes: the caller overwrites them.
 pub(crate) fn ensure_slot(m: &MmInner, f: Pfn) -> bool {
     settle(m, f);
-    let p = &m.pages[f];
+    let p = &m.node.pages[f];
     if pooled_and_present(m, f) && p.test_clear(pg::POOLED) {
         return true;
     }
-    let dst = m.pool.addr() + f.offset();
-    match m.uffd.copy(dst, m.zero_src.addr(), PAGE_SIZE, false, true) {
+    let dst = m.pool.slots.addr() + f.offset();
+    match m
+        .mm
+        .uffd
+        .copy(dst, m.pool.zero_src.addr(), PAGE_SIZE, false, true)
+    {
         Ok(_) => true,
         Err(e) if e.is_exists() => true,
         Err(e) => {

@@ -1,17 +1,93 @@
 //! Regions (`struct vm_area_struct`): the address ranges a manager serves, each a private
 //! anonymous view registered with the manager's userfaultfd for MISSING and WP faults, plus a
 //! page table of where each page lives. The types and their read-only accessors; creating and
-//! tearing down regions is in `mmap.rs`, discarding ranges in `madvise.rs`.
+//! tearing down regions is in `mmap.rs`, discarding ranges in `madvise.rs`. Also the address
+//! space that holds them (`struct mm_struct`): the region table, commit accounting and the
+//! userfaultfd.
 
 use crate::error::{Error, Result};
-use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64};
+use std::collections::BTreeMap;
+
+use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, RwLock};
+use crate::sys::uffd::Uffd;
 use crate::sys::{Mapping, PAGE_SIZE};
 
 use super::filemap::AddressSpace;
-use super::page::RegionId;
+use super::page::{IdTable, RegionId};
 use super::pgtable::{PageTable, Pte};
 use super::{Mm, MmHandle};
 use crate::conv::Narrow;
+
+/// The address space's state (`struct mm_struct`): its regions, its commit charge and the
+/// userfaultfd they are registered with.
+#[derive(Debug)]
+pub struct MmStruct {
+    /// The region table (`mm->mm_mt`).
+    pub(crate) regions: RwLock<RegionTable>,
+    /// Pages committed by live regions (`vm_committed_as`).
+    pub(crate) committed: AtomicU64,
+    /// Most pages that may be committed: budget + swap (`vm_commit_limit()`).
+    pub(crate) commit_limit: u64,
+    /// The userfaultfd every region and the frame pool are registered with.
+    pub(crate) uffd: Uffd,
+    /// MMF_HUGE_ZERO_PAGE: this manager holds a reference on the huge zero page (seed 003).
+    pub(crate) huge_zero_used: AtomicBool,
+}
+
+impl MmStruct {
+    pub(crate) fn new(uffd: Uffd, commit_limit: u64) -> MmStruct {
+        MmStruct {
+            regions: RwLock::new(RegionTable::default()),
+            committed: AtomicU64::new(0),
+            commit_limit,
+            uffd,
+            huge_zero_used: AtomicBool::new(false),
+        }
+    }
+    /// The live region `id` (the rmap's way from a page to its mapping).
+    pub(crate) fn region(&self, id: RegionId) -> Option<Arc<RegionInner>> {
+        self.regions.read().get(id).cloned()
+    }
+}
+
+/// Address-ordered and id-indexed region tables.
+#[derive(Debug, Default)]
+pub struct RegionTable {
+    by_id: IdTable<RegionId, RegionInner>,
+    by_addr: BTreeMap<usize, RegionId>,
+}
+
+impl RegionTable {
+    pub(crate) fn insert(
+        &mut self,
+        make: impl FnOnce(RegionId) -> Arc<RegionInner>,
+    ) -> Arc<RegionInner> {
+        let r = self.by_id.insert(make);
+        self.by_addr.insert(r.view.addr(), r.id);
+        r
+    }
+    pub(crate) fn get(&self, id: RegionId) -> Option<&Arc<RegionInner>> {
+        self.by_id.get(id)
+    }
+    pub(crate) fn find(&self, addr: usize) -> Option<&Arc<RegionInner>> {
+        let (_, id) = self.by_addr.range(..=addr).next_back()?;
+        let r = self.get(*id)?;
+        (addr < r.view.addr() + r.view.len()).then_some(r)
+    }
+    pub(crate) fn remove_addr(&mut self, addr: usize) {
+        self.by_addr.remove(&addr);
+    }
+    pub(crate) fn remove_id(&mut self, id: RegionId) {
+        self.by_id.remove(id);
+    }
+    pub(crate) fn len(&self) -> usize {
+        self.by_addr.len()
+    }
+    /// Every live region, in id order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Arc<RegionInner>> {
+        self.by_id.iter()
+    }
+}
 
 /// The shared part of a region.
 #[derive(Debug)]

@@ -9,6 +9,7 @@
 use crate::sys::{Advice, PAGE_SIZE};
 use crate::vmstat::Item;
 
+use super::mmzone::Node;
 use super::page::{pg, Owner, Pfn, RegionId};
 use super::pgtable::Pte;
 use super::pool;
@@ -24,13 +25,13 @@ pub fn try_to_unmap(m: &MmInner, frames: &[Pfn]) {
         return;
     }
     // A slot whose stale copy is still queued for dropping must be empty before a page moves in.
-    if frames.iter().any(|&f| m.pages[f].test(pg::ZAPPENDING)) {
+    if frames.iter().any(|&f| m.node.pages[f].test(pg::ZAPPENDING)) {
         pool::flush_zaps(m);
     }
     let mut v: Vec<(RegionId, u64, Pfn)> = frames
         .iter()
         .map(|&f| {
-            let p = &m.pages[f];
+            let p = &m.node.pages[f];
             let (rid, idx) = match p.owner() {
                 Owner::Anon(rid, idx) => (rid, idx),
                 // Where a mapped page-cache page is mapped.
@@ -43,22 +44,22 @@ pub fn try_to_unmap(m: &MmInner, frames: &[Pfn]) {
     for run in pool::runs(&v, |a, b| b.0 == a.0 && b.1 == a.1 + 1 && b.2 == a.2.next()) {
         let (k, e) = (run.start, run.end);
         let (rid, idx0, f0) = v[k];
-        let Some(r) = m.region(rid).filter(|r| v[e - 1].1 < r.npages()) else {
+        let Some(r) = m.mm.region(rid).filter(|r| v[e - 1].1 < r.npages()) else {
             continue;
         };
         let n = e - k;
         let src = r.page_addr(idx0);
-        let dst = m.pool.addr() + f0.offset();
+        let dst = m.pool.slots.addr() + f0.offset();
         // A partial move reports every page it moved (sys::uffd resumes the kernel's partial
         // results): those are unmapped; the rest go one by one.
-        let moved = match m.uffd.move_pages(dst, src, n * PAGE_SIZE, false, true) {
+        let moved = match m.mm.uffd.move_pages(dst, src, n * PAGE_SIZE, false, true) {
             Ok(b) => b / PAGE_SIZE,
             Err(e) => e.done / PAGE_SIZE,
         }
         .min(n);
         for &(_, i, f) in &v[k..k + moved] {
             mark_unmapped(m, f);
-            clear_file_pte(m, &r, i, f);
+            clear_file_pte(&m.node, &r, i, f);
         }
         for &(_, idx, f) in &v[k + moved..e] {
             try_to_unmap_one(m, &r, idx, f);
@@ -71,37 +72,37 @@ pub fn try_to_unmap(m: &MmInner, frames: &[Pfn]) {
 fn try_to_unmap_one(m: &MmInner, r: &RegionInner, idx: u64, f: Pfn) {
     pool::settle(m, f);
     let src = r.page_addr(idx);
-    let dst = m.pool.addr() + f.offset();
+    let dst = m.pool.slots.addr() + f.offset();
     let mut res = m.retry_again(PAGE_SIZE, |_| {
-        m.uffd.move_pages(dst, src, PAGE_SIZE, false, true)
+        m.mm.uffd.move_pages(dst, src, PAGE_SIZE, false, true)
     });
     if matches!(res, Err(e) if e.is_exists()) {
         // The slot holds a stale page (a frame's slot must be empty while its page is mapped):
         // drop it and move again.
         m.vm.inc(Item::PoolSlotLost);
         log::warn!("frame {f}: pool slot occupied while its page is mapped; slot dropped");
-        m.warn_on(
-            m.pool.advise(f.offset(), PAGE_SIZE, Advice::DontNeed),
+        m.vm.warn_on(
+            m.pool.slots.advise(f.offset(), PAGE_SIZE, Advice::DontNeed),
             "MADV_DONTNEED of pool slots",
         );
         res = m.retry_again(PAGE_SIZE, |_| {
-            m.uffd.move_pages(dst, src, PAGE_SIZE, false, true)
+            m.mm.uffd.move_pages(dst, src, PAGE_SIZE, false, true)
         });
     }
     match res {
         Ok(_) => {
             mark_unmapped(m, f);
-            clear_file_pte(m, r, idx, f);
+            clear_file_pte(&m.node, r, idx, f);
         }
         Err(e) if e.errno == libc::ENOENT => {
             // Nothing mapped there: the program discarded the page (MADV_DONTNEED) behind our
             // back. Its slot gets its swap copy or zeros, and it is parked like any other.
-            if m.pages[f].test(pg::PAGECACHE) {
+            if m.node.pages[f].test(pg::PAGECACHE) {
                 log::error!("file page in frame {f} lost from its mapping at {src:#x}");
             }
             if refill_lost_slot(m, f) {
                 mark_unmapped(m, f);
-                clear_file_pte(m, r, idx, f);
+                clear_file_pte(&m.node, r, idx, f);
             }
         }
         Err(e) => log::debug!("UFFDIO_MOVE out of {src:#x}: {e}; page stays mapped"),
@@ -110,8 +111,8 @@ fn try_to_unmap_one(m: &MmInner, r: &RegionInner, idx: u64, f: Pfn) {
 
 /// A page-cache page unmapped from a shared file region leaves no entry behind: the region's
 /// next access looks the page up in the cache again.
-fn clear_file_pte(m: &MmInner, r: &RegionInner, idx: u64, f: Pfn) {
-    if m.pages[f].test(pg::PAGECACHE) {
+fn clear_file_pte(node: &Node, r: &RegionInner, idx: u64, f: Pfn) {
+    if node.pages[f].test(pg::PAGECACHE) {
         let mut g = r.pt.lock(idx);
         if g.get() == Pte::Frame(f) {
             g.set(Pte::None);
@@ -120,7 +121,7 @@ fn clear_file_pte(m: &MmInner, r: &RegionInner, idx: u64, f: Pfn) {
 }
 
 fn mark_unmapped(m: &MmInner, f: Pfn) {
-    let p = &m.pages[f];
+    let p = &m.node.pages[f];
     p.clear(pg::MAPPED | pg::WP);
     m.vm.sub(Item::NrMapped, 1);
     m.vm.inc(Item::PgUnmapRef);
@@ -130,9 +131,10 @@ fn mark_unmapped(m: &MmInner, f: Pfn) {
 /// slot (the pte lock of `idx` is held by the caller or not needed).
 pub(crate) fn unmap_file_page_at(m: &MmInner, r: &RegionInner, idx: u64, f: Pfn) {
     pool::settle(m, f);
-    let p = &m.pages[f];
-    let dst = m.pool.addr() + f.offset();
+    let p = &m.node.pages[f];
+    let dst = m.pool.slots.addr() + f.offset();
     match m
+        .mm
         .uffd
         .move_pages(dst, r.page_addr(idx), PAGE_SIZE, false, true)
     {
@@ -140,12 +142,13 @@ pub(crate) fn unmap_file_page_at(m: &MmInner, r: &RegionInner, idx: u64, f: Pfn)
         Err(e) if e.errno == libc::EEXIST => {
             // The slot still holds the page's copy (mapped by COPY, slot not yet dropped): the
             // view copy is the current one if dirty; copy it over.
-            m.warn_on(
+            m.vm.warn_on(
                 m.pool
+                    .slots
                     .copy_from(f.offset(), &r.view, idx.usize() * PAGE_SIZE, PAGE_SIZE),
                 "copying a page into a pool slot",
             );
-            m.warn_on(
+            m.vm.warn_on(
                 r.view
                     .advise(idx.usize() * PAGE_SIZE, PAGE_SIZE, Advice::DontNeed),
                 "MADV_DONTNEED of view pages",
@@ -160,12 +163,12 @@ pub(crate) fn unmap_file_page_at(m: &MmInner, r: &RegionInner, idx: u64, f: Pfn)
 /// Unmaps locked page-cache page `f` from the shared region that maps it (taking that region's
 /// pte lock) and clears the entry, so the next access there faults.
 pub(crate) fn unmap_file_page(m: &MmInner, f: Pfn) {
-    let p = &m.pages[f];
+    let p = &m.node.pages[f];
     if !p.test(pg::MAPPED) {
         return;
     }
     let (rid, idx) = p.mapped_at();
-    let Some(r) = m.region(rid) else {
+    let Some(r) = m.mm.region(rid) else {
         p.clear(pg::MAPPED | pg::WP);
         m.vm.sub(Item::NrMapped, 1);
         return;
@@ -184,7 +187,7 @@ pub(crate) fn unmap_file_page(m: &MmInner, f: Pfn) {
 /// copy, now stale, is dropped). Counted as `pgunmap_zapped` and logged. False if the swap read
 /// failed (the caller retries).
 pub(crate) fn refill_lost_slot(m: &MmInner, f: Pfn) -> bool {
-    let p = &m.pages[f];
+    let p = &m.node.pages[f];
     m.vm.inc(Item::PgunmapZapped);
     if p.test(pg::SWAPCACHE) && !p.test(pg::DIRTY) {
         if let Some(sw) = &m.swap {

@@ -52,7 +52,7 @@ pub(crate) fn shmem_swapin(
             ));
         }
     }
-    let p = &m.pages[f];
+    let p = &m.node.pages[f];
     p.init(
         Owner::Cache(mapping.id, index),
         pg::SWAPBACKED | pg::UPTODATE | pg::DIRTY,
@@ -75,7 +75,7 @@ pub(crate) fn shmem_swapin(
     m.vm.inc(Item::NrShmem);
     m.vm.inc(Item::ShmemSwapin);
     m.vm.inc(Item::Pswpin);
-    m.lru.add(&m.pages, &[f], &m.vm);
+    m.node.lru.add(&m.node.pages, &[f], &m.vm);
     Ok(())
 }
 
@@ -88,7 +88,7 @@ pub(crate) fn shmem_replace_with_swap(
     index: u64,
     slot: SwapEntry,
 ) -> bool {
-    let p = &m.pages[f];
+    let p = &m.node.pages[f];
     {
         let mut t = mapping.lock_tree(&m.vm, LockSite::DeleteFromPageCache);
         if t.get(index) != Some(Entry::Page(f).encode()) || p.page_count() != 1 {

@@ -135,7 +135,7 @@ impl SwapState {
 /// `try_to_free_swap`: drops the swap copy of a page about to be written (a write fault), and
 /// marks it dirty.
 pub(crate) fn try_to_free_swap(m: &MmInner, f: Pfn) {
-    let p = &m.pages[f];
+    let p = &m.node.pages[f];
     if p.test_clear(pg::SWAPCACHE) {
         if let Some(sw) = &m.swap {
             sw.swap_free(p.swap_entry(), &m.vm);
@@ -185,7 +185,7 @@ pub(crate) fn park_readahead(
             unused.push(f);
             continue;
         }
-        let p = &m.pages[f];
+        let p = &m.node.pages[f];
         p.init(
             Owner::Anon(r.id, idx + k as u64),
             pg::UPTODATE | pg::SWAPBACKED | pg::SWAPCACHE | pg::READAHEAD,

@@ -28,8 +28,8 @@ pub fn truncate(m: &MmInner, mapping: &Arc<AddressSpace>, size: u64) -> Result<(
             if let Some(f) = find_lock_page(m, mapping, index)? {
                 let from = (size % ps).usize();
                 copy_to_page(m, mapping, f, from, &vec![0u8; PAGE_SIZE - from]);
-                m.pages[f].unlock();
-                put_page(m, f);
+                m.node.pages[f].unlock();
+                put_page(&m.node, f);
             }
         }
     }
@@ -61,13 +61,13 @@ fn truncate_pages_only(m: &MmInner, mapping: &AddressSpace, from: u64, to: u64) 
         match Entry::decode(e) {
             Entry::Page(f) => {
                 if lock_page_in(m, mapping, f, index, false) {
-                    if m.pages[f].test(pg::MAPPED) {
+                    if m.node.pages[f].test(pg::MAPPED) {
                         super::rmap::unmap_file_page(m, f);
                     }
                     if remove_page(m, mapping, f, index, false) {
                         n += 1;
                     } else {
-                        m.pages[f].unlock();
+                        m.node.pages[f].unlock();
                     }
                 }
             }

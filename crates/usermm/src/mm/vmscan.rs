@@ -17,6 +17,7 @@ use crate::vmstat::Item;
 
 use super::filemap;
 use super::lru::Lru;
+use super::mmzone::Node;
 use super::page::{pg, Owner, Page, Pfn, SwapEntry};
 use super::page_io;
 use super::pgtable::Pte;
@@ -66,11 +67,11 @@ impl ScanControl {
 }
 
 /// Wakes kswapd (`wakeup_kswapd`).
-pub fn wake_kswapd(m: &MmInner) {
-    let mut p = m.kswapd.pending.lock();
+pub fn wake_kswapd(node: &Node) {
+    let mut p = node.kswapd.pending.lock();
     if !*p {
         *p = true;
-        m.kswapd.cv.notify_one();
+        node.kswapd.cv.notify_one();
     }
 }
 
@@ -112,19 +113,22 @@ pub fn try_to_free_pages(m: &MmInner, nr: usize) -> usize {
 pub fn kswapd_main(m: std::sync::Arc<MmInner>) {
     loop {
         {
-            let mut p = m.kswapd.pending.lock();
-            while !*p && !m.shutdown.load(Ordering::Acquire) {
-                m.kswapd.cv.wait_for(&mut p, Duration::from_millis(200));
-                if m.frames.nr_free() < m.wmark.low {
+            let mut p = m.node.kswapd.pending.lock();
+            while !*p && !m.handlers.shutdown.load(Ordering::Acquire) {
+                m.node
+                    .kswapd
+                    .cv
+                    .wait_for(&mut p, Duration::from_millis(200));
+                if m.node.frames.nr_free() < m.node.wmark.low {
                     break;
                 }
             }
             *p = false;
         }
-        if m.shutdown.load(Ordering::Acquire) {
+        if m.handlers.shutdown.load(Ordering::Acquire) {
             return;
         }
-        if m.frames.nr_free() >= m.wmark.high {
+        if m.node.frames.nr_free() >= m.node.wmark.high {
             m.vm.inc(Item::KswapdHighWmarkHitQuickly);
             continue;
         }
@@ -140,14 +144,16 @@ fn balance_pgdat(m: &MmInner) {
     struct Clear<'a>(&'a MmInner);
     impl Drop for Clear<'_> {
         fn drop(&mut self) {
-            if self.0.frames.nr_free() >= self.0.wmark.high {
-                self.0.pgdat_dirty.store(false, Ordering::Release);
+            if self.0.node.frames.nr_free() >= self.0.node.wmark.high {
+                self.0.node.pgdat_dirty.store(false, Ordering::Release);
             }
         }
     }
     let _clear = Clear(m);
-    while m.frames.nr_free() < m.wmark.high && !m.shutdown.load(Ordering::Acquire) {
-        let want = (m.wmark.high - m.frames.nr_free()).usize();
+    while m.node.frames.nr_free() < m.node.wmark.high
+        && !m.handlers.shutdown.load(Ordering::Acquire)
+    {
+        let want = (m.node.wmark.high - m.node.frames.nr_free()).usize();
         let mut sc = ScanControl::new(want.max(SWAP_CLUSTER_MAX), true);
         sc.priority = priority;
         // In trouble: write pages even in laptop mode (balance_pgdat).
@@ -176,8 +182,8 @@ fn balance_pgdat(m: &MmInner) {
 pub fn reclaim_to(m: &MmInner, target: u64) -> u64 {
     let mut total = 0u64;
     let mut idle = 0;
-    while m.resident_pages() > target && idle < 4 {
-        let want = (m.resident_pages() - target).usize();
+    while m.node.resident_pages() > target && idle < 4 {
+        let want = (m.node.resident_pages() - target).usize();
         let mut sc = ScanControl::new(want, true);
         sc.priority = 0;
         shrink_node(m, &mut sc);
@@ -194,14 +200,14 @@ pub fn reclaim_to(m: &MmInner, target: u64) -> u64 {
 
 /// `inactive_list_is_low`: the inactive list of a type should hold at least 1/ratio of its
 /// pages, where ratio = sqrt(10 * GiB of that type) (1 below 1 GiB).
-pub fn inactive_list_is_low(m: &MmInner, file: bool) -> bool {
+pub fn inactive_list_is_low(node: &Node, file: bool) -> bool {
     let (il, al) = if file {
         (Lru::InactiveFile, Lru::ActiveFile)
     } else {
         (Lru::InactiveAnon, Lru::ActiveAnon)
     };
-    let inactive = m.lru.size(il);
-    let active = m.lru.size(al);
+    let inactive = node.lru.size(il);
+    let active = node.lru.size(al);
     let gb = ((inactive + active) * PAGE_SIZE as u64) >> 30;
     let ratio = if gb > 0 {
         // A square root of a u64 fits a u64.
@@ -216,14 +222,14 @@ pub fn inactive_list_is_low(m: &MmInner, file: bool) -> bool {
 
 /// The anon lists' `inactive_list_is_low`.
 pub fn inactive_is_low(m: &MmInner) -> bool {
-    inactive_list_is_low(m, false)
+    inactive_list_is_low(&m.node, false)
 }
 
 /// `get_scan_count`: pages to scan on each list this pass. Without swap, or with enough
 /// inactive page cache, only file pages; otherwise anon and file in proportion to
 /// `swappiness` : `200 - swappiness`.
 fn get_scan_count(m: &MmInner, sc: &ScanControl, batch: usize) -> [usize; 4] {
-    let size = |l: Lru| m.lru.size(l).usize();
+    let size = |l: Lru| m.node.lru.size(l).usize();
     let scan = |n: usize| {
         if n == 0 {
             0
@@ -243,7 +249,7 @@ fn get_scan_count(m: &MmInner, sc: &ScanControl, batch: usize) -> [usize; 4] {
         return [anon[0], anon[1], 0, 0];
     }
     // Enough inactive cache: leave the anon working set alone (SCAN_FILE).
-    if !inactive_list_is_low(m, true) && size(Lru::InactiveFile) >> sc.priority > 0 {
+    if !inactive_list_is_low(&m.node, true) && size(Lru::InactiveFile) >> sc.priority > 0 {
         return [0, 0, file[0], file[1]];
     }
     let ap = m.cfg.swappiness as usize;
@@ -286,21 +292,21 @@ pub fn shrink_node(m: &MmInner, sc: &mut ScanControl) {
             let b = nr[k].min(batch);
             nr[k] -= b;
             if l.active() {
-                if inactive_list_is_low(m, l.file()) {
+                if inactive_list_is_low(&m.node, l.file()) {
                     shrink_active_list(m, l, b, sc);
                 }
             } else {
                 sc.nr_reclaimed += shrink_inactive_list(m, l, b, sc);
             }
         }
-        if m.shutdown.load(Ordering::Relaxed) {
+        if m.handlers.shutdown.load(Ordering::Relaxed) {
             return;
         }
     }
     if m.swap.is_some() && sc.may_swap && inactive_is_low(m) {
         shrink_active_list(m, Lru::ActiveAnon, SWAP_CLUSTER_MAX, sc);
     }
-    if inactive_list_is_low(m, true) {
+    if inactive_list_is_low(&m.node, true) {
         shrink_active_list(m, Lru::ActiveFile, SWAP_CLUSTER_MAX, sc);
     }
     // shrink_slab: the huge zero page shrinker.
@@ -313,21 +319,22 @@ pub fn shrink_node(m: &MmInner, sc: &mut ScanControl) {
 pub fn shrink_active_list(m: &MmInner, lru: Lru, nr: usize, sc: &mut ScanControl) {
     let mut isolated = Vec::with_capacity(nr);
     let scanned = m
+        .node
         .lru
-        .isolate(&m.pages, lru, nr, nr * 4, &mut isolated, &m.vm);
+        .isolate(&m.node.pages, lru, nr, nr * 4, &mut isolated, &m.vm);
     sc.nr_scanned += scanned;
     m.vm.add(Item::PgrefillActive, scanned as u64);
     let mapped: Vec<Pfn> = isolated
         .iter()
         .copied()
-        .filter(|&f| m.pages[f].test(pg::MAPPED))
+        .filter(|&f| m.node.pages[f].test(pg::MAPPED))
         .collect();
     rmap::try_to_unmap(m, &mapped);
     for &f in &isolated {
-        m.pages[f].clear(pg::ACTIVE);
+        m.node.pages[f].clear(pg::ACTIVE);
     }
     m.vm.add(Item::Pgdeactivate, isolated.len() as u64);
-    m.lru.putback(&m.pages, &isolated, &m.vm);
+    m.node.lru.putback(&m.node.pages, &isolated, &m.vm);
 }
 
 /// `shrink_inactive_list`: isolates a batch from the inactive tail (only clean pages in laptop
@@ -339,9 +346,15 @@ pub fn shrink_inactive_list(m: &MmInner, lru: Lru, nr: usize, sc: &mut ScanContr
     let clean_only =
         !sc.may_writepage && settings.laptop_mode && !settings.is_new(Switch::LaptopModeIsolate);
     let mut isolated = Vec::with_capacity(nr);
-    let scanned = m
-        .lru
-        .isolate_mode(&m.pages, lru, nr, nr * 4, clean_only, &mut isolated, &m.vm);
+    let scanned = m.node.lru.isolate_mode(
+        &m.node.pages,
+        lru,
+        nr,
+        nr * 4,
+        clean_only,
+        &mut isolated,
+        &m.vm,
+    );
     sc.nr_scanned += scanned;
     m.vm.add(
         if sc.kswapd {
@@ -365,7 +378,7 @@ pub fn shrink_inactive_list(m: &MmInner, lru: Lru, nr: usize, sc: &mut ScanContr
     let nr_taken = isolated.len();
     let (cache, anon): (Vec<Pfn>, Vec<Pfn>) = isolated
         .into_iter()
-        .partition(|&f| m.pages[f].test(pg::PAGECACHE));
+        .partition(|&f| m.node.pages[f].test(pg::PAGECACHE));
     let mut reclaimed = 0;
     let mut unqueued_dirty = 0;
     if !anon.is_empty() {
@@ -377,7 +390,7 @@ pub fn shrink_inactive_list(m: &MmInner, lru: Lru, nr: usize, sc: &mut ScanContr
         unqueued_dirty += dirty;
     }
     if lru.file() && unqueued_dirty == nr_taken {
-        m.pgdat_dirty.store(true, Ordering::Release);
+        m.node.pgdat_dirty.store(true, Ordering::Release);
         if settings.is_new(Switch::ReclaimWakeFlushers) {
             super::page_writeback::wakeup_flusher_threads(
                 m,
@@ -449,7 +462,7 @@ fn keep_referenced(
 ) -> bool {
     match r {
         PageRef::Activate => {
-            m.pages[f].set(pg::ACTIVE);
+            m.node.pages[f].set(pg::ACTIVE);
             m.vm.inc(Item::Pgactivate);
         }
         PageRef::Keep => {}
@@ -465,14 +478,14 @@ fn keep_referenced(
 /// Returns pages freed.
 pub fn shrink_page_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -> usize {
     let Some(sw) = &m.swap else {
-        m.lru.putback(&m.pages, &isolated, &m.vm);
+        m.node.lru.putback(&m.node.pages, &isolated, &m.vm);
         return 0;
     };
     let mut keep = Vec::new();
     let mut reclaim = Vec::new();
     let mut to_unmap = Vec::new();
     for f in isolated {
-        let r = page_check_references(&m.pages[f]);
+        let r = page_check_references(&m.node.pages[f]);
         if !keep_referenced(m, f, r, &mut to_unmap, &mut keep) {
             reclaim.push(f);
         }
@@ -492,7 +505,7 @@ pub fn shrink_page_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
     m.vm.sub(Item::NrIsolatedAnon, freed.len() as u64);
     m.vm.sub(Item::NrAnonPages, freed.len() as u64);
     pool::recycle_frames(m, &freed);
-    m.lru.putback(&m.pages, &keep, &m.vm);
+    m.node.lru.putback(&m.node.pages, &keep, &m.vm);
     freed.len()
 }
 
@@ -505,16 +518,16 @@ fn add_to_swap(
     mut reclaim: Vec<Pfn>,
     keep: &mut Vec<Pfn>,
 ) -> Vec<Pfn> {
-    reclaim.sort_unstable_by_key(|&f| m.pages[f].owner());
+    reclaim.sort_unstable_by_key(|&f| m.node.pages[f].owner());
     let need: Vec<Pfn> = reclaim
         .iter()
         .copied()
-        .filter(|&f| !m.pages[f].test(pg::SWAPCACHE))
+        .filter(|&f| !m.node.pages[f].test(pg::SWAPCACHE))
         .collect();
     let mut slots = Vec::with_capacity(need.len());
     sw.get_swap_pages(need.len(), &mut slots);
     for (k, &f) in need.iter().enumerate() {
-        let p = &m.pages[f];
+        let p = &m.node.pages[f];
         if let Some(&s) = slots.get(k) {
             p.set_swap_entry(s);
             p.set(pg::SWAPCACHE | pg::DIRTY);
@@ -523,7 +536,7 @@ fn add_to_swap(
     }
     let mut ready = Vec::with_capacity(reclaim.len());
     for f in reclaim {
-        let p = &m.pages[f];
+        let p = &m.node.pages[f];
         if p.test(pg::SWAPCACHE) {
             ready.push(f);
         } else {
@@ -541,8 +554,8 @@ fn add_to_swap(
 fn pageout(m: &MmInner, sw: &SwapState, ready: &[Pfn]) -> Vec<Pfn> {
     let mut dirty: Vec<(SwapEntry, Pfn)> = ready
         .iter()
-        .filter(|&&f| m.pages[f].test(pg::DIRTY))
-        .map(|&f| (m.pages[f].swap_entry(), f))
+        .filter(|&&f| m.node.pages[f].test(pg::DIRTY))
+        .map(|&f| (m.node.pages[f].swap_entry(), f))
         .collect();
     dirty.sort_unstable();
     let mut failed = Vec::new();
@@ -551,7 +564,7 @@ fn pageout(m: &MmInner, sw: &SwapState, ready: &[Pfn]) -> Vec<Pfn> {
         // Writeback state through the swap cache's mapping, which with the new behaviour of
         // seed 000 keeps no tags (no tree lock taken here).
         for &(slot, f) in run {
-            m.pages[f].clear(pg::DIRTY);
+            m.node.pages[f].clear(pg::DIRTY);
             filemap::set_page_writeback(m, sw.space(slot), f, slot.offset());
         }
         let res = page_io::swap_writepage(m, sw, run[0].0, run.iter().map(|&(_, f)| f));
@@ -560,7 +573,7 @@ fn pageout(m: &MmInner, sw: &SwapState, ready: &[Pfn]) -> Vec<Pfn> {
         }
         if res.is_err() {
             for &(s, f) in run {
-                let p = &m.pages[f];
+                let p = &m.node.pages[f];
                 p.set(pg::ERROR | pg::DIRTY);
                 p.clear(pg::SWAPCACHE);
                 sw.swap_free(s, &m.vm);
@@ -585,7 +598,7 @@ fn __remove_mapping(
     let mut freed = Vec::with_capacity(ready.len());
     let mut cur: Option<std::sync::Arc<RegionInner>> = None;
     for f in ready {
-        let p = &m.pages[f];
+        let p = &m.node.pages[f];
         if p.test(pg::DIRTY) {
             if !failed.contains(&f) {
                 keep.push(f);
@@ -598,7 +611,7 @@ fn __remove_mapping(
             continue;
         };
         if cur.as_ref().is_none_or(|r| r.id != rid) {
-            cur = m.region(rid);
+            cur = m.mm.region(rid);
         }
         let slot = p.swap_entry();
         match &cur {
@@ -639,7 +652,7 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
     let mut shmem: Vec<(std::sync::Arc<filemap::AddressSpace>, Pfn)> = Vec::new();
     let mut unqueued_dirty = 0;
     for f in isolated {
-        let p = &m.pages[f];
+        let p = &m.node.pages[f];
         let Owner::Cache(id, _) = p.owner() else {
             keep.push(f);
             continue;
@@ -664,7 +677,7 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
                 shmem.push((a, f));
                 continue;
             }
-            let pgdat_dirty = m.pgdat_dirty.load(Ordering::Acquire);
+            let pgdat_dirty = m.node.pgdat_dirty.load(Ordering::Acquire);
             let seen_twice = !settings.is_new(Switch::KswapdWriteTwice) || p.test(pg::RECLAIM);
             if !sc.kswapd || !seen_twice || !pgdat_dirty {
                 // Leave it to the flushers; remember we met it (PG_reclaim).
@@ -698,7 +711,7 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
         while e < write.len() && write[e].0.id == a.id {
             let f = write[e].1;
             if filemap::clear_page_dirty_for_io(m, &a, f) {
-                batch.push((m.pages[f].index(), f));
+                batch.push((m.node.pages[f].index(), f));
             }
             e += 1;
         }
@@ -714,7 +727,7 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
             Ok(()) => {
                 m.vm.add(Item::NrVmscanWrite, batch.len() as u64);
                 for &(_, f) in &batch {
-                    m.pages[f].clear(pg::RECLAIM);
+                    m.node.pages[f].clear(pg::RECLAIM);
                     clean.push((a.clone(), f));
                 }
             }
@@ -724,7 +737,7 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
                 m.vm.inc(Item::FileWriteError);
                 for &(_, f) in &batch {
                     filemap::set_page_dirty(m, &a, f);
-                    m.pages[f].set(pg::ACTIVE);
+                    m.node.pages[f].set(pg::ACTIVE);
                     keep.push(f);
                 }
             }
@@ -739,11 +752,11 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
         sw.get_swap_pages(shmem.len(), &mut slots);
         for (k, (a, f)) in shmem.iter().enumerate() {
             let Some(&slot) = slots.get(k) else {
-                m.pages[*f].set(pg::ACTIVE);
+                m.node.pages[*f].set(pg::ACTIVE);
                 keep.push(*f);
                 continue;
             };
-            let idx = m.pages[*f].index();
+            let idx = m.node.pages[*f].index();
             let ok = page_io::swap_writepage(m, sw, slot, [*f]).is_ok();
             if ok && super::shmem::shmem_replace_with_swap(m, a, *f, idx, slot) {
                 freed.push(*f);
@@ -757,7 +770,7 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
     }
     let nr_shmem_freed = freed.len();
     for &f in &freed {
-        let p = &m.pages[f];
+        let p = &m.node.pages[f];
         p.reset_flags(pg::POOLED);
         p.set_page_count(0);
     }
@@ -766,8 +779,8 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
     // __remove_mapping for clean pages.
     let mut n_clean = 0;
     for (a, f) in clean {
-        let idx = m.pages[f].index();
-        let item = if m.pages[f].test(pg::SWAPBACKED) {
+        let idx = m.node.pages[f].index();
+        let item = if m.node.pages[f].test(pg::SWAPBACKED) {
             Item::NrIsolatedAnon
         } else {
             Item::NrIsolatedFile
@@ -780,7 +793,7 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
             keep.push(f);
         }
     }
-    m.lru.putback(&m.pages, &keep, &m.vm);
+    m.node.lru.putback(&m.node.pages, &keep, &m.vm);
     (n_clean + nr_shmem_freed, unqueued_dirty)
 }
 
@@ -827,7 +840,7 @@ mod tests {
             let f = m.open(d.path().join("f")).unwrap();
             f.write_at(0, &[1u8; 1 << 20]).unwrap();
             let inner = m.inner();
-            assert_eq!(inner.lru.size(Lru::InactiveFile), 256);
+            assert_eq!(inner.node.lru.size(Lru::InactiveFile), 256);
             let mut sc = ScanControl::new(32, false);
             sc.may_writepage = false;
             let before = inner.vm.get(Item::NrVmscanImmediate);
@@ -838,7 +851,11 @@ mod tests {
                 Behaviour::New => assert_eq!(counted, 32),
                 Behaviour::Old => {
                     assert_eq!(counted, 0);
-                    assert_eq!(inner.lru.size(Lru::InactiveFile), 256, "rotated, not taken");
+                    assert_eq!(
+                        inner.node.lru.size(Lru::InactiveFile),
+                        256,
+                        "rotated, not taken"
+                    );
                 }
             }
             assert_eq!(inner.vm.get(Item::NrDirty), 256, "nothing written");
@@ -861,8 +878,8 @@ mod tests {
         f.write_at(0, &[1u8; 1 << 20]).unwrap();
         std::mem::forget(f); // closed files stay cached; keep the pages where they are
         let inner = m.inner();
-        assert_eq!(inner.lru.size(Lru::InactiveFile), 256);
-        for (_, p) in inner.pages.iter() {
+        assert_eq!(inner.node.lru.size(Lru::InactiveFile), 256);
+        for (_, p) in inner.node.pages.iter() {
             if p.test(pg::PAGECACHE) {
                 p.clear(pg::REFERENCED);
             }
@@ -891,7 +908,7 @@ mod tests {
                     .with(Switch::ReclaimWakeFlushers, Behaviour::Old),
             );
             let inner = m.inner();
-            inner.pgdat_dirty.store(true, Ordering::Release);
+            inner.node.pgdat_dirty.store(true, Ordering::Release);
             let mut sc = ScanControl::new(32, true);
             sc.may_writepage = true;
             let written = counter_delta(&m, Item::NrVmscanWrite, || {
@@ -934,11 +951,11 @@ mod tests {
             match b {
                 Behaviour::New => {
                     assert_eq!(activated, 32);
-                    assert_eq!(inner.lru.size(Lru::ActiveFile), 32);
+                    assert_eq!(inner.node.lru.size(Lru::ActiveFile), 32);
                 }
                 Behaviour::Old => {
                     assert_eq!(activated, 0);
-                    assert_eq!(inner.lru.size(Lru::ActiveFile), 0);
+                    assert_eq!(inner.node.lru.size(Lru::ActiveFile), 0);
                 }
             }
         }
@@ -957,7 +974,7 @@ mod tests {
             let woke = counter_delta(&m, Item::FlusherWakeVmscan, || {
                 shrink_inactive_list(inner, Lru::InactiveFile, 32, &mut sc);
             });
-            assert!(inner.pgdat_dirty.load(Ordering::Acquire), "{b:?}");
+            assert!(inner.node.pgdat_dirty.load(Ordering::Acquire), "{b:?}");
             match b {
                 Behaviour::New => assert!(woke >= 1, "the flushers were not woken"),
                 Behaviour::Old => assert_eq!(woke, 0),
