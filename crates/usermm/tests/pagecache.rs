@@ -618,12 +618,25 @@ fn beyond_eof_is_sigbus_until_the_file_grows() {
     common::expect_child_sigbus(NAME, "about to touch page 2");
     // The same through a kernel-mode access (full-mode userfaultfd): EFAULT instead of SIGBUS,
     // so this process survives to grow the file and access the page again.
-    let mut cfg = MmConfig::new(4 * MIB).swap(SwapConfig::None);
-    cfg.uffd_policy = usermm::sys::uffd::OpenPolicy::Full;
-    let m = Mm::new(cfg).unwrap();
+    let m = full_mode_mm();
     let f = m.open(&path).unwrap();
     let r = f.map(0, 4 * 4096, MapKind::Shared).unwrap();
-    let at = r.as_ptr() as usize + 2 * 4096;
+    efault_until_grown(&f, r.as_ptr() as usize + 2 * 4096);
+    r.write_u64(3 * 4096, 9);
+    r.flush(0, r.len()).unwrap();
+    assert_eq!(std::fs::read(&path).unwrap()[3 * 4096], 9);
+}
+
+/// A manager whose userfaultfd also serves kernel-mode accesses (EFAULT instead of SIGBUS).
+fn full_mode_mm() -> Mm {
+    let mut cfg = MmConfig::new(4 * MIB).swap(SwapConfig::None);
+    cfg.uffd_policy = usermm::sys::uffd::OpenPolicy::Full;
+    Mm::new(cfg).unwrap()
+}
+
+/// A kernel-mode read of `at`, beyond the end of `f`'s one-page file, fails with EFAULT until
+/// the file grows to four pages; then it reads zeros.
+fn efault_until_grown(f: &usermm::CachedFile, at: usize) {
     let e = usermm::sys::kernel_read_u64(at).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EFAULT), "{e}");
     f.set_len(4 * 4096).unwrap();
@@ -632,9 +645,35 @@ fn beyond_eof_is_sigbus_until_the_file_grows() {
         0,
         "grown part reads zeros"
     );
-    r.write_u64(3 * 4096, 9);
-    r.flush(0, r.len()).unwrap();
-    assert_eq!(std::fs::read(&path).unwrap()[3 * 4096], 9);
+}
+
+/// A mapping lists its shared regions by id (`i_mmap`), and ids are reused: growing the file
+/// must reach a region mapped after others were dropped and their ids taken by other regions,
+/// and must leave those other regions alone.
+#[test]
+fn a_grown_file_reaches_its_regions_after_region_ids_were_reused() {
+    let d = tmpdir();
+    let path = d.path().join("eof-reuse");
+    std::fs::write(&path, vec![1u8; 4096]).unwrap();
+    let m = full_mode_mm();
+    let f = m.open(&path).unwrap();
+    let mut anon = Vec::new();
+    for round in 0..3u64 {
+        // A shared region that is dropped, then anonymous regions that take its id.
+        drop(f.map(0, 4 * 4096, MapKind::Shared).unwrap());
+        let a = m.map_anon(4 * 4096).unwrap();
+        a.write_u64(2 * 4096, round);
+        anon.push(a);
+    }
+    let r = f.map(0, 4 * 4096, MapKind::Shared).unwrap();
+    efault_until_grown(&f, r.as_ptr() as usize + 2 * 4096);
+    for (round, a) in anon.iter().enumerate() {
+        assert_eq!(
+            a.read_u64(2 * 4096),
+            round as u64,
+            "anonymous region {round}"
+        );
+    }
 }
 
 #[test]

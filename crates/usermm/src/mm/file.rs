@@ -18,7 +18,8 @@ use std::path::Path;
 use crate::error::{Error, Result};
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
 
-use super::filemap::{self, AddressSpace, FileRaState, Host};
+use super::filemap::{self, FileRaState};
+use super::fs::{AddressSpace, Host};
 use super::page::{IdTable, MappingId};
 use super::{Mm, MmHandle, MmInner};
 
@@ -101,6 +102,7 @@ pub(crate) fn get_mapping(m: &MmInner, path: &Path, create: bool) -> Result<Arc<
             },
             md.len(),
             0,
+            &filemap::FILE_AOPS,
         ))
     });
     a.users.store(1, Ordering::Release);
@@ -117,6 +119,7 @@ fn new_memory_mapping(m: &MmInner, name: &str) -> Arc<AddressSpace> {
             Host::Memory { name: name.into() },
             0,
             0,
+            &super::shmem::SHMEM_AOPS,
         ))
     });
     a.users.store(1, Ordering::Release);

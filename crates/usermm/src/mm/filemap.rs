@@ -2,46 +2,32 @@
 //! wrappers, `add_to_page_cache_lru`, `__delete_from_page_cache`, `generic_file_buffered_read`,
 //! `generic_perform_write`, `filemap_write_and_wait_range`), the tag half of
 //! `mm/page-writeback.c` (`__set_page_dirty_nobuffers`, `clear_page_dirty_for_io`,
-//! `__test_set_page_writeback`, `test_clear_page_writeback`, `write_cache_pages`),
-//! and `include/linux/pagemap.h` (`AS_NO_WRITEBACK_TAGS`). Truncation is in truncate.rs,
-//! in-memory files' swap in shmem.rs, the writeback error cursor in errseq.rs.
+//! `__test_set_page_writeback`, `test_clear_page_writeback`, `write_cache_pages`, a disk
+//! file's `a_ops->writepages`). The `address_space` type and its operations trait are in
+//! fs.rs, truncation in truncate.rs, in-memory files' swap in shmem.rs, the writeback error
+//! cursor in errseq.rs.
 //!
-//! An [`AddressSpace`] is one file's (or the swap cache's) index: a radix tree of frames with
-//! DIRTY/WRITEBACK/TOWRITE marks under a `tree_lock`, whose wait time is counted per call site
-//! (`lock_wait_ns.<site>` in vmstat), so lock contention reads like the perf-profile rows of
-//! seed 000. A page-cache page's bytes live in its frame's pool slot, or, while PG_mapped, in the
-//! view of the shared file region that maps it; every access to the bytes holds the page lock,
-//! because mapping and unmapping move them.
+//! A page-cache page's bytes live in its frame's pool slot, or, while PG_mapped, in the view of
+//! the shared file region that maps it; every access to the bytes holds the page lock, because
+//! mapping and unmapping move them.
 
-use std::fs::File;
 use std::io;
-use std::path::PathBuf;
-use std::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::settings::Switch;
 
-use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, Mutex, MutexGuard, Ordering};
+use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
 use crate::sys::PAGE_SIZE;
-use crate::vmstat::{Counters, Item};
+use crate::vmstat::Item;
 
-use super::errseq::ErrSeq;
+use super::fs::{AddressSpace, AddressSpaceOps, Entry, Host, LockSite};
 use super::lru::mark_page_accessed;
 use super::mmzone::Node;
-use super::page::{pg, MappingId, Owner, Pfn, SwapEntry};
-use super::radix_tree::{Mark, RadixTree};
+use super::page::{pg, Owner, Pfn};
+use super::radix_tree::Mark;
 use super::region::RegionInner;
 use super::{page_alloc, page_writeback, pool, MmInner};
-use crate::conv::{Narrow, Saturate};
-
-/// Mapping flags (`AS_*`).
-pub mod as_flags {
-    /// Writeback start and end flip only the page flag; the tree's marks are not maintained
-    /// (set on the swap cache: seed 000).
-    pub const NO_WRITEBACK_TAGS: u32 = 1 << 0;
-    /// Shared with the swap device (the swap cache's spaces).
-    pub const SWAP: u32 = 1 << 1;
-}
+use crate::conv::Narrow;
 
 /// `FGP_*` flags of [`pagecache_get_page`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,223 +55,6 @@ impl std::ops::BitOr for Fgp {
     type Output = Fgp;
     fn bitor(self, o: Fgp) -> Fgp {
         Fgp(self.0 | o.0)
-    }
-}
-
-/// Call sites that take a mapping's tree lock, each with its own wait-time counter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LockSite {
-    AddToPageCache,
-    FindGetPage,
-    DeleteFromPageCache,
-    SetPageDirty,
-    SetPageWriteback,
-    EndPageWriteback,
-    TagPagesForWriteback,
-    FindGetPagesTag,
-    AddToSwapCache,
-    DeleteFromSwapCache,
-}
-
-impl LockSite {
-    fn item(self) -> Item {
-        match self {
-            LockSite::AddToPageCache => Item::LwAddToPageCache,
-            LockSite::FindGetPage => Item::LwFindGetPage,
-            LockSite::DeleteFromPageCache => Item::LwDeleteFromPageCache,
-            LockSite::SetPageDirty => Item::LwSetPageDirty,
-            LockSite::SetPageWriteback => Item::LwSetPageWriteback,
-            LockSite::EndPageWriteback => Item::LwEndPageWriteback,
-            LockSite::TagPagesForWriteback => Item::LwTagPagesForWriteback,
-            LockSite::FindGetPagesTag => Item::LwFindGetPagesTag,
-            LockSite::AddToSwapCache => Item::LwAddToSwapCache,
-            LockSite::DeleteFromSwapCache => Item::LwDeleteFromSwapCache,
-        }
-    }
-}
-
-/// What backs a mapping.
-#[derive(Debug)]
-pub enum Host {
-    /// A file on a filesystem, read and written with O_DIRECT when `direct`.
-    File {
-        file: File,
-        path: PathBuf,
-        direct: bool,
-        dev: u64,
-        ino: u64,
-    },
-    /// An in-memory file (tmpfs-like): no backing file; pages go to swap when evicted.
-    Memory { name: String },
-    /// One of the swap cache's spaces.
-    Swap,
-}
-
-/// A tree entry: a frame, or (in-memory files) the swap slot of an evicted page.
-const SWAP_ENTRY: u64 = 1 << 63;
-
-/// What a tree slot holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Entry {
-    Page(Pfn),
-    Swap(SwapEntry),
-}
-
-impl Entry {
-    pub(crate) fn decode(v: u64) -> Entry {
-        if v & SWAP_ENTRY != 0 {
-            Entry::Swap(SwapEntry::new(v & !SWAP_ENTRY))
-        } else {
-            Entry::Page(Pfn::new(v.u32()))
-        }
-    }
-    pub(crate) fn encode(self) -> u64 {
-        match self {
-            Entry::Page(f) => u64::from(f.raw()),
-            Entry::Swap(s) => s.offset() | SWAP_ENTRY,
-        }
-    }
-}
-
-/// `struct address_space`.
-#[derive(Debug)]
-pub struct AddressSpace {
-    pub(crate) id: MappingId,
-    pub(crate) flags: AtomicU32,
-    tree: Mutex<RadixTree<u64>>,
-    /// Pages in the tree (`nrpages`).
-    pub(crate) nrpages: AtomicU64,
-    pub(crate) host: Host,
-    /// `i_size`.
-    pub(crate) size: AtomicU64,
-    pub(crate) wb_err: ErrSeq,
-    /// When the mapping went from clean to dirty (ms since the manager started; 0 = clean), for
-    /// `dirty_expire`.
-    pub(crate) dirtied_when: AtomicU64,
-    /// On its flusher's dirty list.
-    pub(crate) on_dirty_list: AtomicBool,
-    /// Users (open `CachedFile`s and file regions); at 0 the mapping is written back and
-    /// evicted (`iput` -> `evict`).
-    pub(crate) users: AtomicU64,
-    /// Serializes writeback of this mapping against truncation (`i_rwsem`'s role here).
-    pub(crate) io_lock: Mutex<()>,
-    /// The errseq cursor of `Mm::sync`.
-    pub(crate) sync_cursor: AtomicU64,
-    /// Shared regions mapping this file (`i_mmap`), to clear their beyond-EOF markers when the
-    /// file grows.
-    pub(crate) i_mmap: Mutex<Vec<std::sync::Weak<RegionInner>>>,
-    /// Orders i_size growth against the cut-back after a whole-page write past the end of
-    /// file, so the cut never drops a page written beyond the size it read.
-    pub(crate) eof_lock: Mutex<()>,
-}
-
-impl AddressSpace {
-    pub(crate) fn new(id: MappingId, host: Host, size: u64, flags: u32) -> AddressSpace {
-        AddressSpace {
-            id,
-            flags: AtomicU32::new(flags),
-            tree: Mutex::new(RadixTree::new()),
-            nrpages: AtomicU64::new(0),
-            host,
-            size: AtomicU64::new(size),
-            wb_err: ErrSeq::default(),
-            dirtied_when: AtomicU64::new(0),
-            on_dirty_list: AtomicBool::new(false),
-            users: AtomicU64::new(0),
-            io_lock: Mutex::new(()),
-            sync_cursor: AtomicU64::new(0),
-            i_mmap: Mutex::new(Vec::new()),
-            eof_lock: Mutex::new(()),
-        }
-    }
-
-    /// Takes the tree lock for `site`, counting acquisitions and the time spent waiting.
-    pub(crate) fn lock_tree(
-        &self,
-        vm: &Counters,
-        site: LockSite,
-    ) -> MutexGuard<'_, RadixTree<u64>> {
-        vm.inc(Item::TlAcquire);
-        if let Some(g) = self.tree.try_lock() {
-            return g;
-        }
-        let t = Instant::now();
-        let g = self.tree.lock();
-        let ns = t.elapsed().as_nanos().sat_u64();
-        vm.add(site.item(), ns);
-        vm.add(Item::TreeLockWaitNs, ns);
-        vm.inc(Item::TreeLockContended);
-        g
-    }
-
-    /// `mapping_use_writeback_tags`.
-    pub fn use_writeback_tags(&self) -> bool {
-        self.flags.load(Ordering::Relaxed) & as_flags::NO_WRITEBACK_TAGS == 0
-    }
-
-    pub(crate) fn is_memory(&self) -> bool {
-        matches!(self.host, Host::Memory { .. })
-    }
-
-    pub(crate) fn file(&self) -> Option<&File> {
-        match &self.host {
-            Host::File { file, .. } => Some(file),
-            _ => None,
-        }
-    }
-
-    /// The device id of the backing file (the flusher it belongs to); 0 for memory.
-    pub(crate) fn dev(&self) -> u64 {
-        match &self.host {
-            Host::File { dev, .. } => *dev,
-            _ => 0,
-        }
-    }
-
-    /// A name for messages.
-    pub fn name(&self) -> String {
-        match &self.host {
-            Host::File { path, .. } => path.display().to_string(),
-            Host::Memory { name } => format!("memory:{name}"),
-            Host::Swap => "swap cache".into(),
-        }
-    }
-
-    /// The entry at `index` (no reference taken).
-    pub(crate) fn peek(&self, vm: &Counters, index: u64) -> Option<Entry> {
-        self.lock_tree(vm, LockSite::FindGetPage)
-            .get(index)
-            .map(Entry::decode)
-    }
-
-    /// Inserts a swap-cache entry (`__add_to_swap_cache`).
-    pub(crate) fn add_swap_entry(&self, vm: &Counters, entry: SwapEntry, f: Pfn) {
-        self.lock_tree(vm, LockSite::AddToSwapCache)
-            .insert(entry.offset(), Entry::Page(f).encode());
-        self.nrpages.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Removes a swap-cache entry (`__delete_from_swap_cache`); true if it was there.
-    pub(crate) fn remove_swap_entry(&self, vm: &Counters, entry: SwapEntry) -> bool {
-        let had = self
-            .lock_tree(vm, LockSite::DeleteFromSwapCache)
-            .remove(entry.offset())
-            .is_some();
-        if had {
-            self.nrpages.fetch_sub(1, Ordering::Relaxed);
-        }
-        had
-    }
-
-    /// Whether any page carries `mark` (tests).
-    pub fn tagged(&self, vm: &Counters, mark: Mark) -> bool {
-        self.lock_tree(vm, LockSite::FindGetPage).tagged(mark)
-    }
-
-    /// Whether the page at `index` carries `mark` (tests).
-    pub fn has_mark(&self, vm: &Counters, index: u64, mark: Mark) -> bool {
-        self.lock_tree(vm, LockSite::FindGetPage)
-            .get_mark(index, mark)
     }
 }
 
@@ -363,7 +132,7 @@ pub fn pagecache_get_page(
                 if fgp.has(Fgp::NOWAIT) {
                     return Ok(None);
                 }
-                super::shmem::shmem_swapin(m, mapping, index, slot)?;
+                mapping.a_ops.swapin(m, mapping, index, slot)?;
                 continue;
             }
             None => {}
@@ -730,6 +499,27 @@ pub(crate) fn writeback_locked(
         put_page(&m.node, f);
     }
     first_err.map_or(Ok(()), Err)
+}
+
+/// A disk file's `address_space_operations`: writeback through [`write_cache_pages`].
+#[derive(Debug)]
+pub(crate) struct FileAops;
+
+/// The operations of every disk file's mapping.
+pub(crate) static FILE_AOPS: FileAops = FileAops;
+
+impl AddressSpaceOps for FileAops {
+    fn writepages(
+        &self,
+        m: &MmInner,
+        mapping: &Arc<AddressSpace>,
+        start: u64,
+        end: u64,
+        sync: bool,
+        nr_to_write: i64,
+    ) -> io::Result<u64> {
+        write_cache_pages(m, mapping, start, end, sync, nr_to_write)
+    }
 }
 
 /// `write_cache_pages`: writes the dirty pages of `[start, end]`. `sync` (WB_SYNC_ALL) first
@@ -1162,9 +952,22 @@ pub fn cached_bytes(mapping: &AddressSpace) -> u64 {
 /// regions that faulted beyond the old end (SIGBUS markers) become accessible again.
 pub(crate) fn pagecache_isize_extended(m: &MmInner, mapping: &AddressSpace, old: u64, new: u64) {
     let regions: Vec<Arc<RegionInner>> = {
+        // An id names a region only while that region maps this file: ids are reused.
+        let maps_this = |r: &Arc<RegionInner>| {
+            r.file
+                .as_ref()
+                .is_some_and(|fm| std::ptr::eq(&*fm.mapping, mapping))
+        };
         let mut l = mapping.i_mmap.lock();
-        l.retain(|w| w.strong_count() > 0);
-        l.iter().filter_map(|w| w.upgrade()).collect()
+        // A reused id may have been pushed twice (its old and its new region).
+        l.sort_unstable();
+        l.dedup();
+        let live: Vec<_> = l
+            .iter()
+            .filter_map(|&id| m.mm.region(id).filter(maps_this))
+            .collect();
+        l.retain(|id| live.iter().any(|r| r.id == *id));
+        live
     };
     let ps = PAGE_SIZE as u64;
     for r in regions {

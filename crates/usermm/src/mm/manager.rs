@@ -766,7 +766,7 @@ impl Mm {
             };
             files.iter().any(|a| {
                 a.id == id
-                    && matches!(a.peek(&m.vm, index), Some(super::filemap::Entry::Page(g)) if g == f)
+                    && matches!(a.peek(&m.vm, index), Some(super::fs::Entry::Page(g)) if g == f)
             })
         };
         for (f, _) in m.node.pages.iter() {

@@ -1083,7 +1083,7 @@ fn do_shared_fault(
 fn map_file_page(
     m: &MmInner,
     r: &RegionInner,
-    a: &Arc<filemap::AddressSpace>,
+    a: &Arc<super::fs::AddressSpace>,
     idx: u64,
     f: Pfn,
     dirty_it: bool,

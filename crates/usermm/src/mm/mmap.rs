@@ -8,7 +8,8 @@ use crate::sys::{Advice, Mapping, PAGE_SIZE};
 use std::path::Path;
 
 use super::file::{get_mapping, put_mapping, CachedFile};
-use super::filemap::{self, AddressSpace};
+use super::filemap;
+use super::fs::AddressSpace;
 use super::madvise::zap_page_range;
 use super::page::MAX_REGION_PAGES;
 use super::pgtable::PageTable;
@@ -54,7 +55,7 @@ pub(crate) fn map_file(
     let r =
         new_region(mm, len, Some(fm), false).inspect_err(|_| put_mapping(mm.inner(), &mapping))?;
     if kind == MapKind::Shared {
-        mapping.i_mmap.lock().push(Arc::downgrade(&r.r));
+        mapping.i_mmap.lock().push(r.r.id);
     }
     Ok(r)
 }

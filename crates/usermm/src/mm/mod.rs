@@ -32,6 +32,8 @@ pub mod file;
 #[cfg(not(loom))]
 pub mod filemap;
 #[cfg(not(loom))]
+pub mod fs;
+#[cfg(not(loom))]
 pub mod handler;
 #[cfg(not(loom))]
 pub mod huge_memory;

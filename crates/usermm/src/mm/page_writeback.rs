@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use crate::sync::{Arc, Condvar, Mutex, Ordering};
 use crate::vmstat::Item;
 
-use super::filemap::{write_cache_pages, AddressSpace};
+use super::fs::AddressSpace;
 use super::MmInner;
 use crate::conv::Saturate;
 
@@ -162,6 +162,21 @@ pub fn wakeup_flusher_threads(m: &MmInner, reason: WbReason, nr_pages: u64) {
     }
 }
 
+/// `do_writepages`: writes back up to `nr_to_write` dirty pages of `mapping` through its
+/// `a_ops` (a disk file's `write_cache_pages`; in-memory files and the swap cache write nothing).
+pub(crate) fn do_writepages(
+    m: &MmInner,
+    mapping: &Arc<AddressSpace>,
+    start: u64,
+    end: u64,
+    sync: bool,
+    nr_to_write: i64,
+) -> std::io::Result<u64> {
+    mapping
+        .a_ops
+        .writepages(m, mapping, start, end, sync, nr_to_write)
+}
+
 /// `balance_dirty_pages_ratelimited`: called by writers for each page they dirty. Starts
 /// background writeback above the background threshold and pauses the writer above freerun,
 /// in proportion to how far past it the dirty pages are; above the threshold it waits for
@@ -270,7 +285,7 @@ fn wb_workfn(m: Arc<MmInner>, b: Arc<Bdi>) {
             }
             loop {
                 let chunk = if expired { i64::MAX } else { WRITEBACK_CHUNK };
-                match write_cache_pages(&m, a, 0, u64::MAX, false, chunk) {
+                match do_writepages(&m, a, 0, u64::MAX, false, chunk) {
                     Ok(n) => {
                         vmscan = vmscan.saturating_sub(n);
                         if n == 0 || expired || !(vmscan > 0 || over_bg(&m)) {

@@ -12,7 +12,7 @@ use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, RwLock};
 use crate::sys::uffd::Uffd;
 use crate::sys::{Mapping, PAGE_SIZE};
 
-use super::filemap::AddressSpace;
+use super::fs::AddressSpace;
 use super::page::{IdTable, RegionId};
 use super::pgtable::{PageTable, Pte};
 use super::{Mm, MmHandle};

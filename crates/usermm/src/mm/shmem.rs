@@ -8,9 +8,30 @@ use crate::error::{Error, Result};
 use crate::sync::Ordering;
 use crate::vmstat::Item;
 
-use super::filemap::*;
+use super::fs::{AddressSpace, AddressSpaceOps, Entry, LockSite};
 use super::page::{pg, Owner, Pfn, SwapEntry};
 use super::{page_alloc, pool, MmInner};
+
+/// An in-memory file's `address_space_operations` (`shmem_aops`): nothing to write back (its
+/// pages go to swap under reclaim instead, [`shmem_replace_with_swap`]); swap entries in its
+/// tree come back through [`shmem_swapin`].
+#[derive(Debug)]
+pub(crate) struct ShmemAops;
+
+/// The operations of every in-memory file's mapping.
+pub(crate) static SHMEM_AOPS: ShmemAops = ShmemAops;
+
+impl AddressSpaceOps for ShmemAops {
+    fn swapin(
+        &self,
+        m: &MmInner,
+        mapping: &AddressSpace,
+        index: u64,
+        slot: SwapEntry,
+    ) -> Result<()> {
+        shmem_swapin(m, mapping, index, slot)
+    }
+}
 
 /// Swaps an in-memory file's page back in (`shmem_swapin`): a new frame at `index` replacing
 /// the swap entry `slot`.

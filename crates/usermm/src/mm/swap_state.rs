@@ -16,7 +16,7 @@ use crate::sync::Ordering;
 use crate::sys::{Mapping, PAGE_SIZE};
 use crate::vmstat::{Counters, Item};
 
-use super::filemap::{as_flags, AddressSpace, Host};
+use super::fs::{as_flags, AddressSpace, AddressSpaceOps, Host};
 use super::page::{pg, MappingId, Owner, Pfn, SwapEntry};
 use super::pgtable::{Pte, PteGuard};
 use super::pool;
@@ -44,6 +44,16 @@ impl std::fmt::Debug for SwapState {
     }
 }
 
+/// The swap cache's `address_space_operations` (`swap_aops`): its pages are written by
+/// pageout (`swap_writepage`), not by the flushers, and its tree holds only pages.
+#[derive(Debug)]
+pub(crate) struct SwapAops;
+
+/// The operations of the swap cache's spaces.
+pub(crate) static SWAP_AOPS: SwapAops = SwapAops;
+
+impl AddressSpaceOps for SwapAops {}
+
 impl SwapState {
     /// `writeback_tags`: the old behaviour of seed 000 (the swap cache maintains writeback marks);
     /// false sets AS_NO_WRITEBACK_TAGS on every swap-cache space.
@@ -60,7 +70,7 @@ impl SwapState {
             dev,
             slots,
             spaces: (0..n)
-                .map(|_| AddressSpace::new(MappingId::SWAP, Host::Swap, 0, flags))
+                .map(|_| AddressSpace::new(MappingId::SWAP, Host::Swap, 0, flags, &SWAP_AOPS))
                 .collect(),
         }
     }

@@ -8,6 +8,7 @@ use crate::sys::PAGE_SIZE;
 use crate::vmstat::Item;
 
 use super::filemap::*;
+use super::fs::{AddressSpace, Entry, LockSite};
 use super::page::pg;
 use super::MmInner;
 use crate::conv::Narrow;

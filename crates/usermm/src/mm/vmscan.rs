@@ -647,9 +647,9 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
     let settings = &m.cfg.settings;
     let mut keep = Vec::new();
     let mut to_unmap = Vec::new();
-    let mut clean: Vec<(std::sync::Arc<filemap::AddressSpace>, Pfn)> = Vec::new();
-    let mut write: Vec<(std::sync::Arc<filemap::AddressSpace>, Pfn)> = Vec::new();
-    let mut shmem: Vec<(std::sync::Arc<filemap::AddressSpace>, Pfn)> = Vec::new();
+    let mut clean: Vec<(std::sync::Arc<super::fs::AddressSpace>, Pfn)> = Vec::new();
+    let mut write: Vec<(std::sync::Arc<super::fs::AddressSpace>, Pfn)> = Vec::new();
+    let mut shmem: Vec<(std::sync::Arc<super::fs::AddressSpace>, Pfn)> = Vec::new();
     let mut unqueued_dirty = 0;
     for f in isolated {
         let p = &m.node.pages[f];

@@ -1,0 +1,293 @@
+//! `struct address_space` and its neighbours (include/linux/fs.h): one file's (or the swap
+//! cache's) index of pages, a radix tree of frames with DIRTY/WRITEBACK/TOWRITE marks under a
+//! `tree_lock` whose wait time is counted per call site (`lock_wait_ns.<site>` in vmstat), what
+//! backs it (`Host`), its flags (`AS_*`), and its operations (`address_space_operations`): the
+//! per-kind entry points the page cache and the flushers call without knowing the kind (a disk
+//! file's in filemap.rs, an in-memory file's in shmem.rs, the swap cache's in swap_state.rs). The
+//! type sits below the page cache, writeback and the region table, so all three use it and none
+//! of them needs another for it.
+
+use std::fs::File;
+use std::io;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use crate::error::Result;
+use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, Mutex, MutexGuard, Ordering};
+use crate::vmstat::{Counters, Item};
+
+use super::errseq::ErrSeq;
+use super::page::{MappingId, Pfn, RegionId, SwapEntry};
+use super::radix_tree::{Mark, RadixTree};
+use super::MmInner;
+use crate::conv::{Narrow, Saturate};
+
+/// Mapping flags (`AS_*`).
+pub mod as_flags {
+    /// Writeback start and end flip only the page flag; the tree's marks are not maintained
+    /// (set on the swap cache: seed 000).
+    pub const NO_WRITEBACK_TAGS: u32 = 1 << 0;
+    /// Shared with the swap device (the swap cache's spaces).
+    pub const SWAP: u32 = 1 << 1;
+}
+
+/// Call sites that take a mapping's tree lock, each with its own wait-time counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockSite {
+    AddToPageCache,
+    FindGetPage,
+    DeleteFromPageCache,
+    SetPageDirty,
+    SetPageWriteback,
+    EndPageWriteback,
+    TagPagesForWriteback,
+    FindGetPagesTag,
+    AddToSwapCache,
+    DeleteFromSwapCache,
+}
+
+impl LockSite {
+    pub(crate) fn item(self) -> Item {
+        match self {
+            LockSite::AddToPageCache => Item::LwAddToPageCache,
+            LockSite::FindGetPage => Item::LwFindGetPage,
+            LockSite::DeleteFromPageCache => Item::LwDeleteFromPageCache,
+            LockSite::SetPageDirty => Item::LwSetPageDirty,
+            LockSite::SetPageWriteback => Item::LwSetPageWriteback,
+            LockSite::EndPageWriteback => Item::LwEndPageWriteback,
+            LockSite::TagPagesForWriteback => Item::LwTagPagesForWriteback,
+            LockSite::FindGetPagesTag => Item::LwFindGetPagesTag,
+            LockSite::AddToSwapCache => Item::LwAddToSwapCache,
+            LockSite::DeleteFromSwapCache => Item::LwDeleteFromSwapCache,
+        }
+    }
+}
+
+/// What backs a mapping.
+#[derive(Debug)]
+pub enum Host {
+    /// A file on a filesystem, read and written with O_DIRECT when `direct`.
+    File {
+        file: File,
+        path: PathBuf,
+        direct: bool,
+        dev: u64,
+        ino: u64,
+    },
+    /// An in-memory file (tmpfs-like): no backing file; pages go to swap when evicted.
+    Memory { name: String },
+    /// One of the swap cache's spaces.
+    Swap,
+}
+
+/// A tree entry: a frame, or (in-memory files) the swap slot of an evicted page.
+const SWAP_ENTRY: u64 = 1 << 63;
+
+/// What a tree slot holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entry {
+    Page(Pfn),
+    Swap(SwapEntry),
+}
+
+impl Entry {
+    pub(crate) fn decode(v: u64) -> Entry {
+        if v & SWAP_ENTRY != 0 {
+            Entry::Swap(SwapEntry::new(v & !SWAP_ENTRY))
+        } else {
+            Entry::Page(Pfn::new(v.u32()))
+        }
+    }
+    pub(crate) fn encode(self) -> u64 {
+        match self {
+            Entry::Page(f) => u64::from(f.raw()),
+            Entry::Swap(s) => s.offset() | SWAP_ENTRY,
+        }
+    }
+}
+
+/// `struct address_space`.
+#[derive(Debug)]
+pub struct AddressSpace {
+    pub(crate) id: MappingId,
+    pub(crate) flags: AtomicU32,
+    tree: Mutex<RadixTree<u64>>,
+    /// Pages in the tree (`nrpages`).
+    pub(crate) nrpages: AtomicU64,
+    pub(crate) host: Host,
+    /// `i_size`.
+    pub(crate) size: AtomicU64,
+    pub(crate) wb_err: ErrSeq,
+    /// When the mapping went from clean to dirty (ms since the manager started; 0 = clean), for
+    /// `dirty_expire`.
+    pub(crate) dirtied_when: AtomicU64,
+    /// On its flusher's dirty list.
+    pub(crate) on_dirty_list: AtomicBool,
+    /// Users (open `CachedFile`s and file regions); at 0 the mapping is written back and
+    /// evicted (`iput` -> `evict`).
+    pub(crate) users: AtomicU64,
+    /// Serializes writeback of this mapping against truncation (`i_rwsem`'s role here).
+    pub(crate) io_lock: Mutex<()>,
+    /// The errseq cursor of `Mm::sync`.
+    pub(crate) sync_cursor: AtomicU64,
+    /// Shared regions mapping this file (`i_mmap`), to clear their beyond-EOF markers when the
+    /// file grows.
+    pub(crate) i_mmap: Mutex<Vec<RegionId>>,
+    /// Orders i_size growth against the cut-back after a whole-page write past the end of
+    /// file, so the cut never drops a page written beyond the size it read.
+    pub(crate) eof_lock: Mutex<()>,
+    /// What this kind of mapping does where kinds differ (`a_ops`).
+    pub(crate) a_ops: &'static dyn AddressSpaceOps,
+}
+
+/// `struct address_space_operations`: the entry points where a disk file, an in-memory file and
+/// the swap cache differ, so the page cache and the flushers call them without knowing the kind
+/// (and without depending on the modules that implement them).
+pub(crate) trait AddressSpaceOps: Sync + std::fmt::Debug {
+    /// `->writepages`: writes back up to `nr_to_write` dirty pages of pages `[start, end]`
+    /// (`sync`: WB_SYNC_ALL, every page tagged first) and returns how many were written. By
+    /// default there is nothing to write back to (in-memory files, the swap cache).
+    fn writepages(
+        &self,
+        _m: &MmInner,
+        _mapping: &Arc<AddressSpace>,
+        _start: u64,
+        _end: u64,
+        _sync: bool,
+        _nr_to_write: i64,
+    ) -> io::Result<u64> {
+        Ok(0)
+    }
+    /// Brings back the page at `index` whose tree entry is the swap entry `slot` (shmem's
+    /// `shmem_swapin_folio`). Only in-memory files keep swap entries in their trees; for any
+    /// other kind one is a bug, reported as an error naming the mapping.
+    fn swapin(
+        &self,
+        _m: &MmInner,
+        mapping: &AddressSpace,
+        index: u64,
+        slot: SwapEntry,
+    ) -> Result<()> {
+        Err(crate::Error::inval(format!(
+            "page {index} of {} is a swap entry ({slot}), but only in-memory files are swapped",
+            mapping.name()
+        )))
+    }
+}
+
+impl AddressSpace {
+    pub(crate) fn new(
+        id: MappingId,
+        host: Host,
+        size: u64,
+        flags: u32,
+        a_ops: &'static dyn AddressSpaceOps,
+    ) -> AddressSpace {
+        AddressSpace {
+            id,
+            flags: AtomicU32::new(flags),
+            tree: Mutex::new(RadixTree::new()),
+            nrpages: AtomicU64::new(0),
+            host,
+            size: AtomicU64::new(size),
+            wb_err: ErrSeq::default(),
+            dirtied_when: AtomicU64::new(0),
+            on_dirty_list: AtomicBool::new(false),
+            users: AtomicU64::new(0),
+            io_lock: Mutex::new(()),
+            sync_cursor: AtomicU64::new(0),
+            i_mmap: Mutex::new(Vec::new()),
+            eof_lock: Mutex::new(()),
+            a_ops,
+        }
+    }
+
+    /// Takes the tree lock for `site`, counting acquisitions and the time spent waiting.
+    pub(crate) fn lock_tree(
+        &self,
+        vm: &Counters,
+        site: LockSite,
+    ) -> MutexGuard<'_, RadixTree<u64>> {
+        vm.inc(Item::TlAcquire);
+        if let Some(g) = self.tree.try_lock() {
+            return g;
+        }
+        let t = Instant::now();
+        let g = self.tree.lock();
+        let ns = t.elapsed().as_nanos().sat_u64();
+        vm.add(site.item(), ns);
+        vm.add(Item::TreeLockWaitNs, ns);
+        vm.inc(Item::TreeLockContended);
+        g
+    }
+
+    /// `mapping_use_writeback_tags`.
+    pub fn use_writeback_tags(&self) -> bool {
+        self.flags.load(Ordering::Relaxed) & as_flags::NO_WRITEBACK_TAGS == 0
+    }
+
+    pub(crate) fn is_memory(&self) -> bool {
+        matches!(self.host, Host::Memory { .. })
+    }
+
+    pub(crate) fn file(&self) -> Option<&File> {
+        match &self.host {
+            Host::File { file, .. } => Some(file),
+            _ => None,
+        }
+    }
+
+    /// The device id of the backing file (the flusher it belongs to); 0 for memory.
+    pub(crate) fn dev(&self) -> u64 {
+        match &self.host {
+            Host::File { dev, .. } => *dev,
+            _ => 0,
+        }
+    }
+
+    /// A name for messages.
+    pub fn name(&self) -> String {
+        match &self.host {
+            Host::File { path, .. } => path.display().to_string(),
+            Host::Memory { name } => format!("memory:{name}"),
+            Host::Swap => "swap cache".into(),
+        }
+    }
+
+    /// The entry at `index` (no reference taken).
+    pub(crate) fn peek(&self, vm: &Counters, index: u64) -> Option<Entry> {
+        self.lock_tree(vm, LockSite::FindGetPage)
+            .get(index)
+            .map(Entry::decode)
+    }
+
+    /// Inserts a swap-cache entry (`__add_to_swap_cache`).
+    pub(crate) fn add_swap_entry(&self, vm: &Counters, entry: SwapEntry, f: Pfn) {
+        self.lock_tree(vm, LockSite::AddToSwapCache)
+            .insert(entry.offset(), Entry::Page(f).encode());
+        self.nrpages.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Removes a swap-cache entry (`__delete_from_swap_cache`); true if it was there.
+    pub(crate) fn remove_swap_entry(&self, vm: &Counters, entry: SwapEntry) -> bool {
+        let had = self
+            .lock_tree(vm, LockSite::DeleteFromSwapCache)
+            .remove(entry.offset())
+            .is_some();
+        if had {
+            self.nrpages.fetch_sub(1, Ordering::Relaxed);
+        }
+        had
+    }
+
+    /// Whether any page carries `mark` (tests).
+    pub fn tagged(&self, vm: &Counters, mark: Mark) -> bool {
+        self.lock_tree(vm, LockSite::FindGetPage).tagged(mark)
+    }
+
+    /// Whether the page at `index` carries `mark` (tests).
+    pub fn has_mark(&self, vm: &Counters, index: u64, mark: Mark) -> bool {
+        self.lock_tree(vm, LockSite::FindGetPage)
+            .get_mark(index, mark)
+    }
+}
