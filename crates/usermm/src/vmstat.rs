@@ -92,6 +92,8 @@ items! {
     FileRaHit = "file_ra_hit",
     FileReadError = "file_read_error",
     FileWriteError = "file_write_error",
+    FileReadHole = "file_read_hole",
+    FileWriteNoread = "file_write_noread",
     FlusherWake = "flusher_wake",
     FlusherWakeVmscan = "flusher_wake_vmscan",
     DirtyThrottle = "balance_dirty_pages",

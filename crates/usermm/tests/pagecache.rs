@@ -750,3 +750,119 @@ fn concurrent_cache_operations_keep_contents() {
     assert!(v.val("tree_lock_acquire") > 0);
     files[1].sync().unwrap();
 }
+
+/// Whether the filesystem of `path` tracks holes: a file with data only in its first page
+/// reports a hole right after it (SEEK_HOLE), and no data after that (SEEK_DATA).
+fn tracks_holes(path: &std::path::Path) -> bool {
+    let f = std::fs::File::open(path).unwrap();
+    usermm::sys::seek_hole(&f, 0).unwrap() == Some(4096)
+}
+
+/// Pages in a hole or beyond the file's data are zero-filled without I/O (SEEK_DATA /
+/// SEEK_HOLE): through `read_at`, and through a shared mapping written into a new sparse file
+/// (the write pass of `bench mmap-file`); pages with data are read and only they count in
+/// `pgpgin`.
+#[test]
+fn holes_read_as_zeros_without_io() {
+    use std::os::unix::fs::FileExt;
+    let d = tmpdir();
+    let path = d.path().join("sparse");
+    let (mut p0, mut p100) = (vec![0u8; 4096], vec![0u8; 4096]);
+    pattern(0, &mut p0);
+    pattern(100 * 4096, &mut p100);
+    {
+        let f = std::fs::File::create(&path).unwrap();
+        f.write_all_at(&p0, 0).unwrap();
+        f.write_all_at(&p100, 100 * 4096).unwrap();
+        f.set_len(256 * 4096).unwrap();
+        f.sync_all().unwrap();
+    }
+    if !tracks_holes(&path) {
+        return skip("the test directory's filesystem does not report holes (SEEK_HOLE)");
+    }
+    let m = mm(16 * MIB, Settings::default());
+    let f = m.open(&path).unwrap();
+    let v0 = m.vmstat();
+    let mut got = vec![0xffu8; 256 * 4096];
+    let mut pos = 0;
+    while pos < got.len() {
+        let n = f.read_at(pos as u64, &mut got[pos..]).unwrap();
+        assert!(n > 0);
+        pos += n;
+    }
+    for (i, page) in got.chunks(4096).enumerate() {
+        match i {
+            0 => assert!(page == p0.as_slice(), "page 0"),
+            100 => assert!(page == p100.as_slice(), "page 100"),
+            _ => assert!(page.iter().all(|&b| b == 0), "page {i} is in a hole"),
+        }
+    }
+    let v = m.vmstat().delta(&v0);
+    assert_eq!(
+        v.val("pgpgin"),
+        8,
+        "only the two pages with data are read: {v}"
+    );
+    assert_eq!(v.val("file_read_hole"), 254, "{v}");
+
+    // A new sparse file written through a shared mapping: no page is read.
+    let path2 = d.path().join("sparse2");
+    std::fs::File::create(&path2)
+        .unwrap()
+        .set_len(4 * MIB)
+        .unwrap();
+    let v0 = m.vmstat();
+    let r = m
+        .map_file(&path2, 0, 4 * MIB as usize, MapKind::Shared)
+        .unwrap();
+    for off in (0..r.len()).step_by(4096) {
+        assert_eq!(r.read_u64(off + 8), 0);
+        r.write_u64(off, off as u64 + 1);
+    }
+    r.flush(0, r.len()).unwrap();
+    let v = m.vmstat().delta(&v0);
+    assert_eq!(
+        v.val("pgpgin"),
+        0,
+        "a sparse file's pages are not read: {v}"
+    );
+    assert!(v.val("file_read_hole") >= 1024, "{v}");
+    drop(r);
+    let disk = std::fs::read(&path2).unwrap();
+    for off in (0..disk.len()).step_by(4096) {
+        let w = u64::from_ne_bytes(disk[off..off + 8].try_into().unwrap());
+        assert_eq!(w, off as u64 + 1, "page {} on disk", off / 4096);
+    }
+}
+
+/// A page that `write_at` overwrites in full is not read first (`file_write_noread`); a page
+/// written in part is read (its data is on disk), and both reach the file.
+#[test]
+fn full_page_write_at_does_not_read() {
+    let d = tmpdir();
+    let path = d.path().join("full");
+    let mut data = vec![0u8; 64 * 4096];
+    pattern(3, &mut data);
+    std::fs::write(&path, &data).unwrap();
+    let m = mm(16 * MIB, Settings::default());
+    let f = m.open(&path).unwrap();
+    let v0 = m.vmstat();
+    // Pages 8..12 in full.
+    f.write_at(8 * 4096, &[7u8; 4 * 4096]).unwrap();
+    let v = m.vmstat().delta(&v0);
+    assert_eq!(v.val("pgpgin"), 0, "{v}");
+    assert_eq!(v.val("file_write_noread"), 4, "{v}");
+    // Pages 20 (in part), 21 (in full), 22 (in part): the two partial ones are read.
+    let v0 = m.vmstat();
+    f.write_at(20 * 4096 + 100, &[9u8; 2 * 4096]).unwrap();
+    let v = m.vmstat().delta(&v0);
+    assert_eq!(v.val("pgpgin"), 8, "{v}");
+    assert_eq!(v.val("file_write_noread"), 1, "{v}");
+    f.sync().unwrap();
+    data[8 * 4096..12 * 4096].fill(7);
+    data[20 * 4096 + 100..22 * 4096 + 100].fill(9);
+    assert!(
+        std::fs::read(&path).unwrap() == data,
+        "the file holds both writes"
+    );
+}

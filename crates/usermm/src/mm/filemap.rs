@@ -11,6 +11,7 @@
 //! the shared file region that maps it; every access to the bytes holds the page lock, because
 //! mapping and unmapping move them.
 
+use std::fs::File;
 use std::io;
 
 use crate::error::{Error, Result};
@@ -632,7 +633,37 @@ pub fn sync_range(
     Ok(())
 }
 
-/// Reads `frames.len()` consecutive pages from `start` into the (locked, new) frames.
+/// Which of the `n` pages from page `start` of `file` may hold data, by `SEEK_DATA` /
+/// `SEEK_HOLE`: a page wholly inside a hole, or beyond the end of the file's data on disk, does
+/// not. If lseek fails, every page counts as data (read as before).
+fn data_pages(file: &File, start: u64, n: usize) -> Vec<bool> {
+    let ps = PAGE_SIZE as u64;
+    let (lo, hi) = (start * ps, (start + n as u64) * ps);
+    let mut data = vec![false; n];
+    let mut pos = lo;
+    while pos < hi {
+        let d = match crate::sys::seek_data(file, pos) {
+            Ok(Some(d)) if d < hi => d.max(pos),
+            Ok(_) => break,
+            Err(_) => return vec![true; n],
+        };
+        let h = match crate::sys::seek_hole(file, d) {
+            Ok(Some(h)) => h.clamp(d + 1, hi),
+            // The file shrank under us: read the rest, the read itself finds the end.
+            Ok(None) => hi,
+            Err(_) => return vec![true; n],
+        };
+        for k in (d - lo) / ps..(h - lo).div_ceil(ps) {
+            data[k.usize()] = true;
+        }
+        pos = h;
+    }
+    data
+}
+
+/// Reads `frames.len()` consecutive pages from `start` into the (locked, new) frames: one I/O
+/// per run of pages that hold data; pages in a hole or beyond the file's data are zero-filled
+/// without I/O (`file_read_hole`).
 fn read_into(m: &MmInner, mapping: &AddressSpace, start: u64, frames: &[Pfn]) -> io::Result<()> {
     let n = frames.len();
     let Some(file) = mapping.file() else {
@@ -643,20 +674,32 @@ fn read_into(m: &MmInner, mapping: &AddressSpace, start: u64, frames: &[Pfn]) ->
         return Ok(());
     };
     let direct = matches!(mapping.host, Host::File { direct: true, .. });
-    pool::with_bounce(n, |bounce| {
-        let off = start * PAGE_SIZE as u64;
-        bounce.pread_at(file, off, 0, n * PAGE_SIZE)?;
-        if !direct {
-            let _ = crate::sys::fadvise_dontneed(file, off, (n * PAGE_SIZE) as u64);
+    let data = data_pages(file, start, n);
+    let with_data: Vec<usize> = (0..n).filter(|&k| data[k]).collect();
+    for (k, &f) in frames.iter().enumerate() {
+        if !data[k] {
+            m.pool.slots.fill(f.offset(), PAGE_SIZE, 0)?;
         }
-        for (k, &f) in frames.iter().enumerate() {
-            m.pool
-                .slots
-                .copy_from(f.offset(), bounce, k * PAGE_SIZE, PAGE_SIZE)?;
-        }
-        Ok::<(), io::Error>(())
-    })?;
-    m.vm.add(Item::Pgpgin, n as u64 * (PAGE_SIZE as u64 / 1024));
+    }
+    for r in pool::runs(&with_data, |a, b| b == a + 1) {
+        let (k0, len) = (with_data[r.start], r.len());
+        pool::with_bounce(len, |bounce| {
+            let off = (start + k0 as u64) * PAGE_SIZE as u64;
+            bounce.pread_at(file, off, 0, len * PAGE_SIZE)?;
+            if !direct {
+                let _ = crate::sys::fadvise_dontneed(file, off, (len * PAGE_SIZE) as u64);
+            }
+            for (k, &f) in frames[k0..k0 + len].iter().enumerate() {
+                m.pool
+                    .slots
+                    .copy_from(f.offset(), bounce, k * PAGE_SIZE, PAGE_SIZE)?;
+            }
+            Ok::<(), io::Error>(())
+        })?;
+    }
+    let read = with_data.len() as u64;
+    m.vm.add(Item::Pgpgin, read * (PAGE_SIZE as u64 / 1024));
+    m.vm.add(Item::FileReadHole, n as u64 - read);
     Ok(())
 }
 
@@ -903,11 +946,13 @@ pub fn file_write(m: &MmInner, mapping: &Arc<AddressSpace>, pos: u64, buf: &[u8]
         let p = &m.node.pages[f];
         if !p.test(pg::UPTODATE) {
             let size = mapping.size.load(Ordering::Acquire);
-            if n == PAGE_SIZE || index * ps >= size {
-                // Fully overwritten, or beyond EOF: the rest is zeros.
-                if n != PAGE_SIZE {
-                    let _ = m.pool.slots.fill(f.offset(), PAGE_SIZE, 0);
-                }
+            if n == PAGE_SIZE {
+                // Overwritten in full: nothing to read.
+                m.vm.inc(Item::FileWriteNoread);
+            } else if index * ps >= size {
+                // Beyond EOF: the rest is zeros.
+                let _ = m.pool.slots.fill(f.offset(), PAGE_SIZE, 0);
+                m.vm.inc(Item::FileReadHole);
             } else if let Err(e) = read_into(m, mapping, index, &[f]) {
                 m.vm.inc(Item::FileReadError);
                 put_page(&m.node, f);

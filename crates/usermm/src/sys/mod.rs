@@ -86,6 +86,41 @@ pub fn punch_hole(file: &std::fs::File, off: u64, len: u64) -> std::io::Result<(
     Ok(())
 }
 
+/// `lseek(SEEK_DATA)`: the first offset at or after `off` where `file` has data, or None when
+/// none follows (ENXIO: only holes, or `off` at or beyond the end). A filesystem without hole
+/// tracking reports the whole file as data, as Linux's generic implementation does.
+pub fn seek_data(file: &std::fs::File, off: u64) -> std::io::Result<Option<u64>> {
+    seek_whence(file, off, libc::SEEK_DATA)
+}
+
+/// `lseek(SEEK_HOLE)`: the first offset at or after `off` that is in a hole (the end of the
+/// file counts as one), or None when `off` is at or beyond the end (ENXIO).
+pub fn seek_hole(file: &std::fs::File, off: u64) -> std::io::Result<Option<u64>> {
+    seek_whence(file, off, libc::SEEK_HOLE)
+}
+
+fn seek_whence(
+    file: &std::fs::File,
+    off: u64,
+    whence: libc::c_int,
+) -> std::io::Result<Option<u64>> {
+    use std::os::fd::AsRawFd;
+    let Ok(off) = libc::off_t::try_from(off) else {
+        return Ok(None);
+    };
+    // SAFETY: plain syscall on a valid, owned file descriptor; no memory is passed. The file
+    // offset it moves is not used by usermm, which reads and writes with pread/pwrite only.
+    let r = unsafe { libc::lseek(file.as_raw_fd(), off, whence) };
+    if r < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ENXIO) {
+            return Ok(None);
+        }
+        return Err(e);
+    }
+    Ok(Some(r as u64))
+}
+
 /// Tells the kernel the page cache of `[off, off+len)` of `file` is not needed
 /// (`posix_fadvise(POSIX_FADV_DONTNEED)`): clean cached pages are dropped, dirty ones are queued
 /// for writeback.
