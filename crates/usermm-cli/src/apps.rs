@@ -31,6 +31,7 @@ use crate::bench::XorShift;
 use crate::engine::{self, Engine};
 use crate::kernel;
 use crate::output::mib;
+use crate::report::median;
 use crate::Failure;
 
 /// Names of the cases, in the order they run.
@@ -567,19 +568,6 @@ fn env_for(cmd: &mut Command) {
     cmd.env("LC_ALL", "C").env("PYTHONHASHSEED", "0");
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 fn median_u(v: Vec<u64>) -> u64 {
     median(v.into_iter().map(|x| x as f64).collect()) as u64
 }
@@ -901,11 +889,5 @@ mod tests {
             Some(first.len() as u64 - 1)
         );
         std::fs::remove_dir_all(&d).unwrap();
-    }
-
-    #[test]
-    fn median_of_odd_and_even() {
-        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
     }
 }

@@ -46,6 +46,15 @@ impl Counters {
         self.get(name).unwrap_or(0)
     }
 
+    /// A JSON object of name: value, in order.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::Value::Object(
+            self.iter()
+                .map(|(k, v)| (k.to_string(), serde_json::Value::from(v)))
+                .collect(),
+        )
+    }
+
     /// All (name, value) pairs.
     pub fn iter(&self) -> impl Iterator<Item = (&str, u64)> + '_ {
         self.0.iter().map(|(k, v)| (k.as_str(), *v))
@@ -79,10 +88,17 @@ impl Counters {
     }
 }
 
-/// `/proc/vmstat` (and usermm's vmstat): `nr_*` lines are state items, everything else counts
-/// events.
+/// `/proc/vmstat` (and usermm's vmstat): `nr_*` lines are state items, except the four that
+/// `mm/vmstat.c` lists among them but only ever grow (`nr_dirtied`, `nr_written`,
+/// `nr_vmscan_write`, `nr_vmscan_immediate_reclaim`); everything else counts events.
 pub fn vmstat_is_state(name: &str) -> bool {
-    name.starts_with("nr_")
+    const NR_EVENTS: &[&str] = &[
+        "nr_dirtied",
+        "nr_written",
+        "nr_vmscan_write",
+        "nr_vmscan_immediate_reclaim",
+    ];
+    (name.starts_with("nr_") && !NR_EVENTS.contains(&name))
         || matches!(
             name,
             "zswap_stored_pages" | "zswap_pool_bytes" | "zswap_same_filled"
@@ -126,6 +142,21 @@ mod tests {
         assert_eq!(d.get("nope"), None);
         // A counter going backwards clamps at 0 rather than wrapping.
         assert_eq!(a.delta(&b, vmstat_is_state).val("pgfault"), 0);
+        // nr_written only grows: a run reports its difference.
+        let (a, b) = (
+            Counters::parse(
+                "nr_written 50000
+nr_dirty 10
+",
+            ),
+            Counters::parse(
+                "nr_written 50300
+nr_dirty 4
+",
+            ),
+        );
+        let d = b.delta(&a, vmstat_is_state);
+        assert_eq!((d.val("nr_written"), d.val("nr_dirty")), (300, 4));
     }
 
     #[test]

@@ -1,16 +1,18 @@
 //! `--engine usermm|kernel|usermm,kernel` and `--runs N`: which memory manager serves a
 //! benchmark, and running several engines alternately in one invocation (usermm, kernel,
-//! usermm, kernel, ...) with a summary of the ratio of their throughputs and swap-out rates.
+//! usermm, kernel, ...) with a summary of the ratio of their throughputs and swap-out rates
+//! (`bench mmap-file`: medians per pattern).
 
 use serde_json::{json, Value};
 use usermm::MmConfig;
 
 use crate::bench::dd::{DdParams, DdReport};
+use crate::bench::mmapfile::{self, Pattern};
 use crate::bench::usemem::{self, Budget, Params};
 use crate::interrupt;
 use crate::kernel::{self, worker};
 use crate::output::Report;
-use crate::report::{mean, stddev_pop};
+use crate::report::{mean, median, stddev_pop};
 use crate::Failure;
 
 /// Which memory manager runs the workload.
@@ -83,8 +85,8 @@ pub fn usemem_kernel(setup: &kernel::Setup, p: &Params) -> Result<Report, Failur
             },
             f.setup,
         )),
-        worker::JobResult::Dd(_) => Err(Failure::Run(
-            "the kernel worker answered a usemem job with a dd result".into(),
+        _ => Err(Failure::Run(
+            "the kernel worker answered a usemem job with another job's result".into(),
         )),
     }
 }
@@ -303,9 +305,9 @@ pub fn run_dd(
                 let f = kernel::run_job(setup, worker::Job::Dd(kp))?;
                 let outcome = match f.result {
                     worker::JobResult::Dd(o) => o,
-                    worker::JobResult::Usemem { .. } => {
+                    _ => {
                         return Err(Failure::Run(
-                            "the kernel worker answered a dd job with a usemem result".into(),
+                            "the kernel worker answered a dd job with another job's result".into(),
                         ))
                     }
                 };
@@ -348,6 +350,203 @@ pub fn run_dd(
         }
     }
     Ok(())
+}
+
+/// One kernel-engine run of mmap-file: the worker's passes and the cgroup's peak.
+fn mmap_file_kernel(
+    setup: &kernel::Setup,
+    p: &mmapfile::Params,
+) -> Result<mmapfile::Report, Failure> {
+    let f = kernel::run_job(setup, worker::Job::MmapFile(p.clone()))?;
+    let worker::JobResult::MmapFile(passes) = f.result else {
+        return Err(Failure::Run(
+            "the kernel worker answered an mmap-file job with another job's result".into(),
+        ));
+    };
+    if passes.is_empty() {
+        return Err(Failure::Run(
+            "the kernel worker ran no mmap-file pass".into(),
+        ));
+    }
+    Ok(mmapfile::Report {
+        engine: "kernel",
+        params: p.clone(),
+        budget_bytes: setup.budget,
+        peak_resident_bytes: f.peak_bytes,
+        passes,
+        setup: f.setup,
+    })
+}
+
+/// `usermm bench mmap-file`: for each pattern, `runs` runs of every engine alternately, then
+/// the medians per pattern and engine with usermm's ratio to the kernel.
+pub fn run_mmap_file(
+    engines: &[Engine],
+    runs: u32,
+    cfg: &MmConfig,
+    patterns: &[Pattern],
+    base: &mmapfile::Params,
+    json_out: bool,
+) -> Result<(), Failure> {
+    prepare(engines)?;
+    let setup = kernel::Setup::from_config(cfg);
+    let mut reports: Vec<mmapfile::Report> = Vec::new();
+    for &pattern in patterns {
+        let p = mmapfile::Params {
+            pattern,
+            ..base.clone()
+        };
+        for run in 1..=runs {
+            for &e in engines {
+                if interrupt::interrupted() {
+                    return Err(Failure::Interrupted);
+                }
+                let r = match e {
+                    Engine::Usermm => mmapfile::run_usermm(cfg.clone(), &p)?,
+                    Engine::Kernel => mmap_file_kernel(&setup, &p)?,
+                };
+                let head = format!("== {} run {run}/{runs}: {} ==", pattern.name(), e.name());
+                if json_out {
+                    eprintln!("{head}");
+                    eprint!("{}", r.text());
+                } else {
+                    println!("{head}");
+                    print!("{}", r.text());
+                }
+                reports.push(r);
+            }
+        }
+    }
+    let summary = MmapSummary::of(engines, patterns, &reports);
+    if json_out {
+        let text = serde_json::to_string_pretty(&json!({
+            "workload": "mmap-file",
+            "runs": reports.iter().map(mmapfile::Report::to_json).collect::<Vec<_>>(),
+            "summary": summary.to_json(),
+        }))
+        .map_err(Failure::run)?;
+        println!("{text}");
+    } else {
+        print!("{}", summary.text());
+    }
+    Ok(())
+}
+
+/// Medians of mmap-file runs per pattern and engine.
+pub struct MmapSummary {
+    /// (pattern, engine, rates, peak resident bytes of each run)
+    rows: Vec<(Pattern, Engine, Vec<f64>, Vec<u64>)>,
+    budget: u64,
+}
+
+impl MmapSummary {
+    pub fn of(engines: &[Engine], patterns: &[Pattern], reports: &[mmapfile::Report]) -> Self {
+        let mut rows = Vec::new();
+        for &pat in patterns {
+            for &e in engines {
+                let rs: Vec<&mmapfile::Report> = reports
+                    .iter()
+                    .filter(|r| r.engine == e.name() && r.params.pattern == pat)
+                    .collect();
+                rows.push((
+                    pat,
+                    e,
+                    rs.iter().map(|r| r.rate()).collect(),
+                    rs.iter().map(|r| r.peak_resident_bytes).collect(),
+                ));
+            }
+        }
+        MmapSummary {
+            rows,
+            budget: reports.first().map_or(0, |r| r.budget_bytes),
+        }
+    }
+
+    fn median_of(&self, pat: Pattern, e: Engine) -> Option<f64> {
+        self.rows
+            .iter()
+            .find(|r| r.0 == pat && r.1 == e && !r.2.is_empty())
+            .map(|r| median(r.2.clone()))
+    }
+
+    /// usermm's median over the kernel's (None without both or with a zero kernel median).
+    pub fn ratio(&self, pat: Pattern) -> Option<f64> {
+        let (u, k) = (
+            self.median_of(pat, Engine::Usermm)?,
+            self.median_of(pat, Engine::Kernel)?,
+        );
+        (k > 0.0).then(|| u / k)
+    }
+
+    fn patterns(&self) -> Vec<Pattern> {
+        let mut v: Vec<Pattern> = Vec::new();
+        for r in &self.rows {
+            if !v.contains(&r.0) {
+                v.push(r.0);
+            }
+        }
+        v
+    }
+
+    pub fn to_json(&self) -> Value {
+        let mut out = serde_json::Map::new();
+        for pat in self.patterns() {
+            let mut per = serde_json::Map::new();
+            for (_, e, rates, peaks) in self.rows.iter().filter(|r| r.0 == pat) {
+                per.insert(
+                    e.name().into(),
+                    json!({
+                        "runs": rates.len(),
+                        "rates": rates,
+                        "median": median(rates.clone()),
+                        "peak_resident_bytes_max": peaks.iter().max(),
+                    }),
+                );
+            }
+            out.insert(
+                pat.name().into(),
+                json!({
+                    "unit": pat.unit(),
+                    "engines": per,
+                    "ratio_usermm_kernel": self.ratio(pat),
+                }),
+            );
+        }
+        json!({ "budget_bytes": self.budget, "patterns": out })
+    }
+
+    pub fn text(&self) -> String {
+        let mut out = String::from(
+            "\nsummary (median over runs [min-max]; peak resident = highest of the runs):\n",
+        );
+        for pat in self.patterns() {
+            for (_, e, rates, peaks) in self.rows.iter().filter(|r| r.0 == pat) {
+                let lo = rates.iter().copied().fold(f64::INFINITY, f64::min);
+                let hi = rates.iter().copied().fold(0.0, f64::max);
+                let peak = peaks.iter().copied().max().unwrap_or(0);
+                out += &format!(
+                    "  {:9} {:6} {} run(s): {:8.0} {} [{:.0}-{:.0}], peak resident {}{}\n",
+                    pat.name(),
+                    e.name(),
+                    rates.len(),
+                    median(rates.clone()),
+                    pat.unit(),
+                    lo,
+                    hi,
+                    crate::output::mib(peak),
+                    if peak > self.budget {
+                        " (ABOVE the budget)"
+                    } else {
+                        ""
+                    },
+                );
+            }
+            if let Some(r) = self.ratio(pat) {
+                out += &format!("  {:9} usermm/kernel {r:.2}x\n", pat.name());
+            }
+        }
+        out
+    }
 }
 
 #[cfg(test)]

@@ -208,18 +208,40 @@ enum BenchCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Sequential write (then a flush) and cold read of a shared file mapping of SIZE, one
-    /// word per 64 bytes.
+    /// A shared file mapping of SIZE walked by --threads threads: sequential write (one word
+    /// per 64 bytes, then msync) of a new file, cold sequential read, or random 8-byte reads or
+    /// writes of random pages of a written file; on usermm's page cache and/or the kernel's
+    /// (mmap(2) in a memory cgroup of the same budget; its randread runs with default readahead
+    /// and with MADV_RANDOM and the better counts). Medians per pattern and engine.
     MmapFile {
         /// File size [default: 4x the budget].
         #[arg(long)]
         size: Option<String>,
+        /// Access patterns, comma-separated: seqwrite, seqread, randread, randwrite.
+        #[arg(long, default_value = "seqwrite,seqread")]
+        pattern: String,
+        /// Threads walking the one mapping (sequential: a contiguous slice each).
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+        /// Random patterns: accesses in all [default: the file's pages, at most 65536].
+        #[arg(long)]
+        ops: Option<u64>,
+        /// Random patterns: seconds after which the threads stop even with accesses left.
+        #[arg(long = "time-limit", default_value_t = 30)]
+        time_limit: u64,
         /// Directory for the file [default: $TMPDIR].
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
         #[command(flatten)]
         mm: MmArgs,
-        /// One JSON object on stdout.
+        /// Engines: usermm, kernel (mmap(2) in a memory cgroup of --budget; root only) or
+        /// usermm,kernel (alternately, run by run).
+        #[arg(long, default_value = "usermm")]
+        engine: String,
+        /// Runs per engine and pattern.
+        #[arg(long, default_value_t = 1)]
+        runs: u32,
+        /// One JSON object on stdout (the runs' lines go to stderr).
         #[arg(long)]
         json: bool,
     },
@@ -642,21 +664,51 @@ fn bench(b: BenchCmd) -> Result<(), Failure> {
         }
         BenchCmd::MmapFile {
             size: sz,
+            pattern,
+            threads,
+            ops,
+            time_limit,
             dir,
             mm,
+            engine: eng,
+            runs,
             json,
         } => {
+            let engines = engine::parse_engines(&eng)?;
+            let patterns = bench::mmapfile::Pattern::parse_list(&pattern)
+                .map_err(|e| Failure::Usage(format!("--pattern: {e}")))?;
+            if threads == 0 || threads > bench::mmapfile::MAX_THREADS {
+                return Err(Failure::Usage(format!(
+                    "--threads: {threads} is not a usable thread count; give 1 to {}",
+                    bench::mmapfile::MAX_THREADS
+                )));
+            }
+            at_least_one("--runs", runs as u64)?;
+            at_least_one("--time-limit", time_limit)?;
             let cfg = mm.config(SwapDefault::FourTimesBudget)?;
             let n = match sz {
                 Some(s) => size("--size", &s)?,
                 None => cfg.budget * 4,
             };
-            if n < 4096 || n % 4096 != 0 {
+            if n < 4096 || n % 4096 != 0 || usize::try_from(n).is_err() {
                 return Err(Failure::Usage(format!(
                     "--size: {n} bytes is not a positive multiple of 4096"
                 )));
             }
-            bench::mmapfile::run(cfg, n, &dir.unwrap_or_else(std::env::temp_dir), json)
+            let ops = ops.unwrap_or((n / 4096).min(65536));
+            if ops == 0 {
+                return Err(Failure::Usage("--ops: 0 accesses; give at least 1".into()));
+            }
+            let p = bench::mmapfile::Params {
+                size: n,
+                pattern: patterns[0],
+                threads,
+                ops,
+                time_limit: std::time::Duration::from_secs(time_limit),
+                dir: dir.unwrap_or_else(std::env::temp_dir),
+                seed: 1,
+            };
+            engine::run_mmap_file(&engines, runs, &cfg, &patterns, &p, json)
         }
         BenchCmd::SwapWSeq { tasks, run } => {
             let cfg = run.mm.config(SwapDefault::Fixed(1 << 30))?;

@@ -207,11 +207,6 @@ impl Report {
 
     /// The report as one JSON object.
     pub fn to_json(&self) -> Value {
-        let vmstat: Map<String, Value> = self
-            .vmstat
-            .iter()
-            .map(|(k, v)| (k.to_string(), json!(v)))
-            .collect();
         let (verify_s, verify_vmstat) = match &self.verify {
             Verify::ReadBack {
                 seconds, vmstat, ..
@@ -254,11 +249,8 @@ impl Report {
                 "usecs": t.usecs,
                 "kbs": t.kbs(),
             })).collect::<Vec<_>>(),
-            "vmstat": vmstat,
-            "memcg": self.memcg.as_ref().map(|m| m
-                .iter()
-                .map(|(k, v)| (k.to_string(), json!(v)))
-                .collect::<Map<_, _>>()),
+            "vmstat": self.vmstat.to_json(),
+            "memcg": self.memcg.as_ref().map(Counters::to_json),
             "setup": self.setup,
         })
     }

@@ -96,6 +96,20 @@ pub fn mean(v: &[f64]) -> f64 {
     }
 }
 
+/// The median (the mean of the middle two for an even count; 0 for none).
+pub fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
 /// Population standard deviation (LKP's `standard_deviation`); None below two values.
 pub fn stddev_pop(v: &[f64]) -> Option<f64> {
     (v.len() > 1).then(|| {
@@ -502,6 +516,13 @@ pub fn to_json(a: &Side, b: &Side, threshold_pct: f64) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn median_of_odd_and_even() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(median(Vec::new()), 0.0);
+    }
 
     fn side(label: &str, runs: &[&[(&str, Kind, f64)]]) -> Side {
         Side {

@@ -295,6 +295,49 @@ fn every_bad_argument_is_named() {
             2,
             &["--pages"],
         ),
+        (
+            &["bench", "mmap-file", "--pattern", "foo"],
+            &[],
+            2,
+            &["--pattern", "\"foo\"", "seqwrite", "randwrite"],
+        ),
+        (
+            &["bench", "mmap-file", "--pattern", "seqread,seqread"],
+            &[],
+            2,
+            &["--pattern", "seqread", "twice"],
+        ),
+        (
+            &["bench", "mmap-file", "--threads", "0"],
+            &[],
+            2,
+            &["--threads", "0", "1 to 1024"],
+        ),
+        (
+            &["bench", "mmap-file", "--threads", "5000"],
+            &[],
+            2,
+            &["--threads", "5000"],
+        ),
+        (
+            &["bench", "mmap-file", "--size", "10000"],
+            &[],
+            2,
+            &["--size", "10000", "4096"],
+        ),
+        (
+            &["bench", "mmap-file", "--ops", "0", "--pattern", "randread"],
+            &[],
+            2,
+            &["--ops", "0"],
+        ),
+        (
+            &["bench", "mmap-file", "--engine", "bsd"],
+            &[],
+            2,
+            &["--engine", "bsd"],
+        ),
+        (&["bench", "mmap-file", "--runs", "0"], &[], 2, &["--runs"]),
     ];
     for (args, env, code, words) in rows {
         assert_clean_refusal(args, env, *code, words);

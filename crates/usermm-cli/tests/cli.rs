@@ -442,3 +442,74 @@ fn bad_zswap_specs_are_usage_errors_naming_the_value() {
         assert!(e.contains("--swap") && e.contains(want), "{spec}: {e}");
     }
 }
+
+/// `bench mmap-file` runs every pattern with two threads on usermm's page cache, checks what it
+/// reads and what it wrote, stays within the budget and reports one rate per run and a median
+/// per pattern; a sparse file's write pass reads nothing (holes are zero-filled).
+#[test]
+fn mmap_file_every_pattern_on_usermm() {
+    let dir = tempfile_dir("mmapfile");
+    std::fs::create_dir_all(&dir).unwrap();
+    let v = json(&usermm(&[
+        "bench",
+        "mmap-file",
+        "--pattern",
+        "seqwrite,seqread,randread,randwrite",
+        "--threads",
+        "2",
+        "--size",
+        "16M",
+        "--budget",
+        "4M",
+        "--swap",
+        "ram",
+        "--swap-size",
+        "16M",
+        "--ops",
+        "3000",
+        "--dir",
+        &dir,
+        "--json",
+    ]));
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 4);
+    for (r, pat) in runs
+        .iter()
+        .zip(["seqwrite", "seqread", "randread", "randwrite"])
+    {
+        assert_eq!(r["pattern"], pat);
+        assert_eq!(r["engine"], "usermm");
+        assert_eq!(r["threads"], 2);
+        assert!(r["rate"].as_f64().unwrap() > 0.0, "{r}");
+        let peak = r["peak_resident_bytes"].as_u64().unwrap();
+        assert!(peak > 0 && peak <= 4 << 20, "{pat}: peak {peak}");
+        let pass = &r["passes"][0];
+        let ops = pass["ops"].as_u64().unwrap();
+        if pat.starts_with("rand") {
+            assert_eq!(ops, 3000, "{pat}");
+            assert_eq!(r["unit"], "pages/s");
+        } else {
+            assert_eq!(ops, (16 << 20) / 64, "{pat}");
+            assert_eq!(r["unit"], "MiB/s");
+        }
+        let vm = &pass["vmstat"];
+        assert!(vm["pgfault"].as_u64().unwrap() > 0, "{pat}: {vm}");
+        if pat == "seqwrite" {
+            assert_eq!(vm["pgpgin"], 0, "a sparse file is not read: {vm}");
+            assert!(vm["file_read_hole"].as_u64().unwrap() >= 4096, "{vm}");
+        } else {
+            assert!(vm["pgpgin"].as_u64().unwrap() > 0, "{pat}: {vm}");
+        }
+    }
+    let s = &v["summary"]["patterns"];
+    for pat in ["seqwrite", "seqread", "randread", "randwrite"] {
+        assert_eq!(s[pat]["engines"]["usermm"]["runs"], 1, "{s}");
+        assert!(s[pat]["ratio_usermm_kernel"].is_null(), "{s}");
+    }
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        0,
+        "the benchmark's file was left behind"
+    );
+    std::fs::remove_dir(&dir).unwrap();
+}

@@ -373,6 +373,97 @@ fn kernel_engine_runs_in_a_cgroup_with_swap_and_tears_down() {
     assert_torn_down(&runs[1]["setup"]);
 }
 
+/// `bench mmap-file --engine usermm,kernel`: every pattern on both engines alternately, two
+/// threads; the kernel's randread runs with its default readahead and with MADV_RANDOM and the
+/// better one counts; both stay within the budget; medians and ratios per pattern.
+#[test]
+fn mmap_file_every_pattern_on_both_engines() {
+    need_kernel_engine!();
+    let dir = std::env::temp_dir().join(format!("usermm-mmapfile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let v = json(&usermm(&[
+        "bench",
+        "mmap-file",
+        "--engine",
+        "usermm,kernel",
+        "--pattern",
+        "seqwrite,seqread,randread,randwrite",
+        "--threads",
+        "2",
+        "--size",
+        "32M",
+        "--budget",
+        "8M",
+        "--swap",
+        "ram",
+        "--swap-size",
+        "16M",
+        "--ops",
+        "2000",
+        "--time-limit",
+        "20",
+        "--dir",
+        dir.to_str().unwrap(),
+        "--json",
+    ]));
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 8);
+    for (i, r) in runs.iter().enumerate() {
+        let pat = r["pattern"].as_str().unwrap();
+        let engine = if i % 2 == 0 { "usermm" } else { "kernel" };
+        assert_eq!(r["engine"], engine, "runs alternate engines");
+        let peak = r["peak_resident_bytes"].as_u64().unwrap();
+        assert!(
+            peak > 0 && peak <= 8 << 20,
+            "{pat} on {engine}: peak {peak} above the budget"
+        );
+        let passes = r["passes"].as_array().unwrap();
+        if engine == "kernel" && pat == "randread" {
+            let variants: Vec<&str> = passes
+                .iter()
+                .map(|p| p["variant"].as_str().unwrap())
+                .collect();
+            assert_eq!(variants, ["readahead", "madv_random"]);
+            let best = passes
+                .iter()
+                .map(|p| p["rate"].as_f64().unwrap())
+                .fold(0.0, f64::max);
+            assert_eq!(r["rate"].as_f64().unwrap(), best, "the better one counts");
+        } else {
+            assert_eq!(passes.len(), 1, "{pat} on {engine}");
+        }
+        for p in passes {
+            let want = if pat.starts_with("rand") {
+                2000
+            } else {
+                (32 << 20) / 64
+            };
+            // A random pass may stop at the time limit on a slow kernel configuration.
+            let ops = p["ops"].as_u64().unwrap();
+            assert!(ops > 0 && ops <= want, "{pat} on {engine}: {ops} accesses");
+            if !pat.starts_with("rand") {
+                assert_eq!(ops, want, "{pat} on {engine}");
+            }
+            assert!(p["vmstat"]["pgfault"].as_u64().unwrap() > 0, "{p}");
+        }
+        if engine == "kernel" {
+            assert_eq!(r["setup"]["limit_bytes"], 8 << 20);
+            assert_torn_down(&r["setup"]);
+        }
+    }
+    for pat in ["seqwrite", "seqread", "randread", "randwrite"] {
+        let s = &v["summary"]["patterns"][pat];
+        assert!(s["ratio_usermm_kernel"].as_f64().unwrap() > 0.0, "{s}");
+        assert_eq!(s["engines"]["kernel"]["runs"], 1, "{s}");
+    }
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        0,
+        "a file was left behind"
+    );
+    std::fs::remove_dir(&dir).unwrap();
+}
+
 #[test]
 fn kernel_engine_oom_is_an_error_and_tears_down() {
     need_kernel_engine!();

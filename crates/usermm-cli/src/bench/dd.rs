@@ -298,11 +298,6 @@ impl DdReport {
     }
 
     pub fn to_json(&self) -> Value {
-        let map = |c: &Counters| {
-            c.iter()
-                .map(|(k, v)| (k.to_string(), json!(v)))
-                .collect::<Map<_, _>>()
-        };
         json!({
             "workload": "dd",
             "engine": self.engine,
@@ -318,8 +313,8 @@ impl DdReport {
             "per_iteration": self.outcome.iterations.iter().map(|i| json!({
                 "bytes": i.bytes, "secs": i.secs, "mibs": i.mibs(),
             })).collect::<Vec<_>>(),
-            "vmstat": map(&self.outcome.vmstat),
-            "memcg": self.outcome.memcg.as_ref().map(map),
+            "vmstat": self.outcome.vmstat.to_json(),
+            "memcg": self.outcome.memcg.as_ref().map(Counters::to_json),
             "setup": self.setup,
         })
     }

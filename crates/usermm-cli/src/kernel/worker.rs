@@ -1,7 +1,7 @@
 //! The kernel engine's worker: `usermm __kernel-worker`, started by the harness and moved into
 //! the memory cgroup before it allocates anything. It reads one JSON line (the job) from stdin,
 //! runs it on plain kernel memory (anonymous mappings for usemem, a file on the local
-//! filesystem for dd), and prints the outcome as one JSON line on stdout. It exits at once if
+//! filesystem for dd, a shared mapping of one for mmap-file), and prints the outcome as one JSON line on stdout. It exits at once if
 //! its stdin closes before it is done (the harness died), so a killed harness leaves no worker
 //! behind.
 //!
@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use usermm::sys::{Advice, Mapping};
 
 use crate::bench::dd::{self, DdOutcome, DdParams};
+use crate::bench::mmapfile;
 use crate::bench::usemem::{self, Outcome, Params, Sampler};
 use crate::counters::Counters;
 use crate::Failure;
@@ -27,13 +28,19 @@ pub const SUBCOMMAND: &str = "__kernel-worker";
 pub enum Job {
     Usemem(Params),
     Dd(DdParams),
+    MmapFile(mmapfile::Params),
 }
 
 /// What it produced.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum JobResult {
-    Usemem { outcome: Outcome, peak_rss: u64 },
+    Usemem {
+        outcome: Outcome,
+        peak_rss: u64,
+    },
     Dd(DdOutcome),
+    /// One pass, or the kernel's two randread passes (default readahead, MADV_RANDOM).
+    MmapFile(Vec<mmapfile::Pass>),
 }
 
 /// The job and the cgroup the worker runs in.
@@ -127,6 +134,7 @@ pub fn main() -> Result<(), Failure> {
             let target = dd::KernelDir { dir: p.dir.clone() };
             JobResult::Dd(dd::execute(&target, &p, &sampler)?)
         }
+        Job::MmapFile(p) => JobResult::MmapFile(mmapfile::kernel_passes(&p, &sampler)?),
     };
     let text = serde_json::to_string(&result).map_err(Failure::run)?;
     let mut out = std::io::stdout().lock();

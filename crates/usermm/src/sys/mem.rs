@@ -40,6 +40,8 @@ pub enum Advice {
     HugePage,
     /// Not inherited by a fork(2) child (the child sees nothing mapped there).
     DontFork,
+    /// Random access expected: no readahead around faults on a file mapping (MADV_RANDOM).
+    Random,
 }
 
 impl Advice {
@@ -51,6 +53,7 @@ impl Advice {
             Advice::NoHugePage => libc::MADV_NOHUGEPAGE,
             Advice::HugePage => libc::MADV_HUGEPAGE,
             Advice::DontFork => libc::MADV_DONTFORK,
+            Advice::Random => libc::MADV_RANDOM,
         }
     }
 }
@@ -191,6 +194,24 @@ impl Mapping {
                 self.ptr.as_ptr().add(off) as *mut libc::c_void,
                 len,
                 advice.raw(),
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// msync(MS_SYNC) over the whole mapping: a shared file mapping's dirty pages are written to
+    /// the file before it returns.
+    pub fn sync(&self) -> io::Result<()> {
+        // SAFETY: the range is exactly this mapping; msync reads page tables and writes back
+        // file pages, it does not change what the addresses map.
+        let r = unsafe {
+            libc::msync(
+                self.ptr.as_ptr() as *mut libc::c_void,
+                self.len,
+                libc::MS_SYNC,
             )
         };
         if r != 0 {
