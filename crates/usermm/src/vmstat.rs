@@ -163,6 +163,7 @@ impl Counters {
     /// `WARN_ON`: an operation that fails only if usermm has a bug (an in-range copy or zap, a wake,
     /// a poison or write-protect of a registered page) failed. Logged with what it was and counted
     /// (`mm_warn`), never silently dropped; the caller carries on as the kernel does after a WARN.
+    #[cfg(not(loom))]
     pub(crate) fn warn_on<T, E: std::fmt::Display>(
         &self,
         r: std::result::Result<T, E>,

@@ -9,7 +9,7 @@
 
 use loom::sync::Arc;
 use usermm::mm::lru::{Lru, Lruvec};
-use usermm::mm::page::{pg, MemMap, Owner, Pfn, RegionId, SwapEntry};
+use usermm::mm::page::{pg, MemMap, Owner, Pfn, PgOff, RegionId, SwapEntry};
 use usermm::mm::pgtable::{PageTable, Pte};
 use usermm::sync::yield_now;
 use usermm::vmstat::Counters;
@@ -32,13 +32,13 @@ fn world() -> Arc<World> {
         pt: PageTable::new(4),
     };
     w.pages[F0].init(
-        Owner::Anon(RegionId::new(0), 0),
+        Owner::Anon(RegionId::new(0), PgOff::ZERO),
         pg::UPTODATE | pg::SWAPBACKED | pg::DIRTY | pg::MAPPED,
     );
     w.pages[F0].clear(pg::MAPPED); // parked: unmapped by an earlier reference check
     w.pages[F0].set(pg::REFERENCED);
     {
-        let mut g = w.pt.lock(0);
+        let mut g = w.pt.lock(PgOff::ZERO);
         g.set(Pte::Frame(F0));
     }
     w.lru.add(&w.pages, &[F0], &w.vm);
@@ -49,14 +49,14 @@ fn world() -> Arc<World> {
 /// map. A swapped entry is a major fault into frame 1.
 fn fault(w: &World) {
     loop {
-        match w.pt.get(0) {
+        match w.pt.get(PgOff::ZERO) {
             Pte::Frame(f) => {
                 let p = &w.pages[f];
                 if !p.trylock() {
                     yield_now();
                     continue;
                 }
-                let g = w.pt.lock(0);
+                let g = w.pt.lock(PgOff::ZERO);
                 if g.get() != Pte::Frame(f) {
                     drop(g);
                     p.unlock();
@@ -69,12 +69,12 @@ fn fault(w: &World) {
                 return;
             }
             Pte::Swap(_) => {
-                let mut g = w.pt.lock(0);
+                let mut g = w.pt.lock(PgOff::ZERO);
                 if !matches!(g.get(), Pte::Swap(_)) {
                     continue;
                 }
                 w.pages[F1].init(
-                    Owner::Anon(RegionId::new(0), 0),
+                    Owner::Anon(RegionId::new(0), PgOff::ZERO),
                     pg::UPTODATE | pg::SWAPBACKED | pg::MAPPED,
                 );
                 g.set(Pte::Frame(F1));
@@ -103,7 +103,7 @@ fn reclaim(w: &World) {
             continue;
         }
         // pageout + __remove_mapping
-        let mut g = w.pt.lock(0);
+        let mut g = w.pt.lock(PgOff::ZERO);
         assert_eq!(
             g.get(),
             Pte::Frame(f),
@@ -126,7 +126,7 @@ fn fault_races_reclaim() {
         t.join().unwrap();
         // Whatever the interleaving: exactly one consistent home for the page. Resident: one
         // frame, uptodate, unlocked, on the LRU, the other frame free. Swapped: no frame holds it.
-        match w.pt.get(0) {
+        match w.pt.get(PgOff::ZERO) {
             Pte::Frame(f) => {
                 let p = &w.pages[f];
                 assert!(p.test(pg::UPTODATE), "a resident page must be uptodate");
@@ -160,7 +160,7 @@ fn slot_drop_never_lands_on_a_reused_frame() {
     loom::model(|| {
         // Frame 0's page was copied into its view: its slot holds a stale copy, queued.
         let pages = Arc::new(MemMap::new(2));
-        pages[F0].init(Owner::Anon(RegionId::new(0), 0), pg::MAPPED);
+        pages[F0].init(Owner::Anon(RegionId::new(0), PgOff::ZERO), pg::MAPPED);
         let slot = Arc::new(AtomicU8::new(STALE));
         let q = Arc::new(ZapQueue::default());
         assert!(!q.push(&pages, F0));

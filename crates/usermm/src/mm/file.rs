@@ -20,7 +20,7 @@ use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
 
 use super::filemap::{self, FileRaState};
 use super::fs::{AddressSpace, Host};
-use super::page::{IdTable, MappingId};
+use super::page::{IdTable, MappingId, PgOff};
 use super::{Mm, MmHandle, MmInner};
 
 /// Live address spaces by id (the id is what page descriptors name) and by inode.
@@ -182,7 +182,7 @@ pub(crate) fn writeback_all(m: &MmInner) {
     for a in all {
         if a.file().is_some() {
             let cursor = AtomicU64::new(a.wb_err.sample());
-            if let Err(e) = filemap::sync_range(m, &a, 0, u64::MAX, &cursor) {
+            if let Err(e) = filemap::sync_range(m, &a, PgOff::ZERO, PgOff::MAX, &cursor) {
                 log::error!("writeback of {} at manager teardown: {e}", a.name());
             }
         }
@@ -250,7 +250,7 @@ impl Mm {
             if a.file().is_none() {
                 continue;
             }
-            if let Err(e) = filemap::sync_range(m, &a, 0, u64::MAX, &a.sync_cursor) {
+            if let Err(e) = filemap::sync_range(m, &a, PgOff::ZERO, PgOff::MAX, &a.sync_cursor) {
                 first.get_or_insert(e);
             }
         }
@@ -305,7 +305,13 @@ impl CachedFile {
 
     /// Writes back the dirty pages and fdatasyncs; returns a writeback error once per handle.
     pub fn sync(&self) -> Result<()> {
-        filemap::sync_range(self.m(), &self.mapping, 0, u64::MAX, &self.err_cursor)
+        filemap::sync_range(
+            self.m(),
+            &self.mapping,
+            PgOff::ZERO,
+            PgOff::MAX,
+            &self.err_cursor,
+        )
     }
 
     /// Bytes of this file in the page cache now.
@@ -351,25 +357,32 @@ mod tests {
         let m = mm(Settings::default());
         let f = m.memfile("t").unwrap();
         let (inner, a) = (m.inner(), &f.mapping);
-        assert!(find_get_page(inner, a, 0).unwrap().is_none(), "no CREAT");
-        let p = find_or_create_page(inner, a, 0).unwrap().unwrap();
+        assert!(
+            find_get_page(inner, a, PgOff::new(0)).unwrap().is_none(),
+            "no CREAT"
+        );
+        let p = find_or_create_page(inner, a, PgOff::new(0))
+            .unwrap()
+            .unwrap();
         let d = &inner.node.pages[p];
         assert!(d.test(pg::LOCKED) && d.test(pg::REFERENCED) && d.test(pg::LRU));
         assert!(!d.test(pg::ACTIVE));
         assert_eq!(d.page_count(), 2, "cache + caller");
         assert!(
-            grab_cache_page_nowait(inner, a, 0).unwrap().is_none(),
+            grab_cache_page_nowait(inner, a, PgOff::new(0))
+                .unwrap()
+                .is_none(),
             "NOWAIT does not wait for a locked page"
         );
         d.unlock();
         put_page(&inner.node, p);
-        let q = find_lock_page(inner, a, 0).unwrap().unwrap();
+        let q = find_lock_page(inner, a, PgOff::new(0)).unwrap().unwrap();
         assert_eq!(p, q);
         assert!(d.test(pg::LOCKED));
         d.unlock();
         put_page(&inner.node, q);
         // ACCESSED on an existing, referenced page activates it (mark_page_accessed).
-        let r = pagecache_get_page(inner, a, 0, Fgp::ACCESSED)
+        let r = pagecache_get_page(inner, a, PgOff::new(0), Fgp::ACCESSED)
             .unwrap()
             .unwrap();
         assert!(d.test(pg::ACTIVE) && !d.test(pg::REFERENCED));
@@ -387,13 +400,15 @@ mod tests {
             let m = mm(Settings::default().with(Switch::AccessedInit, b));
             let f = m.memfile("t").unwrap();
             let (inner, a) = (m.inner(), &f.mapping);
-            let p = grab_cache_page_write_begin(inner, a, 3).unwrap().unwrap();
+            let p = grab_cache_page_write_begin(inner, a, PgOff::new(3))
+                .unwrap()
+                .unwrap();
             let d = &inner.node.pages[p];
             assert_eq!(d.test(pg::REFERENCED), b == Behaviour::New, "{b:?}");
             d.unlock();
             put_page(&inner.node, p);
             f.write_at(8 << 12, &[1u8; 4096]).unwrap();
-            let p = find_get_page(inner, a, 8).unwrap().unwrap();
+            let p = find_get_page(inner, a, PgOff::new(8)).unwrap().unwrap();
             let d = &inner.node.pages[p];
             assert!(d.test(pg::REFERENCED) && !d.test(pg::ACTIVE), "{b:?}");
             put_page(&inner.node, p);

@@ -24,7 +24,7 @@ use crate::vmstat::Item;
 use super::fs::{AddressSpace, AddressSpaceOps, Entry, Host, LockSite};
 use super::lru::mark_page_accessed;
 use super::mmzone::Node;
-use super::page::{pg, Owner, Pfn};
+use super::page::{pg, Owner, Pfn, PgOff};
 use super::radix_tree::Mark;
 use super::region::RegionInner;
 use super::{page_alloc, page_writeback, pool, MmInner};
@@ -70,9 +70,9 @@ pub fn put_page(node: &Node, f: Pfn) {
 }
 
 /// `find_get_entry`: the entry at `index`, with a reference on a page.
-pub(crate) fn find_get_entry(m: &MmInner, mapping: &AddressSpace, index: u64) -> Option<Entry> {
+pub(crate) fn find_get_entry(m: &MmInner, mapping: &AddressSpace, index: PgOff) -> Option<Entry> {
     let t = mapping.lock_tree(&m.vm, LockSite::FindGetPage);
-    let e = t.get(index).map(Entry::decode)?;
+    let e = t.get(index.raw()).map(Entry::decode)?;
     if let Entry::Page(f) = e {
         get_page(&m.node, f);
     }
@@ -85,7 +85,7 @@ pub(crate) fn lock_page_in(
     m: &MmInner,
     mapping: &AddressSpace,
     f: Pfn,
-    index: u64,
+    index: PgOff,
     nowait: bool,
 ) -> bool {
     let p = &m.node.pages[f];
@@ -111,7 +111,7 @@ pub(crate) fn lock_page_in(
 pub fn pagecache_get_page(
     m: &MmInner,
     mapping: &AddressSpace,
-    index: u64,
+    index: PgOff,
     fgp: Fgp,
 ) -> Result<Option<Pfn>> {
     loop {
@@ -195,13 +195,13 @@ pub fn pagecache_get_page(
 }
 
 /// `add_to_page_cache_lru`: inserts locked frame `f` at `index`; false if the index is taken.
-fn add_to_page_cache_lru(m: &MmInner, mapping: &AddressSpace, f: Pfn, index: u64) -> bool {
+fn add_to_page_cache_lru(m: &MmInner, mapping: &AddressSpace, f: Pfn, index: PgOff) -> bool {
     {
         let mut t = mapping.lock_tree(&m.vm, LockSite::AddToPageCache);
-        if t.get(index).is_some() {
+        if t.get(index.raw()).is_some() {
             return false;
         }
-        t.insert(index, Entry::Page(f).encode());
+        t.insert(index.raw(), Entry::Page(f).encode());
     }
     mapping.nrpages.fetch_add(1, Ordering::Relaxed);
     m.vm.inc(Item::NrFilePages);
@@ -213,18 +213,22 @@ fn add_to_page_cache_lru(m: &MmInner, mapping: &AddressSpace, f: Pfn, index: u64
 }
 
 /// `find_get_page`.
-pub fn find_get_page(m: &MmInner, mapping: &AddressSpace, index: u64) -> Result<Option<Pfn>> {
+pub fn find_get_page(m: &MmInner, mapping: &AddressSpace, index: PgOff) -> Result<Option<Pfn>> {
     pagecache_get_page(m, mapping, index, Fgp(0))
 }
 
 /// `find_lock_page`.
-pub fn find_lock_page(m: &MmInner, mapping: &AddressSpace, index: u64) -> Result<Option<Pfn>> {
+pub fn find_lock_page(m: &MmInner, mapping: &AddressSpace, index: PgOff) -> Result<Option<Pfn>> {
     pagecache_get_page(m, mapping, index, Fgp::LOCK)
 }
 
 /// `find_or_create_page`.
 #[cfg(any(test, feature = "testing"))]
-pub fn find_or_create_page(m: &MmInner, mapping: &AddressSpace, index: u64) -> Result<Option<Pfn>> {
+pub fn find_or_create_page(
+    m: &MmInner,
+    mapping: &AddressSpace,
+    index: PgOff,
+) -> Result<Option<Pfn>> {
     pagecache_get_page(m, mapping, index, Fgp::LOCK | Fgp::ACCESSED | Fgp::CREAT)
 }
 
@@ -233,7 +237,7 @@ pub fn find_or_create_page(m: &MmInner, mapping: &AddressSpace, index: u64) -> R
 pub fn grab_cache_page_nowait(
     m: &MmInner,
     mapping: &AddressSpace,
-    index: u64,
+    index: PgOff,
 ) -> Result<Option<Pfn>> {
     pagecache_get_page(m, mapping, index, Fgp::LOCK | Fgp::CREAT | Fgp::NOWAIT)
 }
@@ -243,7 +247,7 @@ pub fn grab_cache_page_nowait(
 pub fn grab_cache_page_write_begin(
     m: &MmInner,
     mapping: &AddressSpace,
-    index: u64,
+    index: PgOff,
 ) -> Result<Option<Pfn>> {
     let mut fgp = Fgp::LOCK | Fgp::WRITE | Fgp::CREAT;
     if m.cfg.settings.is_new(Switch::AccessedInit) {
@@ -264,8 +268,8 @@ pub(crate) fn page_loc(m: &MmInner, f: Pfn) -> Loc {
     if p.test(pg::MAPPED) {
         let (rid, idx) = p.mapped_at();
         if let Some(r) = m.mm.region(rid) {
-            if idx < r.npages() {
-                return Loc::View(r, idx.usize() * PAGE_SIZE);
+            if idx < r.end() {
+                return Loc::View(r, idx.offset());
             }
         }
         log::error!("frame {f} is mapped in region {rid} page {idx}, which is gone");
@@ -331,7 +335,7 @@ pub fn set_page_dirty(m: &MmInner, mapping: &Arc<AddressSpace>, f: Pfn) {
     let index = p.index();
     mapping
         .lock_tree(&m.vm, LockSite::SetPageDirty)
-        .set_mark(index, Mark::Dirty);
+        .set_mark(index.raw(), Mark::Dirty);
     m.vm.inc(Item::NrDirty);
     m.vm.inc(Item::NrDirtied);
     page_writeback::account_mapping_dirtied(m, mapping);
@@ -368,24 +372,24 @@ pub(crate) fn clear_page_dirty_for_io(m: &MmInner, mapping: &AddressSpace, f: Pf
 
 /// `__test_set_page_writeback`: PG_writeback, and unless the mapping has NO_WRITEBACK_TAGS, the
 /// WRITEBACK mark set and the DIRTY (if clean now) and TOWRITE marks cleared under the tree lock.
-pub(crate) fn set_page_writeback(m: &MmInner, mapping: &AddressSpace, f: Pfn, index: u64) {
+pub(crate) fn set_page_writeback(m: &MmInner, mapping: &AddressSpace, f: Pfn, index: PgOff) {
     let p = &m.node.pages[f];
     if p.test_set(pg::WRITEBACK) {
         return;
     }
     if mapping.use_writeback_tags() {
         let mut t = mapping.lock_tree(&m.vm, LockSite::SetPageWriteback);
-        t.set_mark(index, Mark::Writeback);
+        t.set_mark(index.raw(), Mark::Writeback);
         if !p.test(pg::DIRTY) {
-            t.clear_mark(index, Mark::Dirty);
+            t.clear_mark(index.raw(), Mark::Dirty);
         }
-        t.clear_mark(index, Mark::Towrite);
+        t.clear_mark(index.raw(), Mark::Towrite);
     }
     m.vm.inc(Item::NrWriteback);
 }
 
 /// `test_clear_page_writeback` (`end_page_writeback`).
-pub(crate) fn end_page_writeback(m: &MmInner, mapping: &AddressSpace, f: Pfn, index: u64) {
+pub(crate) fn end_page_writeback(m: &MmInner, mapping: &AddressSpace, f: Pfn, index: PgOff) {
     let p = &m.node.pages[f];
     if !p.test_clear(pg::WRITEBACK) {
         return;
@@ -393,7 +397,7 @@ pub(crate) fn end_page_writeback(m: &MmInner, mapping: &AddressSpace, f: Pfn, in
     if mapping.use_writeback_tags() {
         mapping
             .lock_tree(&m.vm, LockSite::EndPageWriteback)
-            .clear_mark(index, Mark::Writeback);
+            .clear_mark(index.raw(), Mark::Writeback);
     }
     m.vm.sub(Item::NrWriteback, 1);
     m.vm.inc(Item::NrWritten);
@@ -401,12 +405,12 @@ pub(crate) fn end_page_writeback(m: &MmInner, mapping: &AddressSpace, f: Pfn, in
 
 /// Writes locked, dirty-for-io pages `run` (consecutive indices) to the mapping's file in as few
 /// calls as their locations allow, extending the file only to i_size.
-fn write_run(m: &MmInner, mapping: &AddressSpace, run: &[(u64, Pfn)]) -> io::Result<()> {
+fn write_run(m: &MmInner, mapping: &AddressSpace, run: &[(PgOff, Pfn)]) -> io::Result<()> {
     let Some(file) = mapping.file() else {
         return Ok(());
     };
     let direct = matches!(mapping.host, Host::File { direct: true, .. });
-    let end = (run[run.len() - 1].0 + 1) * PAGE_SIZE as u64;
+    let end = run[run.len() - 1].0.next().byte_offset();
     let _eof = (end > mapping.size.load(Ordering::Acquire)).then(|| mapping.eof_lock.lock());
     let mut k = 0;
     while k < run.len() {
@@ -423,7 +427,7 @@ fn write_run(m: &MmInner, mapping: &AddressSpace, run: &[(u64, Pfn)]) -> io::Res
             }
             e += 1;
         }
-        let file_off = run[k].0 * PAGE_SIZE as u64;
+        let file_off = run[k].0.byte_offset();
         match &loc0 {
             Loc::Pool(_) => m.pool.slots.pwrite_pages(file, file_off, &offs)?,
             Loc::View(r, _) => r.view.pwrite_pages(file, file_off, &offs)?,
@@ -449,7 +453,7 @@ fn write_run(m: &MmInner, mapping: &AddressSpace, run: &[(u64, Pfn)]) -> io::Res
 pub(crate) fn write_pages_locked(
     m: &MmInner,
     mapping: &AddressSpace,
-    batch: &[(u64, Pfn)],
+    batch: &[(PgOff, Pfn)],
 ) -> io::Result<()> {
     let mut first = None;
     for run in pool::runs_max(batch, 512, |a, b| b.0 == a.0 + 1) {
@@ -466,7 +470,7 @@ pub(crate) fn write_pages_locked(
 pub(crate) fn writeback_locked(
     m: &MmInner,
     mapping: &Arc<AddressSpace>,
-    mut batch: Vec<(u64, Pfn)>,
+    mut batch: Vec<(PgOff, Pfn)>,
 ) -> io::Result<()> {
     batch.sort_unstable();
     let mut first_err = None;
@@ -514,8 +518,8 @@ impl AddressSpaceOps for FileAops {
         &self,
         m: &MmInner,
         mapping: &Arc<AddressSpace>,
-        start: u64,
-        end: u64,
+        start: PgOff,
+        end: PgOff,
         sync: bool,
         nr_to_write: i64,
     ) -> io::Result<u64> {
@@ -530,8 +534,8 @@ impl AddressSpaceOps for FileAops {
 pub fn write_cache_pages(
     m: &MmInner,
     mapping: &Arc<AddressSpace>,
-    start: u64,
-    end: u64,
+    start: PgOff,
+    end: PgOff,
     sync: bool,
     mut nr_to_write: i64,
 ) -> io::Result<u64> {
@@ -542,7 +546,7 @@ pub fn write_cache_pages(
     let mark = if sync {
         mapping
             .lock_tree(&m.vm, LockSite::TagPagesForWriteback)
-            .tag_pages_for_writeback(start, end);
+            .tag_pages_for_writeback(start.raw(), end.raw());
         Mark::Towrite
     } else {
         Mark::Dirty
@@ -555,7 +559,7 @@ pub fn write_cache_pages(
         found.clear();
         {
             let t = mapping.lock_tree(&m.vm, LockSite::FindGetPagesTag);
-            t.gang_lookup_tag(next, end, mark, 64, &mut found);
+            t.gang_lookup_tag(next.raw(), end.raw(), mark, 64, &mut found);
             for &(_, v) in &found {
                 if let Entry::Page(f) = Entry::decode(v) {
                     get_page(&m.node, f);
@@ -565,9 +569,10 @@ pub fn write_cache_pages(
         if found.is_empty() {
             break;
         }
-        next = found[found.len() - 1].0 + 1;
+        next = PgOff::new(found[found.len() - 1].0 + 1);
         let mut batch = Vec::with_capacity(found.len());
         for &(i, v) in &found {
+            let i = PgOff::new(i);
             let Entry::Page(f) = Entry::decode(v) else {
                 continue;
             };
@@ -585,7 +590,7 @@ pub fn write_cache_pages(
                 if sync {
                     mapping
                         .lock_tree(&m.vm, LockSite::SetPageWriteback)
-                        .clear_mark(i, Mark::Towrite);
+                        .clear_mark(i.raw(), Mark::Towrite);
                 }
                 m.node.pages[f].unlock();
                 put_page(&m.node, f);
@@ -614,8 +619,8 @@ pub fn write_cache_pages(
 pub fn sync_range(
     m: &MmInner,
     mapping: &Arc<AddressSpace>,
-    start: u64,
-    end: u64,
+    start: PgOff,
+    end: PgOff,
     cursor: &AtomicU64,
 ) -> Result<()> {
     let res = write_cache_pages(m, mapping, start, end, true, i64::MAX);
@@ -636,9 +641,9 @@ pub fn sync_range(
 /// Which of the `n` pages from page `start` of `file` may hold data, by `SEEK_DATA` /
 /// `SEEK_HOLE`: a page wholly inside a hole, or beyond the end of the file's data on disk, does
 /// not. If lseek fails, every page counts as data (read as before).
-fn data_pages(file: &File, start: u64, n: usize) -> Vec<bool> {
+fn data_pages(file: &File, start: PgOff, n: usize) -> Vec<bool> {
     let ps = PAGE_SIZE as u64;
-    let (lo, hi) = (start * ps, (start + n as u64) * ps);
+    let (lo, hi) = (start.byte_offset(), (start + n as u64).byte_offset());
     let mut data = vec![false; n];
     let mut pos = lo;
     while pos < hi {
@@ -664,7 +669,7 @@ fn data_pages(file: &File, start: u64, n: usize) -> Vec<bool> {
 /// Reads `frames.len()` consecutive pages from `start` into the (locked, new) frames: one I/O
 /// per run of pages that hold data; pages in a hole or beyond the file's data are zero-filled
 /// without I/O (`file_read_hole`).
-fn read_into(m: &MmInner, mapping: &AddressSpace, start: u64, frames: &[Pfn]) -> io::Result<()> {
+fn read_into(m: &MmInner, mapping: &AddressSpace, start: PgOff, frames: &[Pfn]) -> io::Result<()> {
     let n = frames.len();
     let Some(file) = mapping.file() else {
         // In-memory file: new pages are zeros.
@@ -684,7 +689,7 @@ fn read_into(m: &MmInner, mapping: &AddressSpace, start: u64, frames: &[Pfn]) ->
     for r in pool::runs(&with_data, |a, b| b == a + 1) {
         let (k0, len) = (with_data[r.start], r.len());
         pool::with_bounce(len, |bounce| {
-            let off = (start + k0 as u64) * PAGE_SIZE as u64;
+            let off = (start + k0 as u64).byte_offset();
             bounce.pread_at(file, off, 0, len * PAGE_SIZE)?;
             if !direct {
                 let _ = crate::sys::fadvise_dontneed(file, off, (len * PAGE_SIZE) as u64);
@@ -709,14 +714,16 @@ fn read_into(m: &MmInner, mapping: &AddressSpace, start: u64, frames: &[Pfn]) ->
 pub fn do_page_cache_readahead(
     m: &MmInner,
     mapping: &AddressSpace,
-    start: u64,
+    start: PgOff,
     nr: u64,
-    mark: Option<u64>,
+    mark: Option<PgOff>,
 ) -> u64 {
-    let eof = mapping
-        .size
-        .load(Ordering::Acquire)
-        .div_ceil(PAGE_SIZE as u64);
+    let eof = PgOff::new(
+        mapping
+            .size
+            .load(Ordering::Acquire)
+            .div_ceil(PAGE_SIZE as u64),
+    );
     let end = (start + nr).min(eof);
     let mut read = 0;
     let mut i = start;
@@ -812,16 +819,16 @@ pub(crate) fn remove_page(
     m: &MmInner,
     mapping: &AddressSpace,
     f: Pfn,
-    index: u64,
+    index: PgOff,
     reclaim: bool,
 ) -> bool {
     let p = &m.node.pages[f];
     {
         let mut t = mapping.lock_tree(&m.vm, LockSite::DeleteFromPageCache);
-        if t.get(index) != Some(Entry::Page(f).encode()) || (reclaim && p.page_count() != 1) {
+        if t.get(index.raw()) != Some(Entry::Page(f).encode()) || (reclaim && p.page_count() != 1) {
             return false;
         }
-        t.remove(index);
+        t.remove(index.raw());
     }
     mapping.nrpages.fetch_sub(1, Ordering::Relaxed);
     m.vm.sub(Item::NrFilePages, 1);
@@ -859,8 +866,8 @@ pub fn file_read(
     }
     let len = buf.len().min((size - pos).usize());
     let ps = PAGE_SIZE as u64;
-    let first = pos / ps;
-    let last = (pos + len as u64 - 1) / ps;
+    let first = PgOff::of_byte(pos);
+    let last = PgOff::of_byte(pos + len as u64 - 1);
     let max = m.cfg.read_ahead_kb as u64 * 1024 / ps;
     let mut done = 0usize;
     let mut index = first;
@@ -868,8 +875,14 @@ pub fn file_read(
         let req = last - index + 1;
         let mut f = find_get_page(m, mapping, index)?;
         if f.is_none() {
-            let w = ra.lock().on_miss(index, req, max);
-            do_page_cache_readahead(m, mapping, w.start, w.size, w.mark());
+            let w = ra.lock().on_miss(index.raw(), req, max);
+            do_page_cache_readahead(
+                m,
+                mapping,
+                PgOff::new(w.start),
+                w.size,
+                w.mark().map(PgOff::new),
+            );
             f = find_get_page(m, mapping, index)?;
         }
         let f = match f {
@@ -899,8 +912,14 @@ pub fn file_read(
         let p = &m.node.pages[f];
         if p.test_clear(pg::READAHEAD) {
             m.vm.inc(Item::FileRaHit);
-            let w = ra.lock().on_marker(index, req, max);
-            do_page_cache_readahead(m, mapping, w.start, w.size, w.mark());
+            let w = ra.lock().on_marker(index.raw(), req, max);
+            do_page_cache_readahead(
+                m,
+                mapping,
+                PgOff::new(w.start),
+                w.size,
+                w.mark().map(PgOff::new),
+            );
         }
         if !lock_page_in(m, mapping, f, index, false) {
             put_page(&m.node, f);
@@ -915,14 +934,14 @@ pub fn file_read(
                 io::Error::from_raw_os_error(libc::EIO),
             ));
         }
-        let page_start = index * ps;
+        let page_start = index.byte_offset();
         let from = (pos + done as u64 - page_start).usize();
         let n = (PAGE_SIZE - from).min(len - done);
         copy_from_page(m, f, from, &mut buf[done..done + n]);
         p.unlock();
         mark_page_accessed(&m.node.lru, &m.node.pages, f, &m.vm);
         put_page(&m.node, f);
-        ra.lock().prev_index = index;
+        ra.lock().prev_index = index.raw();
         done += n;
         index += 1;
     }
@@ -936,7 +955,7 @@ pub fn file_write(m: &MmInner, mapping: &Arc<AddressSpace>, pos: u64, buf: &[u8]
     let mut done = 0usize;
     while done < buf.len() {
         let at = pos + done as u64;
-        let index = at / ps;
+        let index = PgOff::of_byte(at);
         let from = (at % ps).usize();
         let n = (PAGE_SIZE - from).min(buf.len() - done);
         page_writeback::balance_dirty_pages_ratelimited(m, mapping);
@@ -949,7 +968,7 @@ pub fn file_write(m: &MmInner, mapping: &Arc<AddressSpace>, pos: u64, buf: &[u8]
             if n == PAGE_SIZE {
                 // Overwritten in full: nothing to read.
                 m.vm.inc(Item::FileWriteNoread);
-            } else if index * ps >= size {
+            } else if index.byte_offset() >= size {
                 // Beyond EOF: the rest is zeros.
                 let _ = m.pool.slots.fill(f.offset(), PAGE_SIZE, 0);
                 m.vm.inc(Item::FileReadHole);
@@ -1017,8 +1036,8 @@ pub(crate) fn pagecache_isize_extended(m: &MmInner, mapping: &AddressSpace, old:
     let ps = PAGE_SIZE as u64;
     for r in regions {
         let Some(fm) = &r.file else { continue };
-        let first = (old / ps).saturating_sub(fm.pgoff);
-        let last = new.div_ceil(ps).saturating_sub(fm.pgoff).min(r.npages());
+        let first = PgOff::new((old / ps).saturating_sub(fm.pgoff.raw()));
+        let last = PgOff::new(new.div_ceil(ps).saturating_sub(fm.pgoff.raw())).min(r.end());
         let mut used = Vec::new();
         r.pt.for_each_used(first, last, |i, p| {
             if p == super::pgtable::Pte::Poison {
@@ -1034,11 +1053,8 @@ pub(crate) fn pagecache_isize_extended(m: &MmInner, mapping: &AddressSpace, old:
             let mut g = r.pt.lock(i);
             if g.get() == super::pgtable::Pte::Poison {
                 m.vm.warn_on(
-                    r.view.advise(
-                        i.usize() * PAGE_SIZE,
-                        PAGE_SIZE,
-                        crate::sys::Advice::DontNeed,
-                    ),
+                    r.view
+                        .advise(i.offset(), PAGE_SIZE, crate::sys::Advice::DontNeed),
                     "MADV_DONTNEED of a view page",
                 );
                 g.set(super::pgtable::Pte::None);

@@ -17,7 +17,7 @@ use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, Mutex, MutexGuard, Orde
 use crate::vmstat::{Counters, Item};
 
 use super::errseq::ErrSeq;
-use super::page::{MappingId, Pfn, RegionId, SwapEntry};
+use super::page::{MappingId, Pfn, PgOff, RegionId, SwapEntry};
 use super::radix_tree::{Mark, RadixTree};
 use super::MmInner;
 use crate::conv::{Narrow, Saturate};
@@ -151,8 +151,8 @@ pub(crate) trait AddressSpaceOps: Sync + std::fmt::Debug {
         &self,
         _m: &MmInner,
         _mapping: &Arc<AddressSpace>,
-        _start: u64,
-        _end: u64,
+        _start: PgOff,
+        _end: PgOff,
         _sync: bool,
         _nr_to_write: i64,
     ) -> io::Result<u64> {
@@ -165,7 +165,7 @@ pub(crate) trait AddressSpaceOps: Sync + std::fmt::Debug {
         &self,
         _m: &MmInner,
         mapping: &AddressSpace,
-        index: u64,
+        index: PgOff,
         slot: SwapEntry,
     ) -> Result<()> {
         Err(crate::Error::inval(format!(
@@ -255,9 +255,9 @@ impl AddressSpace {
     }
 
     /// The entry at `index` (no reference taken).
-    pub(crate) fn peek(&self, vm: &Counters, index: u64) -> Option<Entry> {
+    pub(crate) fn peek(&self, vm: &Counters, index: PgOff) -> Option<Entry> {
         self.lock_tree(vm, LockSite::FindGetPage)
-            .get(index)
+            .get(index.raw())
             .map(Entry::decode)
     }
 
@@ -286,8 +286,8 @@ impl AddressSpace {
     }
 
     /// Whether the page at `index` carries `mark` (tests).
-    pub fn has_mark(&self, vm: &Counters, index: u64, mark: Mark) -> bool {
+    pub fn has_mark(&self, vm: &Counters, index: PgOff, mark: Mark) -> bool {
         self.lock_tree(vm, LockSite::FindGetPage)
-            .get_mark(index, mark)
+            .get_mark(index.raw(), mark)
     }
 }

@@ -7,6 +7,7 @@ use crate::sys::{Advice, PAGE_SIZE};
 use crate::vmstat::Item;
 
 use super::page::pg;
+use super::page::PgOff;
 use super::pgtable::Pte;
 use super::region::{Region, RegionInner};
 use super::MmInner;
@@ -28,7 +29,7 @@ impl Region {
             )));
         }
         let m = &self.h.inner;
-        let first = (off / PAGE_SIZE) as u64;
+        let first = PgOff::of_offset(off);
         zap_page_range(m, &self.r, first, first + (len / PAGE_SIZE) as u64, true);
         Ok(())
     }
@@ -36,11 +37,11 @@ impl Region {
 
 /// `zap_page_range`: frees every page in `[from, to)`: frames back to the allocator, slots back to the device,
 /// mapped pages zapped. `count` counts the pages as discarded.
-pub(crate) fn zap_page_range(m: &MmInner, r: &RegionInner, from: u64, to: u64, count: bool) {
+pub(crate) fn zap_page_range(m: &MmInner, r: &RegionInner, from: PgOff, to: PgOff, count: bool) {
     const CHUNK: u64 = 512;
     if r.huge && from < to {
         let n = super::huge_memory::HPAGE_PMD_NR;
-        for unit in [from - from % n, (to - 1) - (to - 1) % n] {
+        for unit in [from - from.raw() % n, (to - 1) - (to - 1).raw() % n] {
             if unit < from || unit + n > to {
                 super::memory::split_huge_zero(m, r, unit);
             }
@@ -52,8 +53,8 @@ pub(crate) fn zap_page_range(m: &MmInner, r: &RegionInner, from: u64, to: u64, c
         let end = (start + CHUNK).min(to);
         used.clear();
         r.pt.for_each_used(start, end, |i, _| used.push(i));
-        let mut zap_from = u64::MAX;
-        let mut zap_to = 0;
+        let mut zap_from = PgOff::MAX;
+        let mut zap_to = PgOff::ZERO;
         let mut freed = Vec::new();
         for &i in &used {
             loop {
@@ -85,20 +86,20 @@ pub(crate) fn zap_page_range(m: &MmInner, r: &RegionInner, from: u64, to: u64, c
                     Pte::Zero => {
                         m.vm.sub(Item::NrZeroPageMapped, 1);
                         zap_from = zap_from.min(i);
-                        zap_to = zap_to.max(i + 1);
+                        zap_to = zap_to.max(i.next());
                     }
                     Pte::Poison => {
                         zap_from = zap_from.min(i);
-                        zap_to = zap_to.max(i + 1);
+                        zap_to = zap_to.max(i.next());
                     }
                     Pte::HugeZero => {
                         // Whole units only (partial ones were split above).
-                        if i % super::huge_memory::HPAGE_PMD_NR == 0 {
+                        if i.raw() % super::huge_memory::HPAGE_PMD_NR == 0 {
                             m.vm.sub(Item::NrThpZeroMapped, 1);
                             super::huge_memory::put_huge_zero_unit(m);
                         }
                         zap_from = zap_from.min(i);
-                        zap_to = zap_to.max(i + 1);
+                        zap_to = zap_to.max(i.next());
                     }
                     Pte::Swap(s) => {
                         if let Some(sw) = &m.swap {
@@ -127,7 +128,7 @@ pub(crate) fn zap_page_range(m: &MmInner, r: &RegionInner, from: u64, to: u64, c
                         if p.test(pg::MAPPED) {
                             m.vm.sub(Item::NrMapped, 1);
                             zap_from = zap_from.min(i);
-                            zap_to = zap_to.max(i + 1);
+                            zap_to = zap_to.max(i.next());
                         } else {
                             m.vm.warn_on(
                                 m.pool.slots.advise(f.offset(), PAGE_SIZE, Advice::DontNeed),
@@ -153,7 +154,7 @@ pub(crate) fn zap_page_range(m: &MmInner, r: &RegionInner, from: u64, to: u64, c
         if zap_from < zap_to {
             m.vm.warn_on(
                 r.view.advise(
-                    zap_from.usize() * PAGE_SIZE,
+                    zap_from.offset(),
                     (zap_to - zap_from).usize() * PAGE_SIZE,
                     Advice::DontNeed,
                 ),

@@ -16,7 +16,7 @@ use crate::vmstat::{Counters, Item, Vmstat};
 
 use super::handler::HandlerState;
 use super::mmzone::{Node, Watermarks};
-use super::page::{Owner, Pfn};
+use super::page::{Owner, Pfn, PgOff};
 use super::pool::FramePool;
 use super::region::{MmStruct, Region};
 use super::swap_state::SwapState;
@@ -731,7 +731,7 @@ impl Mm {
         let mut owned = vec![false; m.node.nr_frames().usize()];
         let t = m.mm.regions.read();
         for r in t.iter() {
-            r.pt.for_each_used(0, r.npages(), |i, p| {
+            r.pt.for_each_used(PgOff::ZERO, r.end(), |i, p| {
                 if let Pte::Frame(f) = p {
                     let pg_ = &m.node.pages[f];
                     if m.node.frames.is_free(f) {
@@ -741,7 +741,7 @@ impl Mm {
                     // file (address space, page offset), not by the region.
                     let want = match &r.file {
                         Some(fm) if pg_.test(pg::PAGECACHE) => {
-                            Owner::Cache(fm.mapping.id, fm.pgoff + i)
+                            Owner::Cache(fm.mapping.id, fm.linear_page_index(i))
                         }
                         _ => Owner::Anon(r.id, i),
                     };

@@ -14,7 +14,7 @@ use crate::vmstat::Item;
 
 use super::filemap;
 use super::lru::mark_page_accessed;
-use super::page::{pg, Owner, Pfn, SwapEntry};
+use super::page::{pg, Owner, Pfn, PgOff, SwapEntry};
 use super::page_alloc;
 use super::pgtable::{Pte, PteGuard};
 use super::pool;
@@ -56,7 +56,7 @@ pub fn handle_fault(m: &MmInner, addr: usize, flags: u64) -> Fault {
             }
         }
     };
-    let idx = ((addr - r.view.addr()) / PAGE_SIZE) as u64;
+    let idx = PgOff::of_offset(addr - r.view.addr());
     let write = flags & (pf::WRITE | pf::WP) != 0;
     let wp = flags & pf::WP != 0;
     loop {
@@ -79,7 +79,7 @@ pub fn handle_fault(m: &MmInner, addr: usize, flags: u64) -> Fault {
 fn handle_pte_fault(
     m: &MmInner,
     r: &Arc<RegionInner>,
-    idx: u64,
+    idx: PgOff,
     pte: Pte,
     write: bool,
     wp: bool,
@@ -126,7 +126,7 @@ pub(crate) fn describe_page(m: &MmInner, addr: usize) -> String {
             None => return format!("{addr:#x}: in no region"),
         }
     };
-    let idx = ((addr - r.view.addr()) / PAGE_SIZE) as u64;
+    let idx = PgOff::of_offset(addr - r.view.addr());
     let pte = r.pt.get(idx);
     let mut s = format!(
         "{addr:#x}: region {} page {idx}: entry {pte:?}, view page present: {}",
@@ -168,7 +168,7 @@ pub(crate) fn poison_after_panic(m: &MmInner, addr: usize) {
     };
     let page = addr & !(PAGE_SIZE - 1);
     if let Some(r) = r {
-        let idx = ((page - r.view.addr()) / PAGE_SIZE) as u64;
+        let idx = PgOff::of_offset(page - r.view.addr());
         if let Some(mut g) = r.pt.try_lock(idx) {
             if let Pte::Frame(f) = g.get() {
                 log::error!("frame {f} of the poisoned page at {page:#x} is left allocated");
@@ -176,8 +176,7 @@ pub(crate) fn poison_after_panic(m: &MmInner, addr: usize) {
             g.set(Pte::Poison);
         }
         m.vm.warn_on(
-            r.view
-                .advise(idx as usize * PAGE_SIZE, PAGE_SIZE, Advice::DontNeed),
+            r.view.advise(idx.offset(), PAGE_SIZE, Advice::DontNeed),
             "MADV_DONTNEED of view pages",
         );
     }
@@ -190,8 +189,8 @@ pub(crate) fn poison_after_panic(m: &MmInner, addr: usize) {
 /// Whether page `idx` of `r`'s view has a page mapped (mincore; a zero-page pte counts). The
 /// "already resolved" answers check this before they wake: a wake without a mapping makes the
 /// thread fault again at once, forever (issue 10).
-pub(crate) fn view_present(r: &RegionInner, idx: u64) -> bool {
-    match r.view.resident(idx.usize() * PAGE_SIZE, PAGE_SIZE) {
+pub(crate) fn view_present(r: &RegionInner, idx: PgOff) -> bool {
+    match r.view.resident(idx.offset(), PAGE_SIZE) {
         Ok(v) => v[0],
         Err(e) => {
             log::error!("mincore on {:#x}: {e}", r.page_addr(idx));
@@ -201,7 +200,7 @@ pub(crate) fn view_present(r: &RegionInner, idx: u64) -> bool {
 }
 
 /// Logs and counts an entry that claims its page is mapped while the view has none.
-fn note_stale(m: &MmInner, r: &RegionInner, idx: u64, pte: Pte) {
+fn note_stale(m: &MmInner, r: &RegionInner, idx: PgOff, pte: Pte) {
     m.vm.inc(Item::FaultStaleUnmapped);
     log::warn!(
         "fault at {:#x}: entry {pte:?} says the page is mapped but the view has no page; \
@@ -213,14 +212,14 @@ fn note_stale(m: &MmInner, r: &RegionInner, idx: u64, pte: Pte) {
 /// A fault on a zero-page entry that is not write-protect: another handler mapped it (wake), or
 /// the view lost the zero page (zapped over a run that included it): the entry goes back to
 /// None and the fault is served afresh.
-fn stale_zero_fault(m: &MmInner, r: &RegionInner, idx: u64, pte: Pte) -> Option<Fault> {
+fn stale_zero_fault(m: &MmInner, r: &RegionInner, idx: PgOff, pte: Pte) -> Option<Fault> {
     if pte == Pte::HugeZero {
         if view_present(r, idx) {
             wake(m, r, idx);
             return Some(Fault::Done);
         }
         // Split the unit into small zero pages, then handle this page as one of them.
-        split_huge_zero(m, r, idx - idx % HPAGE_PMD_NR);
+        split_huge_zero(m, r, idx.round_down(HPAGE_PMD_NR));
         return None;
     }
     let mut g = r.pt.lock(idx);
@@ -240,7 +239,7 @@ fn stale_zero_fault(m: &MmInner, r: &RegionInner, idx: u64, pte: Pte) -> Option<
 
 /// A fault on a poisoned entry: the poison marker should have raised SIGBUS without a fault, so
 /// it is missing; poison the page again (which wakes the thread into its SIGBUS).
-fn repoison(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
+fn repoison(m: &MmInner, r: &RegionInner, idx: PgOff) -> Option<Fault> {
     let g = r.pt.lock(idx);
     if g.get() != Pte::Poison {
         return None;
@@ -258,13 +257,13 @@ fn repoison(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
     Some(Fault::Done)
 }
 
-fn wake(m: &MmInner, r: &RegionInner, idx: u64) {
+fn wake(m: &MmInner, r: &RegionInner, idx: PgOff) {
     wake_pages(m, r, idx, 1);
 }
 
 /// UFFDIO_WAKE over `n` pages of `r` from page `idx`. It fails only on a usermm bug: logged with
 /// the address and counted (`mm_warn`), as `warn_on` does.
-fn wake_pages(m: &MmInner, r: &RegionInner, idx: u64, n: u64) {
+fn wake_pages(m: &MmInner, r: &RegionInner, idx: PgOff, n: u64) {
     if let Err(e) = m.mm.uffd.wake(r.page_addr(idx), n.usize() * PAGE_SIZE) {
         m.vm.inc(Item::MmWarn);
         log::error!("UFFDIO_WAKE at {:#x}: {e}", r.page_addr(idx));
@@ -275,13 +274,13 @@ fn wake_pages(m: &MmInner, r: &RegionInner, idx: u64, n: u64) {
 /// already held in `first`).
 fn lock_run<'a>(
     r: &'a RegionInner,
-    idx: u64,
+    idx: PgOff,
     max: u64,
     want: impl Fn(Pte) -> bool,
 ) -> Vec<PteGuard<'a>> {
     let mut v = Vec::new();
     let mut j = idx + 1;
-    while j < r.npages() && j - idx < max {
+    while j < r.end() && j - idx < max {
         match r.pt.try_lock(j) {
             Some(g) if want(g.get()) => v.push(g),
             _ => break,
@@ -293,14 +292,14 @@ fn lock_run<'a>(
 
 /// Read of a never-written page: the shared zero page, write-protected so that a later write
 /// comes to us (do_anonymous_page's read branch). Costs no frame.
-fn do_anonymous_zero_page(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
+fn do_anonymous_zero_page(m: &MmInner, r: &RegionInner, idx: PgOff) -> Option<Fault> {
     let mut g = r.pt.lock(idx);
     if g.get() != Pte::None {
         return None;
     }
     // Fault-around: neighbours that are also untouched get the zero page too, within an
     // aligned window of ZERO_AROUND pages.
-    let win_end = ((idx / ZERO_AROUND) + 1) * ZERO_AROUND;
+    let win_end = idx.round_down(ZERO_AROUND) + ZERO_AROUND;
     let mut rest = lock_run(r, idx, win_end - idx, |p| p == Pte::None);
     let n = 1 + rest.len() as u64;
     let addr = r.page_addr(idx);
@@ -344,8 +343,8 @@ fn do_anonymous_zero_page(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Faul
 
 /// The write fault-around window for a write fault at `idx`: doubled (up to
 /// `fault_around_max`) when the fault continues the region's sequential run, else 1.
-fn write_window(m: &MmInner, r: &RegionInner, idx: u64) -> u32 {
-    let w = if r.next_write.load(Ordering::Relaxed) == idx {
+fn write_window(m: &MmInner, r: &RegionInner, idx: PgOff) -> u32 {
+    let w = if r.next_write.load(Ordering::Relaxed) == idx.raw() {
         (r.write_win.load(Ordering::Relaxed) * 2).min(m.cfg.fault_around_max)
     } else {
         1
@@ -356,7 +355,7 @@ fn write_window(m: &MmInner, r: &RegionInner, idx: u64) -> u32 {
 
 /// Write of a never-written page: fresh zeroed frames. A sequential run of write faults grows a
 /// window (up to `fault_around_max`) of pages mapped by one UFFDIO_COPY from the zero source.
-fn do_anonymous_page(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
+fn do_anonymous_page(m: &MmInner, r: &RegionInner, idx: PgOff) -> Option<Fault> {
     do_anonymous_page_win(m, r, idx, None)
 }
 
@@ -364,7 +363,7 @@ fn do_anonymous_page(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
 fn do_anonymous_page_win(
     m: &MmInner,
     r: &RegionInner,
-    idx: u64,
+    idx: PgOff,
     force: Option<usize>,
 ) -> Option<Fault> {
     let win = force.unwrap_or_else(|| write_window(m, r, idx) as usize);
@@ -449,7 +448,7 @@ fn do_anonymous_page_win(
     }
     // Before the thread is woken: its next fault may reach another handler at once.
     r.next_write
-        .store(idx + done.max(1) as u64, Ordering::Relaxed);
+        .store((idx + done.max(1) as u64).raw(), Ordering::Relaxed);
     let flags = pg::UPTODATE | pg::DIRTY | pg::SWAPBACKED | pg::MAPPED;
     for k in 0..done {
         let f = frames[k];
@@ -485,7 +484,7 @@ fn do_anonymous_page_win(
 
 /// Write to the write-protected zero page: charge a frame and let the kernel copy-on-write it
 /// when the thread retries (do_wp_page on the zero pfn).
-fn do_wp_page(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
+fn do_wp_page(m: &MmInner, r: &RegionInner, idx: PgOff) -> Option<Fault> {
     let mut frames = Vec::with_capacity(1);
     if !page_alloc::alloc_pages(m, 1, &mut frames) {
         return oom(m, r, idx);
@@ -564,7 +563,14 @@ fn place_from_slot(
 /// writable pte, and write-protecting after a move would leave a window in which another
 /// thread's store lands unseen and the page is later dropped as clean. Returns false if the page
 /// could not be mapped (it stays parked).
-fn map_parked(m: &MmInner, r: &RegionInner, idx: u64, f: Pfn, write: bool, wake_now: bool) -> bool {
+fn map_parked(
+    m: &MmInner,
+    r: &RegionInner,
+    idx: PgOff,
+    f: Pfn,
+    write: bool,
+    wake_now: bool,
+) -> bool {
     let p = &m.node.pages[f];
     if write {
         swap_state::try_to_free_swap(m, f);
@@ -582,8 +588,7 @@ fn map_parked(m: &MmInner, r: &RegionInner, idx: u64, f: Pfn, write: bool, wake_
             "frame {f}: a stray page is mapped at {dst:#x} where the parked page belongs; replaced"
         );
         m.vm.warn_on(
-            r.view
-                .advise(idx.usize() * PAGE_SIZE, PAGE_SIZE, Advice::DontNeed),
+            r.view.advise(idx.offset(), PAGE_SIZE, Advice::DontNeed),
             "MADV_DONTNEED of view pages",
         );
         res = place();
@@ -626,7 +631,7 @@ fn map_parked(m: &MmInner, r: &RegionInner, idx: u64, f: Pfn, write: bool, wake_
 fn frame_fault(
     m: &MmInner,
     r: &RegionInner,
-    idx: u64,
+    idx: PgOff,
     f: Pfn,
     write: bool,
     wp: bool,
@@ -701,7 +706,7 @@ fn frame_fault(
     let mut last = idx;
     if was_ra {
         let mut j = idx + 1;
-        while j < r.npages() && j - idx < RA_AROUND {
+        while j < r.end() && j - idx < RA_AROUND {
             let Pte::Frame(f2) = r.pt.get(j) else { break };
             let p2 = &m.node.pages[f2];
             if !p2.test(pg::READAHEAD) || p2.test(pg::MAPPED) || !p2.trylock() {
@@ -739,7 +744,7 @@ fn frame_fault(
 fn do_swap_page(
     m: &MmInner,
     r: &RegionInner,
-    idx: u64,
+    idx: PgOff,
     slot: SwapEntry,
     write: bool,
 ) -> Option<Fault> {
@@ -814,8 +819,7 @@ fn do_swap_page(
             m.vm.inc(Item::FaultStaleUnmapped);
             log::warn!("a stray page is mapped at {dst:#x} whose entry is a swap entry; replaced");
             m.vm.warn_on(
-                r.view
-                    .advise(idx.usize() * PAGE_SIZE, PAGE_SIZE, Advice::DontNeed),
+                r.view.advise(idx.offset(), PAGE_SIZE, Advice::DontNeed),
                 "MADV_DONTNEED of view pages",
             );
             placed = place();
@@ -847,7 +851,7 @@ fn do_swap_page(
 /// No frame can be had (swap full under overcommit, or persistent swap write errors): poison the
 /// page so the access raises SIGBUS instead of hanging.
 /// None: the entry was resolved meanwhile; the caller looks at it again (never a bare wake).
-fn oom(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
+fn oom(m: &MmInner, r: &RegionInner, idx: PgOff) -> Option<Fault> {
     let mut g = r.pt.lock(idx);
     match g.get() {
         Pte::Frame(_) | Pte::Zero | Pte::HugeZero => return None,
@@ -882,7 +886,7 @@ const FILE_FAULT_AROUND: u64 = 128;
 
 /// The page-cache page for file page `index` of a file region, read (with read-around) if
 /// absent, returned locked and up to date with a reference; None: retry the fault.
-fn filemap_fault(m: &MmInner, fm: &FileMap, index: u64) -> std::result::Result<Pfn, Fault> {
+fn filemap_fault(m: &MmInner, fm: &FileMap, index: PgOff) -> std::result::Result<Pfn, Fault> {
     let a = &fm.mapping;
     let f = match filemap::find_get_page(m, a, index) {
         Ok(Some(f)) => f,
@@ -891,7 +895,7 @@ fn filemap_fault(m: &MmInner, fm: &FileMap, index: u64) -> std::result::Result<P
             let ra = (m.cfg.read_ahead_kb as u64 / 4)
                 .clamp(1, 512)
                 .next_power_of_two();
-            let start = index & !(ra - 1);
+            let start = index.round_down(ra);
             filemap::do_page_cache_readahead(m, a, start, ra, None);
             m.vm.inc(Item::Pgmajfault);
             match filemap::find_get_page(m, a, index) {
@@ -919,9 +923,10 @@ fn filemap_fault(m: &MmInner, fm: &FileMap, index: u64) -> std::result::Result<P
 }
 
 /// An access beyond the end of the file: SIGBUS, as Linux raises it.
-fn beyond_eof(m: &MmInner, r: &RegionInner, fm: &FileMap, idx: u64) -> bool {
+fn beyond_eof(m: &MmInner, r: &RegionInner, fm: &FileMap, idx: PgOff) -> bool {
     let size = fm.mapping.size.load(Ordering::Acquire);
-    if (fm.pgoff + idx) * PAGE_SIZE as u64 >= size.div_ceil(PAGE_SIZE as u64) * PAGE_SIZE as u64 {
+    if fm.linear_page_index(idx).byte_offset() >= size.div_ceil(PAGE_SIZE as u64) * PAGE_SIZE as u64
+    {
         // The entry records it, so a later growth of the file clears the marker; the thread
         // is woken only once the entry is stored.
         let mut g = r.pt.lock(idx);
@@ -950,12 +955,12 @@ fn do_shared_fault(
     m: &MmInner,
     r: &Arc<RegionInner>,
     fm: &FileMap,
-    idx: u64,
+    idx: PgOff,
     write: bool,
     wp: bool,
 ) -> Option<Fault> {
     let a = &fm.mapping;
-    let index = fm.pgoff + idx;
+    let index = fm.linear_page_index(idx);
     match r.pt.get(idx) {
         Pte::Frame(f) => {
             let p = &m.node.pages[f];
@@ -1062,7 +1067,7 @@ fn do_shared_fault(
     };
     let mut last = idx;
     let mut j = idx + 1;
-    while j < r.npages() && j - idx < win {
+    while j < r.end() && j - idx < win {
         if !map_around_one(m, r, fm, j, write) {
             break;
         }
@@ -1071,7 +1076,7 @@ fn do_shared_fault(
         j += 1;
     }
     if write {
-        r.next_write.store(last + 1, Ordering::Relaxed);
+        r.next_write.store(last.next().raw(), Ordering::Relaxed);
     }
     wake_pages(m, r, idx, last - idx + 1);
     Some(Fault::Done)
@@ -1084,7 +1089,7 @@ fn map_file_page(
     m: &MmInner,
     r: &RegionInner,
     a: &Arc<super::fs::AddressSpace>,
-    idx: u64,
+    idx: PgOff,
     f: Pfn,
     dirty_it: bool,
 ) -> bool {
@@ -1110,10 +1115,10 @@ fn map_file_page(
 
 /// One page of fault-around: only a cached, up-to-date, unlocked page not mapped anywhere, at
 /// an untouched entry inside the file. Never waits.
-fn map_around_one(m: &MmInner, r: &RegionInner, fm: &FileMap, j: u64, write: bool) -> bool {
+fn map_around_one(m: &MmInner, r: &RegionInner, fm: &FileMap, j: PgOff, write: bool) -> bool {
     let a = &fm.mapping;
-    let index = fm.pgoff + j;
-    if (index + 1) * PAGE_SIZE as u64
+    let index = fm.linear_page_index(j);
+    if index.next().byte_offset()
         > a.size.load(Ordering::Acquire).div_ceil(PAGE_SIZE as u64) * PAGE_SIZE as u64
     {
         return false;
@@ -1150,11 +1155,11 @@ fn map_around_one(m: &MmInner, r: &RegionInner, fm: &FileMap, j: u64, write: boo
 
 /// First touch of a page of a private file region: a private anonymous copy of the file's page
 /// (copy-on-write done eagerly at first touch; later it is an ordinary anonymous page).
-fn do_cow_fault(m: &MmInner, r: &Arc<RegionInner>, fm: &FileMap, idx: u64) -> Option<Fault> {
+fn do_cow_fault(m: &MmInner, r: &Arc<RegionInner>, fm: &FileMap, idx: PgOff) -> Option<Fault> {
     if beyond_eof(m, r, fm, idx) {
         return Some(Fault::Done);
     }
-    let index = fm.pgoff + idx;
+    let index = fm.linear_page_index(idx);
     let f = match filemap_fault(m, fm, index) {
         Ok(f) => f,
         Err(fault) => return Some(fault),
@@ -1212,15 +1217,15 @@ fn do_cow_fault(m: &MmInner, r: &Arc<RegionInner>, fm: &FileMap, idx: u64) -> Op
 use super::huge_memory::{self, HPAGE_PMD_NR};
 
 /// The first page of `idx`'s 2 MiB unit, if the unit lies wholly inside the region.
-fn huge_unit(r: &RegionInner, idx: u64) -> Option<u64> {
-    let u = idx - idx % HPAGE_PMD_NR;
-    (u + HPAGE_PMD_NR <= r.npages()).then_some(u)
+fn huge_unit(r: &RegionInner, idx: PgOff) -> Option<PgOff> {
+    let u = idx.round_down(HPAGE_PMD_NR);
+    (u + HPAGE_PMD_NR <= r.end()).then_some(u)
 }
 
 /// Locks the entries of unit `u` if every one is `want`; None otherwise (nothing held).
-fn lock_unit(r: &RegionInner, u: u64, want: Pte) -> Option<Vec<PteGuard<'_>>> {
+fn lock_unit(r: &RegionInner, u: PgOff, want: Pte) -> Option<Vec<PteGuard<'_>>> {
     let mut v = Vec::with_capacity(HPAGE_PMD_NR.usize());
-    for j in u..u + HPAGE_PMD_NR {
+    for j in PgOff::range(u, u + HPAGE_PMD_NR) {
         let g = r.pt.lock(j);
         if g.get() != want {
             return None;
@@ -1236,7 +1241,7 @@ fn lock_unit(r: &RegionInner, u: u64, want: Pte) -> Option<Vec<PteGuard<'_>>> {
 fn do_huge_pmd_anonymous_page(
     m: &MmInner,
     r: &RegionInner,
-    idx: u64,
+    idx: PgOff,
     write: bool,
 ) -> Option<Fault> {
     let u = huge_unit(r, idx)?;
@@ -1265,7 +1270,7 @@ fn do_huge_pmd_anonymous_page(
     if !ok || m.mm.uffd.writeprotect(addr, len, true, true).is_err() {
         // Partly mapped by a racing path: undo and fall back to small pages.
         m.vm.warn_on(
-            r.view.advise(u.usize() * PAGE_SIZE, len, Advice::DontNeed),
+            r.view.advise(u.offset(), len, Advice::DontNeed),
             "MADV_DONTNEED of view pages",
         );
         huge_memory::put_huge_zero_unit(m);
@@ -1285,18 +1290,15 @@ fn do_huge_pmd_anonymous_page(
 
 /// A write to the huge zero page: the unit is unmapped and 512 fresh frames take its place
 /// (`do_huge_pmd_wp_page` on the huge zero page).
-fn do_huge_pmd_wp_page(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> {
-    let u = idx - idx % HPAGE_PMD_NR;
+fn do_huge_pmd_wp_page(m: &MmInner, r: &RegionInner, idx: PgOff) -> Option<Fault> {
+    let u = idx.round_down(HPAGE_PMD_NR);
     let Some(mut gs) = lock_unit(r, u, Pte::HugeZero) else {
         // Split meanwhile (partial discard): small zero pages now.
         return None;
     };
     m.vm.warn_on(
-        r.view.advise(
-            u.usize() * PAGE_SIZE,
-            huge_memory::HPAGE_PMD_SIZE,
-            Advice::DontNeed,
-        ),
+        r.view
+            .advise(u.offset(), huge_memory::HPAGE_PMD_SIZE, Advice::DontNeed),
         "MADV_DONTNEED of view pages",
     );
     for g in gs.iter_mut() {
@@ -1313,8 +1315,8 @@ fn do_huge_pmd_wp_page(m: &MmInner, r: &RegionInner, idx: u64) -> Option<Fault> 
 
 /// Splits a huge-zero unit into small zero pages (a partial discard of it), dropping the unit's
 /// reference with the old behaviour of seed 003.
-pub(crate) fn split_huge_zero(m: &MmInner, r: &RegionInner, u: u64) {
-    if u + HPAGE_PMD_NR > r.npages() {
+pub(crate) fn split_huge_zero(m: &MmInner, r: &RegionInner, u: PgOff) {
+    if u + HPAGE_PMD_NR > r.end() {
         return;
     }
     let Some(mut gs) = lock_unit(r, u, Pte::HugeZero) else {

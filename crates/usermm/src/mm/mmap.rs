@@ -11,6 +11,7 @@ use super::file::{get_mapping, put_mapping, CachedFile};
 use super::filemap;
 use super::fs::AddressSpace;
 use super::madvise::zap_page_range;
+use super::page::PgOff;
 use super::page::MAX_REGION_PAGES;
 use super::pgtable::PageTable;
 use super::region::{FileMap, MapKind, Region, RegionInner};
@@ -48,7 +49,7 @@ pub(crate) fn map_file(
     mapping.users.fetch_add(1, Ordering::AcqRel);
     let fm = FileMap {
         err_cursor: AtomicU64::new(mapping.wb_err.sample()),
-        pgoff: offset / PAGE_SIZE as u64,
+        pgoff: PgOff::of_byte(offset),
         shared: kind == MapKind::Shared,
         mapping: mapping.clone(),
     };
@@ -191,7 +192,7 @@ impl Drop for Region {
         let m = &self.h.inner;
         self.r.dead.store(true, Ordering::Release);
         m.mm.regions.write().remove_addr(self.r.view.addr());
-        zap_page_range(m, &self.r, 0, self.r.npages(), false);
+        zap_page_range(m, &self.r, PgOff::ZERO, self.r.end(), false);
         m.vm.warn_on(
             m.mm.uffd.unregister(self.r.view.addr(), self.r.view.len()),
             "UFFDIO_UNREGISTER of a region",

@@ -137,6 +137,105 @@ impl std::fmt::Display for Pfn {
     }
 }
 
+/// A page's offset in its object (`pgoff_t`): page N of a region, or of a file. Page counts
+/// and byte offsets stay integers; a page is named by its `PgOff`. Arithmetic: `off + n` and
+/// `off - n` move by `n` pages, `b - a` is the number of pages from `a` to `b`.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default)]
+#[repr(transparent)]
+pub struct PgOff(u64);
+
+impl PgOff {
+    pub const ZERO: PgOff = PgOff(0);
+    /// The last possible page: "to the end" of a range.
+    pub const MAX: PgOff = PgOff(u64::MAX);
+
+    pub const fn new(n: u64) -> PgOff {
+        PgOff(n)
+    }
+    /// The page number.
+    #[inline]
+    pub const fn raw(self) -> u64 {
+        self.0
+    }
+    /// The next page.
+    #[inline]
+    pub const fn next(self) -> PgOff {
+        PgOff(self.0 + 1)
+    }
+    /// The page's first byte in its mapping (a region's view): `pgoff << PAGE_SHIFT`.
+    #[cfg(not(loom))]
+    #[inline]
+    pub fn offset(self) -> usize {
+        crate::conv::Narrow::usize(self.0) * crate::sys::PAGE_SIZE
+    }
+    /// The page's first byte in its file.
+    #[cfg(not(loom))]
+    #[inline]
+    pub const fn byte_offset(self) -> u64 {
+        self.0 * crate::sys::PAGE_SIZE as u64
+    }
+    /// The page holding byte `off` of its mapping (inverse of [`PgOff::offset`]).
+    #[cfg(not(loom))]
+    #[inline]
+    pub const fn of_offset(off: usize) -> PgOff {
+        PgOff((off / crate::sys::PAGE_SIZE) as u64)
+    }
+    /// The page holding byte `off` of its object.
+    #[cfg(not(loom))]
+    #[inline]
+    pub const fn of_byte(off: u64) -> PgOff {
+        PgOff(off / crate::sys::PAGE_SIZE as u64)
+    }
+    /// This page rounded down to a multiple of `n` pages (`round_down`): the first page of its
+    /// `n`-page unit.
+    #[inline]
+    pub const fn round_down(self, n: u64) -> PgOff {
+        PgOff(self.0 - self.0 % n)
+    }
+    /// The pages `[from, to)` in order (`Range<PgOff>` cannot iterate on stable Rust).
+    pub fn range(from: PgOff, to: PgOff) -> impl DoubleEndedIterator<Item = PgOff> + Clone {
+        (from.0..to.0).map(PgOff)
+    }
+}
+
+impl std::ops::Add<u64> for PgOff {
+    type Output = PgOff;
+    #[inline]
+    fn add(self, n: u64) -> PgOff {
+        PgOff(self.0 + n)
+    }
+}
+
+impl std::ops::AddAssign<u64> for PgOff {
+    #[inline]
+    fn add_assign(&mut self, n: u64) {
+        self.0 += n;
+    }
+}
+
+impl std::ops::Sub<u64> for PgOff {
+    type Output = PgOff;
+    #[inline]
+    fn sub(self, n: u64) -> PgOff {
+        PgOff(self.0 - n)
+    }
+}
+
+impl std::ops::Sub for PgOff {
+    type Output = u64;
+    /// The number of pages from `o` to `self`.
+    #[inline]
+    fn sub(self, o: PgOff) -> u64 {
+        self.0 - o.0
+    }
+}
+
+impl std::fmt::Display for PgOff {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
 /// A swap entry: a slot on the manager's swap device (`swp_entry_t`). usermm has one swap
 /// device per manager, so the entry is the slot's offset (`swp_offset`), which is what the
 /// device's I/O takes.
@@ -152,6 +251,11 @@ impl SwapEntry {
     #[inline]
     pub const fn offset(self) -> u64 {
         self.0
+    }
+    /// `swap_cache_index`: the entry's page index in its swap-cache address space.
+    #[inline]
+    pub const fn cache_index(self) -> PgOff {
+        PgOff(self.0)
     }
     /// The next slot: a run of consecutive slots is one device I/O.
     #[inline]
@@ -255,7 +359,7 @@ impl Page {
         }
     }
     /// `page->index`: the page's index in its region or file.
-    pub fn index(&self) -> u64 {
+    pub fn index(&self) -> PgOff {
         unpack(self.mapping.load(Ordering::Acquire)).1
     }
     /// The swap slot of a swap-cache page (`page_private()` holding the swap entry).
@@ -267,11 +371,11 @@ impl Page {
     }
     /// Where a page-cache page is mapped: the shared file region and the page index in it
     /// (usermm maps a cache page in at most one view). Kept in the private word.
-    pub fn mapped_at(&self) -> (RegionId, u64) {
+    pub fn mapped_at(&self) -> (RegionId, PgOff) {
         let (id, index) = unpack(self.private.load(Ordering::Acquire));
         (RegionId(id), index)
     }
-    pub fn set_mapped_at(&self, region: RegionId, index: u64) {
+    pub fn set_mapped_at(&self, region: RegionId, index: PgOff) {
         self.private.store(pack(region.0, index), Ordering::Release);
     }
     /// The raw private word (for descriptions in logs).
@@ -439,22 +543,22 @@ impl<I: Copy + From<u32> + Into<usize>, T> IdTable<I, T> {
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 pub enum Owner {
     /// An anonymous page of a region (`PageAnon`), possibly in the swap cache.
-    Anon(RegionId, u64),
+    Anon(RegionId, PgOff),
     /// A page-cache page of an address space.
-    Cache(MappingId, u64),
+    Cache(MappingId, PgOff),
 }
 
 /// The largest page index a region may have (2^40 pages = 4 PiB).
 pub const MAX_REGION_PAGES: u64 = 1 << INDEX_BITS;
 
 /// One word for (region or address-space id, page index): the id above `INDEX_BITS`.
-fn pack(id: u32, index: u64) -> u64 {
-    debug_assert!(index < MAX_REGION_PAGES);
-    ((id as u64) << INDEX_BITS) | index
+fn pack(id: u32, index: PgOff) -> u64 {
+    debug_assert!(index.0 < MAX_REGION_PAGES);
+    ((id as u64) << INDEX_BITS) | index.0
 }
 
-fn unpack(v: u64) -> (u32, u64) {
-    ((v >> INDEX_BITS) as u32, v & (MAX_REGION_PAGES - 1))
+fn unpack(v: u64) -> (u32, PgOff) {
+    ((v >> INDEX_BITS) as u32, PgOff(v & (MAX_REGION_PAGES - 1)))
 }
 
 /// Free frames: a bitmap (1 = free) scanned from a rotating cursor, so that frames freed in a
@@ -577,12 +681,12 @@ mod tests {
     #[test]
     fn flags_and_lock() {
         let p = Page::default();
-        p.init(Owner::Anon(RegionId(3), 99), pg::UPTODATE);
-        assert_eq!(p.owner(), Owner::Anon(RegionId(3), 99));
-        assert_eq!(p.index(), 99);
-        p.init(Owner::Cache(MappingId(3), 7), pg::UPTODATE);
+        p.init(Owner::Anon(RegionId(3), PgOff(99)), pg::UPTODATE);
+        assert_eq!(p.owner(), Owner::Anon(RegionId(3), PgOff(99)));
+        assert_eq!(p.index(), PgOff(99));
+        p.init(Owner::Cache(MappingId(3), PgOff(7)), pg::UPTODATE);
         assert!(p.test(pg::PAGECACHE), "a cache owner sets PG_pagecache");
-        assert_eq!(p.owner(), Owner::Cache(MappingId(3), 7));
+        assert_eq!(p.owner(), Owner::Cache(MappingId(3), PgOff(7)));
         assert!(p.trylock());
         assert!(!p.trylock());
         p.unlock();

@@ -18,6 +18,7 @@ use crate::sync::{Arc, Condvar, Mutex, Ordering};
 use crate::vmstat::Item;
 
 use super::fs::AddressSpace;
+use super::page::PgOff;
 use super::MmInner;
 use crate::conv::Saturate;
 
@@ -167,8 +168,8 @@ pub fn wakeup_flusher_threads(m: &MmInner, reason: WbReason, nr_pages: u64) {
 pub(crate) fn do_writepages(
     m: &MmInner,
     mapping: &Arc<AddressSpace>,
-    start: u64,
-    end: u64,
+    start: PgOff,
+    end: PgOff,
     sync: bool,
     nr_to_write: i64,
 ) -> std::io::Result<u64> {
@@ -285,7 +286,7 @@ fn wb_workfn(m: Arc<MmInner>, b: Arc<Bdi>) {
             }
             loop {
                 let chunk = if expired { i64::MAX } else { WRITEBACK_CHUNK };
-                match do_writepages(&m, a, 0, u64::MAX, false, chunk) {
+                match do_writepages(&m, a, PgOff::ZERO, PgOff::MAX, false, chunk) {
                     Ok(n) => {
                         vmscan = vmscan.saturating_sub(n);
                         if n == 0 || expired || !(vmscan > 0 || over_bg(&m)) {

@@ -7,7 +7,7 @@
 
 use std::sync::OnceLock;
 
-use super::page::{Pfn, SwapEntry};
+use super::page::{Pfn, PgOff, SwapEntry};
 use crate::conv::Narrow;
 use crate::sync::{backoff, AtomicU64, Ordering};
 
@@ -112,6 +112,11 @@ impl PageTable {
         self.npages
     }
 
+    /// One past the last page.
+    pub fn end(&self) -> PgOff {
+        PgOff::new(self.npages)
+    }
+
     fn split(idx: u64) -> (usize, usize, usize) {
         let leaf = idx.usize() & (FANOUT - 1);
         let mid = ((idx >> FANOUT_SHIFT) as usize) & (FANOUT - 1);
@@ -139,16 +144,16 @@ impl PageTable {
     }
 
     /// The entry's current value (unlocked read; may change at once).
-    pub fn get(&self, idx: u64) -> Pte {
-        match self.existing(idx) {
+    pub fn get(&self, idx: PgOff) -> Pte {
+        match self.existing(idx.raw()) {
             Some(s) => Pte::decode(s.load(Ordering::Acquire) & !LOCK),
             None => Pte::None,
         }
     }
 
     /// Locks the entry, spinning while another thread holds it (holders never sleep).
-    pub fn lock(&self, idx: u64) -> PteGuard<'_> {
-        let slot = self.slot(idx);
+    pub fn lock(&self, idx: PgOff) -> PteGuard<'_> {
+        let slot = self.slot(idx.raw());
         let mut it = 0;
         loop {
             if let Some(g) = Self::try_slot(slot) {
@@ -159,8 +164,8 @@ impl PageTable {
     }
 
     /// Locks the entry if nobody holds it.
-    pub fn try_lock(&self, idx: u64) -> Option<PteGuard<'_>> {
-        Self::try_slot(self.slot(idx))
+    pub fn try_lock(&self, idx: PgOff) -> Option<PteGuard<'_>> {
+        Self::try_slot(self.slot(idx.raw()))
     }
 
     fn try_slot(slot: &AtomicU64) -> Option<PteGuard<'_>> {
@@ -178,9 +183,9 @@ impl PageTable {
 
     /// Calls `f(index, entry)` for every entry that is not `None` in `[from, to)`, skipping
     /// unallocated subtrees (unlocked reads).
-    pub fn for_each_used(&self, from: u64, to: u64, mut f: impl FnMut(u64, Pte)) {
-        let to = to.min(self.npages);
-        let mut idx = from;
+    pub fn for_each_used(&self, from: PgOff, to: PgOff, mut f: impl FnMut(PgOff, Pte)) {
+        let to = to.raw().min(self.npages);
+        let mut idx = from.raw();
         while idx < to {
             let (t, m, _) = Self::split(idx);
             let Some(mid) = self.top[t].get() else {
@@ -196,7 +201,7 @@ impl PageTable {
                 let v =
                     Pte::decode(leaf[idx.usize() & (FANOUT - 1)].load(Ordering::Acquire) & !LOCK);
                 if v != Pte::None {
-                    f(idx, v);
+                    f(PgOff::new(idx), v);
                 }
                 idx += 1;
             }
@@ -237,25 +242,28 @@ mod tests {
     fn sparse_terabyte() {
         let t = PageTable::new((1u64 << 40) / 4096);
         assert!(t.allocated_bytes() < 64 * 1024, "{}", t.allocated_bytes());
-        assert_eq!(t.get(12345678), Pte::None);
+        assert_eq!(t.get(PgOff::new(12345678)), Pte::None);
         {
-            let mut g = t.lock(12345678);
+            let mut g = t.lock(PgOff::new(12345678));
             g.set(Pte::Swap(SwapEntry::new(5)));
         }
-        assert_eq!(t.get(12345678), Pte::Swap(SwapEntry::new(5)));
+        assert_eq!(t.get(PgOff::new(12345678)), Pte::Swap(SwapEntry::new(5)));
         assert!(t.allocated_bytes() < 64 * 1024);
         let mut seen = vec![];
-        t.for_each_used(0, t.npages(), |i, p| seen.push((i, p)));
-        assert_eq!(seen, vec![(12345678, Pte::Swap(SwapEntry::new(5)))]);
+        t.for_each_used(PgOff::ZERO, t.end(), |i, p| seen.push((i, p)));
+        assert_eq!(
+            seen,
+            vec![(PgOff::new(12345678), Pte::Swap(SwapEntry::new(5)))]
+        );
     }
 
     #[test]
     fn lock_excludes() {
         let t = PageTable::new(10);
-        let g = t.lock(3);
-        assert!(t.try_lock(3).is_none());
-        assert!(t.try_lock(4).is_some());
+        let g = t.lock(PgOff::new(3));
+        assert!(t.try_lock(PgOff::new(3)).is_none());
+        assert!(t.try_lock(PgOff::new(4)).is_some());
         drop(g);
-        assert!(t.try_lock(3).is_some());
+        assert!(t.try_lock(PgOff::new(3)).is_some());
     }
 }

@@ -13,10 +13,9 @@ use crate::sys::uffd::Uffd;
 use crate::sys::{Mapping, PAGE_SIZE};
 
 use super::fs::AddressSpace;
-use super::page::{IdTable, RegionId};
+use super::page::{IdTable, PgOff, RegionId};
 use super::pgtable::{PageTable, Pte};
 use super::{Mm, MmHandle};
-use crate::conv::Narrow;
 
 /// The address space's state (`struct mm_struct`): its regions, its commit charge and the
 /// userfaultfd they are registered with.
@@ -118,8 +117,8 @@ pub struct RegionInner {
 #[derive(Debug)]
 pub(crate) struct FileMap {
     pub(crate) mapping: Arc<AddressSpace>,
-    /// File page of region page 0.
-    pub(crate) pgoff: u64,
+    /// File page of region page 0 (`vm_pgoff`).
+    pub(crate) pgoff: PgOff,
     pub(crate) shared: bool,
     /// errseq cursor of `Region::flush`.
     pub(crate) err_cursor: AtomicU64,
@@ -129,8 +128,19 @@ impl RegionInner {
     pub(crate) fn npages(&self) -> u64 {
         self.pt.npages()
     }
-    pub(crate) fn page_addr(&self, idx: u64) -> usize {
-        self.view.addr() + idx.usize() * PAGE_SIZE
+    /// One past the region's last page.
+    pub(crate) fn end(&self) -> PgOff {
+        PgOff::new(self.pt.npages())
+    }
+    pub(crate) fn page_addr(&self, idx: PgOff) -> usize {
+        self.view.addr() + idx.offset()
+    }
+}
+
+impl FileMap {
+    /// `linear_page_index`: the file page that region page `idx` maps.
+    pub(crate) fn linear_page_index(&self, idx: PgOff) -> PgOff {
+        self.pgoff + idx.raw()
     }
 }
 
@@ -201,7 +211,7 @@ impl Region {
     /// Pages of this region resident now (in frames).
     pub fn resident_pages(&self) -> u64 {
         let mut n = 0;
-        self.r.pt.for_each_used(0, self.r.npages(), |_, p| {
+        self.r.pt.for_each_used(PgOff::ZERO, self.r.end(), |_, p| {
             n += matches!(p, Pte::Frame(_)) as u64
         });
         n
@@ -210,7 +220,7 @@ impl Region {
     /// Pages of this region on the swap device now.
     pub fn swapped_pages(&self) -> u64 {
         let mut n = 0;
-        self.r.pt.for_each_used(0, self.r.npages(), |_, p| {
+        self.r.pt.for_each_used(PgOff::ZERO, self.r.end(), |_, p| {
             n += matches!(p, Pte::Swap(_)) as u64
         });
         n
@@ -222,9 +232,9 @@ impl Region {
     /// the pages that were never written.
     pub fn populated_ranges(&self) -> Vec<(usize, usize)> {
         let mut v: Vec<(usize, usize)> = Vec::new();
-        self.r.pt.for_each_used(0, self.r.npages(), |i, p| {
+        self.r.pt.for_each_used(PgOff::ZERO, self.r.end(), |i, p| {
             if matches!(p, Pte::Frame(_) | Pte::Swap(_)) {
-                let off = i.usize() * PAGE_SIZE;
+                let off = i.offset();
                 match v.last_mut() {
                     Some((o, l)) if *o + *l == off => *l += PAGE_SIZE,
                     _ => v.push((off, PAGE_SIZE)),

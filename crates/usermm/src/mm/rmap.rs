@@ -10,13 +10,12 @@ use crate::sys::{Advice, PAGE_SIZE};
 use crate::vmstat::Item;
 
 use super::mmzone::Node;
-use super::page::{pg, Owner, Pfn, RegionId};
+use super::page::{pg, Owner, Pfn, PgOff, RegionId};
 use super::pgtable::Pte;
 use super::pool;
 use super::region::RegionInner;
 use super::swap_state;
 use super::MmInner;
-use crate::conv::Narrow;
 
 /// Unmaps locked, mapped pages into their pool slots ("clears the young bit"): one UFFDIO_MOVE
 /// per run of pages consecutive both in the view and in the pool.
@@ -28,7 +27,7 @@ pub fn try_to_unmap(m: &MmInner, frames: &[Pfn]) {
     if frames.iter().any(|&f| m.node.pages[f].test(pg::ZAPPENDING)) {
         pool::flush_zaps(m);
     }
-    let mut v: Vec<(RegionId, u64, Pfn)> = frames
+    let mut v: Vec<(RegionId, PgOff, Pfn)> = frames
         .iter()
         .map(|&f| {
             let p = &m.node.pages[f];
@@ -41,10 +40,12 @@ pub fn try_to_unmap(m: &MmInner, frames: &[Pfn]) {
         })
         .collect();
     v.sort_unstable();
-    for run in pool::runs(&v, |a, b| b.0 == a.0 && b.1 == a.1 + 1 && b.2 == a.2.next()) {
+    for run in pool::runs(&v, |a, b| {
+        b.0 == a.0 && b.1 == a.1.next() && b.2 == a.2.next()
+    }) {
         let (k, e) = (run.start, run.end);
         let (rid, idx0, f0) = v[k];
-        let Some(r) = m.mm.region(rid).filter(|r| v[e - 1].1 < r.npages()) else {
+        let Some(r) = m.mm.region(rid).filter(|r| v[e - 1].1 < r.end()) else {
             continue;
         };
         let n = e - k;
@@ -69,7 +70,7 @@ pub fn try_to_unmap(m: &MmInner, frames: &[Pfn]) {
 
 /// `try_to_unmap_one`: unmaps one locked, mapped page into its pool slot (the fallback of
 /// [`try_to_unmap`] for the pages of a run that did not move with it).
-fn try_to_unmap_one(m: &MmInner, r: &RegionInner, idx: u64, f: Pfn) {
+fn try_to_unmap_one(m: &MmInner, r: &RegionInner, idx: PgOff, f: Pfn) {
     pool::settle(m, f);
     let src = r.page_addr(idx);
     let dst = m.pool.slots.addr() + f.offset();
@@ -111,7 +112,7 @@ fn try_to_unmap_one(m: &MmInner, r: &RegionInner, idx: u64, f: Pfn) {
 
 /// A page-cache page unmapped from a shared file region leaves no entry behind: the region's
 /// next access looks the page up in the cache again.
-fn clear_file_pte(node: &Node, r: &RegionInner, idx: u64, f: Pfn) {
+fn clear_file_pte(node: &Node, r: &RegionInner, idx: PgOff, f: Pfn) {
     if node.pages[f].test(pg::PAGECACHE) {
         let mut g = r.pt.lock(idx);
         if g.get() == Pte::Frame(f) {
@@ -129,7 +130,7 @@ fn mark_unmapped(m: &MmInner, f: Pfn) {
 
 /// Moves locked, mapped page-cache page `f` from page `idx` of `r`'s view back into its pool
 /// slot (the pte lock of `idx` is held by the caller or not needed).
-pub(crate) fn unmap_file_page_at(m: &MmInner, r: &RegionInner, idx: u64, f: Pfn) {
+pub(crate) fn unmap_file_page_at(m: &MmInner, r: &RegionInner, idx: PgOff, f: Pfn) {
     pool::settle(m, f);
     let p = &m.node.pages[f];
     let dst = m.pool.slots.addr() + f.offset();
@@ -145,12 +146,11 @@ pub(crate) fn unmap_file_page_at(m: &MmInner, r: &RegionInner, idx: u64, f: Pfn)
             m.vm.warn_on(
                 m.pool
                     .slots
-                    .copy_from(f.offset(), &r.view, idx.usize() * PAGE_SIZE, PAGE_SIZE),
+                    .copy_from(f.offset(), &r.view, idx.offset(), PAGE_SIZE),
                 "copying a page into a pool slot",
             );
             m.vm.warn_on(
-                r.view
-                    .advise(idx.usize() * PAGE_SIZE, PAGE_SIZE, Advice::DontNeed),
+                r.view.advise(idx.offset(), PAGE_SIZE, Advice::DontNeed),
                 "MADV_DONTNEED of view pages",
             );
         }

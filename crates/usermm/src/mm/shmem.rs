@@ -9,7 +9,7 @@ use crate::sync::Ordering;
 use crate::vmstat::Item;
 
 use super::fs::{AddressSpace, AddressSpaceOps, Entry, LockSite};
-use super::page::{pg, Owner, Pfn, SwapEntry};
+use super::page::{pg, Owner, Pfn, PgOff, SwapEntry};
 use super::{page_alloc, pool, MmInner};
 
 /// An in-memory file's `address_space_operations` (`shmem_aops`): nothing to write back (its
@@ -26,7 +26,7 @@ impl AddressSpaceOps for ShmemAops {
         &self,
         m: &MmInner,
         mapping: &AddressSpace,
-        index: u64,
+        index: PgOff,
         slot: SwapEntry,
     ) -> Result<()> {
         shmem_swapin(m, mapping, index, slot)
@@ -38,7 +38,7 @@ impl AddressSpaceOps for ShmemAops {
 pub(crate) fn shmem_swapin(
     m: &MmInner,
     mapping: &AddressSpace,
-    index: u64,
+    index: PgOff,
     slot: SwapEntry,
 ) -> Result<()> {
     let Some(sw) = &m.swap else {
@@ -80,14 +80,14 @@ pub(crate) fn shmem_swapin(
     );
     {
         let mut t = mapping.lock_tree(&m.vm, LockSite::AddToPageCache);
-        if t.get(index) != Some(Entry::Swap(slot).encode()) {
+        if t.get(index.raw()) != Some(Entry::Swap(slot).encode()) {
             // Someone else swapped it in.
             drop(t);
             p.reset_flags(pg::POOLED);
             pool::recycle_frames(m, &[f]);
             return Ok(());
         }
-        t.insert(index, Entry::Page(f).encode());
+        t.insert(index.raw(), Entry::Page(f).encode());
     }
     sw.swap_free(slot, &m.vm);
     m.vm.sub(Item::NrShmemSwapped, 1);
@@ -106,16 +106,16 @@ pub(crate) fn shmem_replace_with_swap(
     m: &MmInner,
     mapping: &AddressSpace,
     f: Pfn,
-    index: u64,
+    index: PgOff,
     slot: SwapEntry,
 ) -> bool {
     let p = &m.node.pages[f];
     {
         let mut t = mapping.lock_tree(&m.vm, LockSite::DeleteFromPageCache);
-        if t.get(index) != Some(Entry::Page(f).encode()) || p.page_count() != 1 {
+        if t.get(index.raw()) != Some(Entry::Page(f).encode()) || p.page_count() != 1 {
             return false;
         }
-        t.insert(index, Entry::Swap(slot).encode());
+        t.insert(index.raw(), Entry::Swap(slot).encode());
     }
     mapping.nrpages.fetch_sub(1, Ordering::Relaxed);
     m.vm.sub(Item::NrFilePages, 1);

@@ -17,7 +17,7 @@ use crate::sys::{Mapping, PAGE_SIZE};
 use crate::vmstat::{Counters, Item};
 
 use super::fs::{as_flags, AddressSpace, AddressSpaceOps, Host};
-use super::page::{pg, MappingId, Owner, Pfn, SwapEntry};
+use super::page::{pg, MappingId, Owner, Pfn, PgOff, SwapEntry};
 use super::pgtable::{Pte, PteGuard};
 use super::pool;
 use super::region::RegionInner;
@@ -157,12 +157,14 @@ pub(crate) fn try_to_free_swap(m: &MmInner, f: Pfn) {
 /// The swap-in readahead window of a major fault at page `idx` of `r` (`swapin_nr_pages` fed
 /// with the region's readahead state: the last major fault, the readahead hits since, the last
 /// window), at most `max` pages (`1 << page_cluster`).
-pub(crate) fn swapin_window(r: &RegionInner, idx: u64, max: u32) -> u32 {
-    let last = r.last_major.swap(idx, Ordering::Relaxed);
-    let seq = last != u64::MAX
-        && (idx == last + 1
-            || idx + 1 == last
-            || idx > last && idx - last <= 2 * r.ra_win.load(Ordering::Relaxed) as u64);
+pub(crate) fn swapin_window(r: &RegionInner, idx: PgOff, max: u32) -> u32 {
+    let last = r.last_major.swap(idx.raw(), Ordering::Relaxed);
+    let seq = last != u64::MAX && {
+        let last = PgOff::new(last);
+        idx == last.next()
+            || idx.next() == last
+            || idx > last && idx - last <= 2 * u64::from(r.ra_win.load(Ordering::Relaxed))
+    };
     let hits = r.ra_hits.swap(0, Ordering::Relaxed);
     let win = swapin_nr_pages(hits, seq, r.ra_win.load(Ordering::Relaxed), max);
     r.ra_win.store(win, Ordering::Relaxed);
@@ -179,7 +181,7 @@ pub(crate) fn park_readahead(
     m: &MmInner,
     sw: &SwapState,
     r: &RegionInner,
-    idx: u64,
+    idx: PgOff,
     slots: &[SwapEntry],
     frames: &[Pfn],
     ok: &[bool],

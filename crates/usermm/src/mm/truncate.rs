@@ -10,6 +10,7 @@ use crate::vmstat::Item;
 use super::filemap::*;
 use super::fs::{AddressSpace, Entry, LockSite};
 use super::page::pg;
+use super::page::PgOff;
 use super::MmInner;
 use crate::conv::Narrow;
 
@@ -23,9 +24,14 @@ pub fn truncate(m: &MmInner, mapping: &Arc<AddressSpace>, size: u64) -> Result<(
         mapping.size.swap(size, Ordering::AcqRel)
     };
     if size < old {
-        truncate_pages_only(m, mapping, size.div_ceil(ps), old.div_ceil(ps));
+        truncate_pages_only(
+            m,
+            mapping,
+            PgOff::new(size.div_ceil(ps)),
+            PgOff::new(old.div_ceil(ps)),
+        );
         if !size.is_multiple_of(ps) {
-            let index = size / ps;
+            let index = PgOff::of_byte(size);
             if let Some(f) = find_lock_page(m, mapping, index)? {
                 let from = (size % ps).usize();
                 copy_to_page(m, mapping, f, from, &vec![0u8; PAGE_SIZE - from]);
@@ -49,16 +55,20 @@ pub fn truncate(m: &MmInner, mapping: &Arc<AddressSpace>, size: u64) -> Result<(
 pub(crate) fn evict_all(m: &MmInner, mapping: &AddressSpace) {
     let size = mapping.size.load(Ordering::Acquire);
     let _ = size;
-    truncate_pages_only(m, mapping, 0, u64::MAX);
+    truncate_pages_only(m, mapping, PgOff::ZERO, PgOff::MAX);
 }
 
-fn truncate_pages_only(m: &MmInner, mapping: &AddressSpace, from: u64, to: u64) -> usize {
+fn truncate_pages_only(m: &MmInner, mapping: &AddressSpace, from: PgOff, to: PgOff) -> usize {
     let mut n = 0;
     let mut entries: Vec<(u64, u64)> = Vec::new();
-    mapping
-        .lock_tree(&m.vm, LockSite::FindGetPage)
-        .gang_lookup(from, to, usize::MAX, &mut entries);
+    mapping.lock_tree(&m.vm, LockSite::FindGetPage).gang_lookup(
+        from.raw(),
+        to.raw(),
+        usize::MAX,
+        &mut entries,
+    );
     for (index, e) in entries {
+        let index = PgOff::new(index);
         match Entry::decode(e) {
             Entry::Page(f) => {
                 if lock_page_in(m, mapping, f, index, false) {
@@ -75,7 +85,7 @@ fn truncate_pages_only(m: &MmInner, mapping: &AddressSpace, from: u64, to: u64) 
             Entry::Swap(slot) => {
                 mapping
                     .lock_tree(&m.vm, LockSite::DeleteFromPageCache)
-                    .remove(index);
+                    .remove(index.raw());
                 if let Some(sw) = &m.swap {
                     sw.swap_free(slot, &m.vm);
                 }

@@ -565,11 +565,11 @@ fn pageout(m: &MmInner, sw: &SwapState, ready: &[Pfn]) -> Vec<Pfn> {
         // seed 000 keeps no tags (no tree lock taken here).
         for &(slot, f) in run {
             m.node.pages[f].clear(pg::DIRTY);
-            filemap::set_page_writeback(m, sw.space(slot), f, slot.offset());
+            filemap::set_page_writeback(m, sw.space(slot), f, slot.cache_index());
         }
         let res = page_io::swap_writepage(m, sw, run[0].0, run.iter().map(|&(_, f)| f));
         for &(slot, f) in run {
-            filemap::end_page_writeback(m, sw.space(slot), f, slot.offset());
+            filemap::end_page_writeback(m, sw.space(slot), f, slot.cache_index());
         }
         if res.is_err() {
             for &(s, f) in run {
@@ -615,7 +615,7 @@ fn __remove_mapping(
         }
         let slot = p.swap_entry();
         match &cur {
-            Some(r) if idx < r.npages() => {
+            Some(r) if idx < r.end() => {
                 let mut g = r.pt.lock(idx);
                 if g.get() == Pte::Frame(f) {
                     g.set(Pte::Swap(slot));
