@@ -16,7 +16,7 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
 use crate::error::{Error, Result};
-use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
+use crate::sync::{Arc, AtomicU64, Mutex, Ordering, RwLock};
 
 use super::filemap::{self, FileRaState};
 use super::fs::{AddressSpace, Host};
@@ -40,6 +40,113 @@ impl MappingTable {
     }
 }
 
+/// The file table (the kernel's inode hash): every live address space of the manager, shared by
+/// every open of its inode. Its operations take only the table.
+#[derive(Debug, Default)]
+pub struct FileTable(RwLock<MappingTable>);
+
+impl FileTable {
+    /// The live mapping `id` (the rmap's way from a page-cache page to its file).
+    pub(crate) fn get(&self, id: MappingId) -> Option<Arc<AddressSpace>> {
+        self.0.read().get(id).cloned()
+    }
+    /// All live mappings.
+    pub(crate) fn all(&self) -> Vec<Arc<AddressSpace>> {
+        self.0.read().all()
+    }
+    /// `iget`: the address space of the file at `path`, shared by every open of that inode.
+    pub(crate) fn iget(&self, path: &Path, create: bool) -> Result<Arc<AddressSpace>> {
+        let (file, direct) = open_file(path, create).map_err(|e| {
+            Error::io(
+                format!(
+                    "opening {} for the page cache (read-write{})",
+                    path.display(),
+                    if create { ", created if missing" } else { "" }
+                ),
+                e,
+            )
+        })?;
+        let md = file
+            .metadata()
+            .map_err(|e| Error::io(format!("stat of {}", path.display()), e))?;
+        if !md.is_file() {
+            return Err(Error::inval(format!(
+                "{} is not a regular file; the page cache serves regular files",
+                path.display()
+            )));
+        }
+        match crate::sys::pseudo_fs(&file) {
+            Ok(Some(fs)) => {
+                return Err(Error::inval(format!(
+                    "{} is on {fs}, whose files do not have the size they report; the page cache \
+                     serves files on ordinary filesystems: copy it to one first",
+                    path.display()
+                )))
+            }
+            Ok(None) => {}
+            Err(e) => return Err(Error::io(format!("statfs of {}", path.display()), e)),
+        }
+        let key = (md.dev(), md.ino());
+        let mut t = self.0.write();
+        if let Some(&id) = t.by_inode.get(&key) {
+            let a = t.get(id).expect("inode table names a live mapping").clone();
+            a.users.fetch_add(1, Ordering::AcqRel);
+            return Ok(a);
+        }
+        let a = t.by_id.insert(|id| {
+            Arc::new(AddressSpace::new(
+                id,
+                Host::File {
+                    file,
+                    path: path.to_path_buf(),
+                    direct,
+                    dev: md.dev(),
+                    ino: md.ino(),
+                },
+                md.len(),
+                0,
+                &filemap::FILE_AOPS,
+            ))
+        });
+        a.users.store(1, Ordering::Release);
+        t.by_inode.insert(key, a.id);
+        Ok(a)
+    }
+    /// A new in-memory file's address space.
+    pub(crate) fn new_memory(&self, name: &str) -> Arc<AddressSpace> {
+        let mut t = self.0.write();
+        let a = t.by_id.insert(|id| {
+            Arc::new(AddressSpace::new(
+                id,
+                Host::Memory { name: name.into() },
+                0,
+                0,
+                &super::shmem::SHMEM_AOPS,
+            ))
+        });
+        a.users.store(1, Ordering::Release);
+        a
+    }
+    /// Forgets a closed file's mapping once it holds no page (called at last close and when
+    /// reclaim takes a closed file's last page).
+    pub(crate) fn forget_if_unused(&self, a: &AddressSpace) {
+        if a.users.load(Ordering::Acquire) != 0 || a.nrpages.load(Ordering::Acquire) != 0 {
+            return;
+        }
+        let mut t = self.0.write();
+        if a.users.load(Ordering::Acquire) != 0 || a.nrpages.load(Ordering::Acquire) != 0 {
+            return;
+        }
+        if !t.get(a.id).is_some_and(|x| std::ptr::eq(&**x, a)) {
+            return;
+        }
+        if let Host::File { dev, ino, .. } = &a.host {
+            t.by_inode.remove(&(*dev, *ino));
+        }
+        t.by_id.remove(a.id);
+    }
+}
+
 /// Opens `path` read-write (creating it when `create`), with O_DIRECT when possible.
 fn open_file(path: &Path, create: bool) -> io::Result<(File, bool)> {
     let mut o = OpenOptions::new();
@@ -51,85 +158,10 @@ fn open_file(path: &Path, create: bool) -> io::Result<(File, bool)> {
     }
 }
 
-/// `iget`: the address space of the file at `path`, shared by every open of that inode.
-pub(crate) fn get_mapping(m: &MmInner, path: &Path, create: bool) -> Result<Arc<AddressSpace>> {
-    let (file, direct) = open_file(path, create).map_err(|e| {
-        Error::io(
-            format!(
-                "opening {} for the page cache (read-write{})",
-                path.display(),
-                if create { ", created if missing" } else { "" }
-            ),
-            e,
-        )
-    })?;
-    let md = file
-        .metadata()
-        .map_err(|e| Error::io(format!("stat of {}", path.display()), e))?;
-    if !md.is_file() {
-        return Err(Error::inval(format!(
-            "{} is not a regular file; the page cache serves regular files",
-            path.display()
-        )));
-    }
-    match crate::sys::pseudo_fs(&file) {
-        Ok(Some(fs)) => {
-            return Err(Error::inval(format!(
-                "{} is on {fs}, whose files do not have the size they report; the page cache \
-                 serves files on ordinary filesystems: copy it to one first",
-                path.display()
-            )))
-        }
-        Ok(None) => {}
-        Err(e) => return Err(Error::io(format!("statfs of {}", path.display()), e)),
-    }
-    let key = (md.dev(), md.ino());
-    let mut t = m.mappings.write();
-    if let Some(&id) = t.by_inode.get(&key) {
-        let a = t.get(id).expect("inode table names a live mapping").clone();
-        a.users.fetch_add(1, Ordering::AcqRel);
-        return Ok(a);
-    }
-    let a = t.by_id.insert(|id| {
-        Arc::new(AddressSpace::new(
-            id,
-            Host::File {
-                file,
-                path: path.to_path_buf(),
-                direct,
-                dev: md.dev(),
-                ino: md.ino(),
-            },
-            md.len(),
-            0,
-            &filemap::FILE_AOPS,
-        ))
-    });
-    a.users.store(1, Ordering::Release);
-    t.by_inode.insert(key, a.id);
-    Ok(a)
-}
-
-/// A new in-memory file's address space.
-fn new_memory_mapping(m: &MmInner, name: &str) -> Arc<AddressSpace> {
-    let mut t = m.mappings.write();
-    let a = t.by_id.insert(|id| {
-        Arc::new(AddressSpace::new(
-            id,
-            Host::Memory { name: name.into() },
-            0,
-            0,
-            &super::shmem::SHMEM_AOPS,
-        ))
-    });
-    a.users.store(1, Ordering::Release);
-    a
-}
-
 /// `iput`: drops a user; the last one writes the mapping back and evicts its pages.
 /// A file's pages outlive its last close, as the kernel's inode cache keeps them: dirty pages
 /// are written by the flushers (or `Mm::sync`, or at teardown), clean ones leave through
-/// reclaim, and the mapping is forgotten when its last page goes ([`forget_if_unused`]). An
+/// reclaim, and the mapping is forgotten when its last page goes ([`FileTable::forget_if_unused`]). An
 /// unlinked file's pages are dropped at once (nobody can read them again); an in-memory file
 /// goes with its last handle.
 pub(crate) fn put_mapping(m: &MmInner, a: &Arc<AddressSpace>) {
@@ -139,11 +171,11 @@ pub(crate) fn put_mapping(m: &MmInner, a: &Arc<AddressSpace>) {
     if let Some(f) = a.file() {
         let unlinked = f.metadata().is_ok_and(|md| md.nlink() == 0);
         if !unlinked {
-            forget_if_unused(m, a);
+            m.files.forget_if_unused(a);
             return;
         }
     }
-    let mut t = m.mappings.write();
+    let mut t = m.files.0.write();
     if a.users.load(Ordering::Acquire) != 0 {
         // Reopened meanwhile.
         return;
@@ -153,32 +185,13 @@ pub(crate) fn put_mapping(m: &MmInner, a: &Arc<AddressSpace>) {
     }
     drop(t);
     super::truncate::evict_all(m, a);
-    let mut t = m.mappings.write();
-    t.by_id.remove(a.id);
-}
-
-/// Forgets a closed file's mapping once it holds no page (called at last close and when
-/// reclaim takes a closed file's last page).
-pub(crate) fn forget_if_unused(m: &MmInner, a: &AddressSpace) {
-    if a.users.load(Ordering::Acquire) != 0 || a.nrpages.load(Ordering::Acquire) != 0 {
-        return;
-    }
-    let mut t = m.mappings.write();
-    if a.users.load(Ordering::Acquire) != 0 || a.nrpages.load(Ordering::Acquire) != 0 {
-        return;
-    }
-    if !t.get(a.id).is_some_and(|x| std::ptr::eq(&**x, a)) {
-        return;
-    }
-    if let Host::File { dev, ino, .. } = &a.host {
-        t.by_inode.remove(&(*dev, *ino));
-    }
+    let mut t = m.files.0.write();
     t.by_id.remove(a.id);
 }
 
 /// Writes back every closed file's dirty pages (manager teardown).
 pub(crate) fn writeback_all(m: &MmInner) {
-    let all = m.mappings.read().all();
+    let all = m.files.all();
     for a in all {
         if a.file().is_some() {
             let cursor = AtomicU64::new(a.wb_err.sample());
@@ -219,7 +232,7 @@ impl std::fmt::Debug for CachedFile {
 impl Mm {
     /// Opens `path` (created if missing) for buffered I/O through the page cache.
     pub fn open(&self, path: impl AsRef<Path>) -> Result<CachedFile> {
-        let a = get_mapping(self.inner(), path.as_ref(), true)?;
+        let a = self.inner().files.iget(path.as_ref(), true)?;
         Ok(self.cached(a))
     }
 
@@ -228,7 +241,7 @@ impl Mm {
         if self.inner().swap.is_none() {
             log::debug!("in-memory file {name} without swap: its pages cannot be evicted");
         }
-        Ok(self.cached(new_memory_mapping(self.inner(), name)))
+        Ok(self.cached(self.inner().files.new_memory(name)))
     }
 
     fn cached(&self, a: Arc<AddressSpace>) -> CachedFile {
@@ -244,7 +257,7 @@ impl Mm {
     /// first writeback error not yet reported to this manager's syncs.
     pub fn sync(&self) -> Result<()> {
         let m = self.inner();
-        let all = m.mappings.read().all();
+        let all = m.files.all();
         let mut first = None;
         for a in all {
             if a.file().is_none() {

@@ -9,7 +9,7 @@ use crate::swap::SwapConfig;
 
 /// Budget used when `USERMM_BUDGET` is not set.
 pub const DEFAULT_BUDGET: u64 = 256 << 20;
-use crate::sync::{Arc, Mutex, Ordering, RwLock};
+use crate::sync::{Arc, Mutex, Ordering};
 use crate::sys::uffd::{self, EventFd, OpenPolicy, Uffd};
 use crate::sys::{Advice, Mapping, PAGE_SIZE};
 use crate::vmstat::{Counters, Item, Vmstat};
@@ -275,8 +275,8 @@ pub struct MmInner {
     pub(crate) handlers: HandlerState,
     /// Swap devices, slots and the swap cache (`swap_info_struct`, swap_state.rs).
     pub(crate) swap: Option<SwapState>,
-    /// Address spaces of open files (page owners name them by id).
-    pub(crate) mappings: RwLock<super::file::MappingTable>,
+    /// The file table: address spaces of files by id and inode (page owners name them by id).
+    pub(crate) files: super::file::FileTable,
     /// Flushers and dirty lists (`bdi_writeback`).
     pub(crate) wb: super::page_writeback::WbState,
     /// Event counters (`vm_event_states`, `/proc/vmstat`).
@@ -533,7 +533,7 @@ impl Mm {
             handlers: HandlerState::new(efd, handlers),
             vm,
             swap,
-            mappings: RwLock::new(Default::default()),
+            files: Default::default(),
             wb: Default::default(),
             self_ref: Mutex::new(None),
             cfg,
@@ -759,7 +759,7 @@ impl Mm {
             });
         }
         // Page-cache pages need no mapping: their file's tree owns them.
-        let files = m.mappings.read().all();
+        let files = m.files.all();
         let in_its_file = |f: Pfn| {
             let Owner::Cache(id, index) = m.node.pages[f].owner() else {
                 return false;

@@ -7,7 +7,7 @@ use crate::sys::uffd::mode;
 use crate::sys::{Advice, Mapping, PAGE_SIZE};
 use std::path::Path;
 
-use super::file::{get_mapping, put_mapping, CachedFile};
+use super::file::{put_mapping, CachedFile};
 use super::filemap;
 use super::fs::AddressSpace;
 use super::madvise::zap_page_range;
@@ -144,7 +144,7 @@ impl Mm {
         len: usize,
         kind: MapKind,
     ) -> Result<Region> {
-        let a = get_mapping(self.inner(), path.as_ref(), false)?;
+        let a = self.inner().files.iget(path.as_ref(), false)?;
         let r = map_file(self, a.clone(), offset, len, kind);
         put_mapping(self.inner(), &a);
         r

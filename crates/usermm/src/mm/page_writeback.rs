@@ -275,7 +275,7 @@ fn wb_workfn(m: Arc<MmInner>, b: Arc<Bdi>) {
                 })
             {
                 super::truncate::evict_all(&m, a);
-                super::file::forget_if_unused(&m, a);
+                m.files.forget_if_unused(a);
                 continue;
             }
             let when = a.dirtied_when.load(Ordering::Relaxed);

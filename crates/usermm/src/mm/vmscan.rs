@@ -657,7 +657,7 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
             keep.push(f);
             continue;
         };
-        let Some(a) = m.mappings.read().get(id).cloned() else {
+        let Some(a) = m.files.get(id) else {
             keep.push(f);
             continue;
         };
@@ -788,7 +788,7 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
         if filemap::remove_page(m, &a, f, idx, true) {
             n_clean += 1;
             m.vm.sub(item, 1);
-            super::file::forget_if_unused(m, &a);
+            m.files.forget_if_unused(&a);
         } else {
             keep.push(f);
         }
