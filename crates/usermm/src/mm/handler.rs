@@ -213,10 +213,10 @@ fn since(h: &HandlerState) -> u64 {
 }
 
 /// The faults outstanding longer than `after` (handler slots; see [`watchdog_main`]).
-pub fn stuck_faults(m: &MmInner, after: Duration) -> Vec<StuckFault> {
-    let now = since(&m.handlers);
+pub fn stuck_faults(h: &HandlerState, after: Duration) -> Vec<StuckFault> {
+    let now = since(h);
     let mut v = Vec::new();
-    for s in m.handlers.slots.iter() {
+    for s in h.slots.iter() {
         for (t, a, in_handler) in [
             (&s.busy_since, &s.busy_addr, true),
             (&s.deferred_since, &s.deferred_addr, false),
@@ -246,7 +246,7 @@ pub fn watchdog_main(m: Arc<MmInner>) {
             std::thread::sleep(Duration::from_millis(100));
         }
         let after = Duration::from_millis(m.handlers.stuck_after_ms.load(Ordering::Relaxed));
-        let stuck = stuck_faults(&m, after);
+        let stuck = stuck_faults(&m.handlers, after);
         for s in &stuck {
             if !reported.contains(&s.addr) {
                 m.vm.inc(Item::FaultStuck);

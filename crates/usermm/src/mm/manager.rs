@@ -593,7 +593,7 @@ impl Mm {
         let after = Duration::from_millis(m.handlers.stuck_after_ms.load(Ordering::Relaxed));
         Health {
             handler_panics: m.vm.get(Item::HandlerPanic),
-            stuck_faults: super::handler::stuck_faults(m, after),
+            stuck_faults: super::handler::stuck_faults(&m.handlers, after),
             stuck_reported: m.vm.get(Item::FaultStuck),
             refault_tripwires: m.vm.get(Item::FaultRefaultTripwire),
             stale_answers: m.vm.get(Item::FaultStaleUnmapped),

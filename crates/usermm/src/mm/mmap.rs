@@ -80,19 +80,11 @@ fn new_region(mm: &Mm, len: usize, file: Option<FileMap>, noreserve: bool) -> Re
     } else {
         npages
     };
-    let prev = m.mm.committed.fetch_add(npages_commit, Ordering::AcqRel);
+    m.mm.vm_enough_memory(npages_commit, m.cfg.overcommit)?;
     let npages_all = npages;
     let npages = npages_commit;
-    if !m.cfg.overcommit && prev + npages > m.mm.commit_limit {
-        m.mm.committed.fetch_sub(npages, Ordering::AcqRel);
-        return Err(Error::CommitLimit {
-            requested: npages * PAGE_SIZE as u64,
-            committed: prev * PAGE_SIZE as u64,
-            limit: m.mm.commit_limit * PAGE_SIZE as u64,
-        });
-    }
     let undo = |e: Error| {
-        m.mm.committed.fetch_sub(npages, Ordering::AcqRel);
+        m.mm.vm_unacct_memory(npages);
         e
     };
     let huge = file.is_none() && m.cfg.thp;
@@ -200,7 +192,7 @@ impl Drop for Region {
         m.mm.regions.write().remove_id(self.r.id);
         let shared = self.r.file.as_ref().is_some_and(|f| f.shared);
         if !shared && !self.r.noreserve {
-            m.mm.committed.fetch_sub(self.r.npages(), Ordering::AcqRel);
+            m.mm.vm_unacct_memory(self.r.npages());
         }
         if let Some(fm) = &self.r.file {
             put_mapping(m, &fm.mapping);

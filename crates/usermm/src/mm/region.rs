@@ -8,7 +8,7 @@
 use crate::error::{Error, Result};
 use std::collections::BTreeMap;
 
-use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, RwLock};
+use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, Ordering, RwLock};
 use crate::sys::uffd::Uffd;
 use crate::sys::{Mapping, PAGE_SIZE};
 
@@ -46,6 +46,24 @@ impl MmStruct {
     /// The live region `id` (the rmap's way from a page to its mapping).
     pub(crate) fn region(&self, id: RegionId) -> Option<Arc<RegionInner>> {
         self.regions.read().get(id).cloned()
+    }
+    /// `__vm_enough_memory` with strict accounting (`overcommit_memory=2`) unless `overcommit`:
+    /// charges `npages` to the commit, or fails naming the request, the commit and the limit.
+    pub(crate) fn vm_enough_memory(&self, npages: u64, overcommit: bool) -> Result<()> {
+        let prev = self.committed.fetch_add(npages, Ordering::AcqRel);
+        if !overcommit && prev + npages > self.commit_limit {
+            self.vm_unacct_memory(npages);
+            return Err(Error::CommitLimit {
+                requested: npages * PAGE_SIZE as u64,
+                committed: prev * PAGE_SIZE as u64,
+                limit: self.commit_limit * PAGE_SIZE as u64,
+            });
+        }
+        Ok(())
+    }
+    /// `vm_unacct_memory`: returns `npages` of commit charge.
+    pub(crate) fn vm_unacct_memory(&self, npages: u64) {
+        self.committed.fetch_sub(npages, Ordering::AcqRel);
     }
 }
 
