@@ -90,6 +90,7 @@ items! {
     PgrotatedDirty = "pgrotated_dirty",
     FileRa = "file_ra",
     FileRaHit = "file_ra_hit",
+    FileRaRandom = "file_ra_random",
     FileReadError = "file_read_error",
     FileWriteError = "file_write_error",
     FileReadHole = "file_read_hole",

@@ -866,3 +866,86 @@ fn full_page_write_at_does_not_read() {
         "the file holds both writes"
     );
 }
+
+/// `mmap_miss`: a file region read at random stops reading around each fault (Linux's
+/// `MMAP_LOTSAMISS`), so a random reader pays for the pages it touches, not 32 per fault; a
+/// sequential reader keeps its read-around.
+#[test]
+fn random_faults_on_a_file_region_stop_reading_around() {
+    use std::os::unix::fs::FileExt;
+    const PAGES: u64 = 16384; // 64 MiB of data, 16x the budget
+    let d = tmpdir();
+    let path = d.path().join("random");
+    {
+        let f = std::fs::File::create(&path).unwrap();
+        let mut chunk = vec![0u8; 1 << 20];
+        for c in 0..PAGES * 4096 / (1 << 20) {
+            pattern(c << 20, &mut chunk);
+            f.write_all_at(&chunk, c << 20).unwrap();
+        }
+        f.sync_all().unwrap();
+    }
+    let m = mm(4 * MIB, Settings::default());
+    let r = m
+        .map_file(&path, 0, (PAGES * 4096) as usize, MapKind::Private)
+        .unwrap();
+    let read = |v: &usermm::Vmstat| v.val("pgpgin") / 4;
+    // Random: 3000 reads of one word each, at pages from a fixed-seed generator.
+    let v0 = m.vmstat();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let n = 3000u64;
+    for _ in 0..n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let page = x % PAGES;
+        let mut want = [0u8; 8];
+        pattern(page * 4096, &mut want);
+        assert_eq!(
+            r.read_u64((page * 4096) as usize),
+            u64::from_ne_bytes(want),
+            "page {page}"
+        );
+    }
+    let v = m.vmstat().delta(&v0);
+    assert!(
+        v.val("file_ra_random") > 0,
+        "random faults were never recognised"
+    );
+    // About 100 faults (MMAP_LOTSAMISS) read a window (read_ahead_kb 512: 128 pages); the rest
+    // read their page. With every fault reading around it would be ~128 pages per access.
+    assert!(
+        read(&v) < n + 200 * 128,
+        "{} pages read for {n} random accesses: faults still read around ({} random, {} major, {} ra)",
+        read(&v),
+        v.val("file_ra_random"),
+        v.val("pgmajfault"),
+        v.val("file_ra")
+    );
+    // Sequential, in a new region of the same file: faults keep reading around.
+    drop(r);
+    let r = m
+        .map_file(&path, 0, (PAGES * 4096) as usize, MapKind::Private)
+        .unwrap();
+    let v0 = m.vmstat();
+    for page in (0..2048u64).map(|p| p + 8192) {
+        let mut want = [0u8; 8];
+        pattern(page * 4096, &mut want);
+        assert_eq!(
+            r.read_u64((page * 4096) as usize),
+            u64::from_ne_bytes(want),
+            "page {page}"
+        );
+    }
+    let v = m.vmstat().delta(&v0);
+    assert_eq!(
+        v.val("file_ra_random"),
+        0,
+        "a sequential reader was taken for a random one"
+    );
+    assert!(
+        v.val("pgmajfault") * 8 < 2048,
+        "{} major faults for 2048 sequential pages: no read-around",
+        v.val("pgmajfault")
+    );
+}

@@ -884,18 +884,45 @@ fn oom(m: &MmInner, r: &RegionInner, idx: PgOff) -> Option<Fault> {
 /// window (512 KiB).
 const FILE_FAULT_AROUND: u64 = 128;
 
+/// `MMAP_LOTSAMISS`: a file region whose read faults miss the page cache this much more often
+/// than they find pages there is read at random; its faults stop reading around.
+const MMAP_LOTSAMISS: u32 = 100;
+
 /// The page-cache page for file page `index` of a file region, read (with read-around) if
 /// absent, returned locked and up to date with a reference; None: retry the fault.
 fn filemap_fault(m: &MmInner, fm: &FileMap, index: PgOff) -> std::result::Result<Pfn, Fault> {
     let a = &fm.mapping;
     let f = match filemap::find_get_page(m, a, index) {
-        Ok(Some(f)) => f,
+        Ok(Some(f)) => {
+            // do_async_mmap_readahead: a hit makes the region look less random.
+            mmap_miss_sub(fm, 1);
+            f
+        }
         Ok(None) => {
-            // do_sync_mmap_readahead: read around the fault (ra_pages, aligned).
-            let ra = (m.cfg.read_ahead_kb as u64 / 4)
+            // do_sync_mmap_readahead: read around the fault (ra_pages, aligned), unless the
+            // region's faults mostly miss (random access): then only the page itself. A miss
+            // exactly where the last read ended continues a sequential read: it always reads
+            // around (the pages fault-around mapped from the last window were used, unseen).
+            let window = (m.cfg.read_ahead_kb as u64 / 4)
                 .clamp(1, 512)
                 .next_power_of_two();
+            let miss = fm.mmap_miss.load(Ordering::Relaxed);
+            let ra = if fm.ra_next.load(Ordering::Relaxed) == index.raw() {
+                mmap_miss_sub(fm, 1);
+                window
+            } else {
+                if miss < MMAP_LOTSAMISS * 10 {
+                    fm.mmap_miss.store(miss + 1, Ordering::Relaxed);
+                }
+                if miss + 1 > MMAP_LOTSAMISS {
+                    m.vm.inc(Item::FileRaRandom);
+                    1
+                } else {
+                    window
+                }
+            };
             let start = index.round_down(ra);
+            fm.ra_next.store((start + ra).raw(), Ordering::Relaxed);
             filemap::do_page_cache_readahead(m, a, start, ra, None);
             m.vm.inc(Item::Pgmajfault);
             match filemap::find_get_page(m, a, index) {
@@ -920,6 +947,16 @@ fn filemap_fault(m: &MmInner, fm: &FileMap, index: PgOff) -> std::result::Result
         m.vm.inc(Item::FileRaHit);
     }
     Ok(f)
+}
+
+/// A fault that found its page cached makes a file region look less random (`mmap_miss` falls,
+/// as `do_async_mmap_readahead` lowers it).
+fn mmap_miss_sub(fm: &FileMap, n: u32) {
+    let miss = fm.mmap_miss.load(Ordering::Relaxed);
+    if miss > 0 {
+        fm.mmap_miss
+            .store(miss.saturating_sub(n), Ordering::Relaxed);
+    }
 }
 
 /// An access beyond the end of the file: SIGBUS, as Linux raises it.

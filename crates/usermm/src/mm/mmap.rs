@@ -49,6 +49,8 @@ pub(crate) fn map_file(
     mapping.users.fetch_add(1, Ordering::AcqRel);
     let fm = FileMap {
         err_cursor: AtomicU64::new(mapping.wb_err.sample()),
+        mmap_miss: AtomicU32::new(0),
+        ra_next: AtomicU64::new(u64::MAX),
         pgoff: PgOff::of_byte(offset),
         shared: kind == MapKind::Shared,
         mapping: mapping.clone(),

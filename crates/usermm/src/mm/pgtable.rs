@@ -112,11 +112,6 @@ impl PageTable {
         self.npages
     }
 
-    /// One past the last page.
-    pub fn end(&self) -> PgOff {
-        PgOff::new(self.npages)
-    }
-
     fn split(idx: u64) -> (usize, usize, usize) {
         let leaf = idx.usize() & (FANOUT - 1);
         let mid = ((idx >> FANOUT_SHIFT) as usize) & (FANOUT - 1);
@@ -250,7 +245,9 @@ mod tests {
         assert_eq!(t.get(PgOff::new(12345678)), Pte::Swap(SwapEntry::new(5)));
         assert!(t.allocated_bytes() < 64 * 1024);
         let mut seen = vec![];
-        t.for_each_used(PgOff::ZERO, t.end(), |i, p| seen.push((i, p)));
+        t.for_each_used(PgOff::ZERO, PgOff::new(t.npages()), |i, p| {
+            seen.push((i, p))
+        });
         assert_eq!(
             seen,
             vec![(PgOff::new(12345678), Pte::Swap(SwapEntry::new(5)))]

@@ -140,6 +140,12 @@ pub(crate) struct FileMap {
     pub(crate) shared: bool,
     /// errseq cursor of `Region::flush`.
     pub(crate) err_cursor: AtomicU64,
+    /// `file_ra_state.mmap_miss`: read faults that missed the page cache, less those that found
+    /// their page cached; above `MMAP_LOTSAMISS` a fault reads only its own page (random access).
+    pub(crate) mmap_miss: AtomicU32,
+    /// The file page after the last read of a fault: a miss there continues a sequential read,
+    /// which always reads around.
+    pub(crate) ra_next: AtomicU64,
 }
 
 impl RegionInner {
