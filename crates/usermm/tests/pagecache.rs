@@ -890,6 +890,13 @@ fn random_faults_on_a_file_region_stop_reading_around() {
         .map_file(&path, 0, (PAGES * 4096) as usize, MapKind::Private)
         .unwrap();
     let read = |v: &usermm::Vmstat| v.val("pgpgin") / 4;
+    // The first word of `page` is what the file holds there.
+    let check = |r: &usermm::Region, page: u64| {
+        let mut want = [0u8; 8];
+        pattern(page * 4096, &mut want);
+        let got = r.read_u64((page * 4096) as usize);
+        assert_eq!(got, u64::from_ne_bytes(want), "page {page}");
+    };
     // Random: 3000 reads of one word each, at pages from a fixed-seed generator.
     let v0 = m.vmstat();
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -898,14 +905,7 @@ fn random_faults_on_a_file_region_stop_reading_around() {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        let page = x % PAGES;
-        let mut want = [0u8; 8];
-        pattern(page * 4096, &mut want);
-        assert_eq!(
-            r.read_u64((page * 4096) as usize),
-            u64::from_ne_bytes(want),
-            "page {page}"
-        );
+        check(&r, x % PAGES);
     }
     let v = m.vmstat().delta(&v0);
     assert!(
@@ -929,13 +929,7 @@ fn random_faults_on_a_file_region_stop_reading_around() {
         .unwrap();
     let v0 = m.vmstat();
     for page in (0..2048u64).map(|p| p + 8192) {
-        let mut want = [0u8; 8];
-        pattern(page * 4096, &mut want);
-        assert_eq!(
-            r.read_u64((page * 4096) as usize),
-            u64::from_ne_bytes(want),
-            "page {page}"
-        );
+        check(&r, page);
     }
     let v = m.vmstat().delta(&v0);
     assert_eq!(
