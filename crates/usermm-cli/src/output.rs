@@ -27,6 +27,8 @@ pub const KEY_COUNTERS: &[&str] = &[
     "swap_ra_hit",
     "pgactivate",
     "pgdeactivate",
+    "workingset_refault_anon",
+    "workingset_refault_file",
 ];
 
 /// The memory cgroup counters the text summary shows when they are non-zero (the JSON report

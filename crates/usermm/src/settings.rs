@@ -47,6 +47,10 @@ pub enum Switch {
     /// Seed 004 series: dirty file pages that rotate on the inactive list are activated (new);
     /// old: they stay inactive.
     ActivateRotatedDirty,
+    /// The page replacement policy: the two-list active/inactive LRU (old, `lru_gen=off`) or
+    /// Linux 6.1's multi-gen LRU (new, `lru_gen=on`; `CONFIG_LRU_GEN`, `/sys/kernel/mm/lru_gen/
+    /// enabled`). Not a seed commit: off by default (see [`SwitchInfo::default`]).
+    LruGen,
 }
 
 /// Static description of one switch.
@@ -63,6 +67,9 @@ pub struct SwitchInfo {
     pub new: &'static str,
     /// One line on what it changes.
     pub what: &'static str,
+    /// The behaviour of [`Settings::default`]: new for the seed commits; for `lru_gen` the
+    /// policy that measured better (docs/lru_gen.md).
+    pub default: Behaviour,
 }
 
 /// All switches, in seed order.
@@ -74,6 +81,7 @@ pub const SWITCHES: &[SwitchInfo] = &[
         old: "on",
         new: "off",
         what: "swap cache keeps DIRTY/TOWRITE/WRITEBACK tree marks under its tree lock",
+        default: Behaviour::New,
     },
     SwitchInfo {
         switch: Switch::AccessedInit,
@@ -82,6 +90,7 @@ pub const SWITCHES: &[SwitchInfo] = &[
         old: "atomic",
         new: "nonatomic",
         what: "how a new page-cache page is marked accessed: atomic after insertion, or plain store before",
+        default: Behaviour::New,
     },
     SwitchInfo {
         switch: Switch::HugeZeroRefcount,
@@ -90,6 +99,7 @@ pub const SWITCHES: &[SwitchInfo] = &[
         old: "global",
         new: "per_mm",
         what: "huge zero page reference per mapping on a global counter, or once per Mm",
+        default: Behaviour::New,
     },
     SwitchInfo {
         switch: Switch::LaptopModeIsolate,
@@ -98,6 +108,7 @@ pub const SWITCHES: &[SwitchInfo] = &[
         old: "clean_only",
         new: "dirty_too",
         what: "in laptop mode, reclaim isolates only clean pages, or dirty ones too",
+        default: Behaviour::New,
     },
     SwitchInfo {
         switch: Switch::ReclaimWakeFlushers,
@@ -106,6 +117,7 @@ pub const SWITCHES: &[SwitchInfo] = &[
         old: "off",
         new: "on",
         what: "reclaim wakes the flushers when all isolated pages are dirty and unqueued",
+        default: Behaviour::New,
     },
     SwitchInfo {
         switch: Switch::KswapdWriteTwice,
@@ -114,6 +126,7 @@ pub const SWITCHES: &[SwitchInfo] = &[
         old: "off",
         new: "on",
         what: "kswapd writes a dirty file page only on its second trip (PG_reclaim) on a dirty node",
+        default: Behaviour::New,
     },
     SwitchInfo {
         switch: Switch::ActivateRotatedDirty,
@@ -122,6 +135,16 @@ pub const SWITCHES: &[SwitchInfo] = &[
         old: "off",
         new: "on",
         what: "dirty file pages that rotate on the inactive list are activated",
+        default: Behaviour::New,
+    },
+    SwitchInfo {
+        switch: Switch::LruGen,
+        name: "lru_gen",
+        seed: "6.1 lru_gen",
+        old: "off",
+        new: "on",
+        what: "page replacement: two-list active/inactive LRU (off) or the multi-gen LRU (on)",
+        default: Behaviour::Old,
     },
 ];
 
@@ -161,7 +184,8 @@ impl Switch {
     }
 }
 
-/// The seed switches and `laptop_mode`. `Default` is every switch new, laptop mode off.
+/// The seed switches and `laptop_mode`. `Default` is every switch at its
+/// [`SwitchInfo::default`] (new for the seed commits, `lru_gen` off), laptop mode off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Settings {
     behaviour: [Behaviour; SWITCHES.len()],
@@ -172,8 +196,12 @@ pub struct Settings {
 
 impl Default for Settings {
     fn default() -> Settings {
+        let mut behaviour = [Behaviour::New; SWITCHES.len()];
+        for (b, i) in behaviour.iter_mut().zip(SWITCHES) {
+            *b = i.default;
+        }
         Settings {
-            behaviour: [Behaviour::New; SWITCHES.len()],
+            behaviour,
             laptop_mode: false,
         }
     }
@@ -289,7 +317,15 @@ mod tests {
     #[test]
     fn defaults_are_new() {
         let s = Settings::default();
-        assert!(SWITCHES.iter().all(|i| s.is_new(i.switch)));
+        assert!(SWITCHES
+            .iter()
+            .all(|i| s.get(i.switch) == i.default
+                && (i.switch == Switch::LruGen || s.is_new(i.switch))));
+        assert_eq!(
+            s.get(Switch::LruGen),
+            Behaviour::Old,
+            "lru_gen is off by default"
+        );
         assert!(!s.laptop_mode);
     }
 
@@ -319,5 +355,16 @@ mod tests {
         let e = Settings::parse("accessed_init").unwrap_err().to_string();
         assert!(e.contains("name=value"), "{e}");
         assert!(Settings::parse("laptop_mode=2").is_err());
+        let e = Settings::parse("lru_gen=maybe").unwrap_err().to_string();
+        assert!(
+            e.contains("lru_gen") && e.contains("on") && e.contains("off"),
+            "{e}"
+        );
+        assert!(Settings::parse("lru_gen=on")
+            .unwrap()
+            .is_new(Switch::LruGen));
+        assert!(!Settings::parse("lru_gen=off")
+            .unwrap()
+            .is_new(Switch::LruGen));
     }
 }

@@ -80,7 +80,7 @@ proptest! {
     }
 
     #[test]
-    fn duplicated_settings_mean_the_last_one(picks in proptest::collection::vec((0usize..8, any::<bool>()), 0..12)) {
+    fn duplicated_settings_mean_the_last_one(picks in proptest::collection::vec((0usize..usermm::settings::SWITCHES.len() + 1, any::<bool>()), 0..12)) {
         let names: Vec<&str> = usermm::settings::SWITCHES.iter().map(|i| i.name)
             .chain(std::iter::once("laptop_mode")).collect();
         let value = |name: &str, new: bool| if name == "laptop_mode" {

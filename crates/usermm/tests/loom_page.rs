@@ -11,6 +11,7 @@ use loom::sync::Arc;
 use usermm::mm::lru::{Lru, Lruvec};
 use usermm::mm::page::{pg, MemMap, Owner, Pfn, PgOff, RegionId, SwapEntry};
 use usermm::mm::pgtable::{PageTable, Pte};
+use usermm::mm::replacement::ReplacementPolicy;
 use usermm::sync::yield_now;
 use usermm::vmstat::Counters;
 
@@ -92,7 +93,7 @@ fn fault(w: &World) {
 fn reclaim(w: &World) {
     let mut iso = Vec::new();
     w.lru
-        .isolate(&w.pages, Lru::InactiveAnon, 1, 1, &mut iso, &w.vm);
+        .isolate_lru_pages(&w.pages, Lru::InactiveAnon, 1, 1, false, &mut iso, &w.vm);
     for f in iso {
         let p = &w.pages[f];
         assert!(p.test(pg::LOCKED), "isolated pages are locked");

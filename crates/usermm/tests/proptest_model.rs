@@ -119,9 +119,9 @@ fn check_page(
     Ok(())
 }
 
-fn run(initial: Vec<u32>, ops: Vec<Op>) -> Result<(), TestCaseError> {
+fn run(initial: Vec<u32>, ops: Vec<Op>, lru_gen: bool) -> Result<(), TestCaseError> {
     let budget = 2 * MIB;
-    let mm: Mm = mm_ram(budget, 40 * MIB);
+    let mm: Mm = mm_ram_lru_gen(budget, 40 * MIB, lru_gen);
     let mut regions: Vec<Region> = initial
         .iter()
         .map(|&n| mm.map_anon(n as usize * PAGE).unwrap())
@@ -268,8 +268,10 @@ proptest! {
     fn random_ops_match_the_model(
         initial in proptest::collection::vec(256..2048u32, NREG),
         ops in proptest::collection::vec(op(), 1..400),
+        // The replacement policy: the two-list LRU or the multi-gen LRU.
+        lru_gen in any::<bool>(),
     ) {
         init_log();
-        run(initial, ops)?;
+        run(initial, ops, lru_gen)?;
     }
 }

@@ -27,8 +27,8 @@ struct Setup {
     private: Vec<Region>,
 }
 
-fn setup(threads: usize, shared_mib: &[u64], private_each: usize) -> Arc<Setup> {
-    let mm = mm_ram(BUDGET, 128 * MIB);
+fn setup(threads: usize, shared_mib: &[u64], private_each: usize, lru_gen: bool) -> Arc<Setup> {
+    let mm = mm_ram_lru_gen(BUDGET, 128 * MIB, lru_gen);
     let shared = shared_mib
         .iter()
         .map(|&m| mm.map_anon((m * MIB) as usize).unwrap())
@@ -130,45 +130,63 @@ fn run_threads(
 
 /// 24 threads; 4 shared regions of 8 MiB (every page written by every thread) plus a 1.5 MiB
 /// private region each: 68 MiB with an 8 MiB budget. Write once, verify twice.
+/// Over both replacement policies (`lru_gen=off`, `on`).
 #[test]
 fn many_threads_write_then_verify() {
+    for lru_gen in LRU_GEN {
+        many_threads_write_then_verify_with(lru_gen);
+    }
+}
+
+fn many_threads_write_then_verify_with(lru_gen: bool) {
     init_log();
     const T: usize = 24;
-    with_watchdog(120, "24 threads over 68 MiB with an 8 MiB budget", || {
-        let s = setup(T, &[8, 8, 8, 8], 1536 << 10);
-        run_threads(&s, T, |s, t, b| {
-            b.wait();
-            pass(s, t, 1, true, 1);
-            b.wait();
-            pass(s, t, 1, false, 1);
-            b.wait();
-            pass(s, t, 1, false, 3);
-        });
-        let vm = s.mm.vmstat();
-        eprintln!("{vm}");
-        assert!(s.mm.peak_resident_bytes() <= BUDGET, "{vm}");
-        assert!(vm.val("pswpout") > 0 && vm.val("pswpin") > 0, "{vm}");
-        assert_eq!(vm.val("oom_poison"), 0, "{vm}");
-        assert_consistent(&s.mm);
-        assert_eq!(
-            vm.val("swap_write_error") + vm.val("swap_read_error"),
-            0,
-            "{vm}"
-        );
-    });
+    with_watchdog(
+        120,
+        "24 threads over 68 MiB with an 8 MiB budget",
+        move || {
+            let s = setup(T, &[8, 8, 8, 8], 1536 << 10, lru_gen);
+            run_threads(&s, T, |s, t, b| {
+                b.wait();
+                pass(s, t, 1, true, 1);
+                b.wait();
+                pass(s, t, 1, false, 1);
+                b.wait();
+                pass(s, t, 1, false, 3);
+            });
+            let vm = s.mm.vmstat();
+            eprintln!("{vm}");
+            assert!(s.mm.peak_resident_bytes() <= BUDGET, "{vm}");
+            assert!(vm.val("pswpout") > 0 && vm.val("pswpin") > 0, "{vm}");
+            assert_eq!(vm.val("oom_poison"), 0, "{vm}");
+            assert_consistent(&s.mm);
+            assert_eq!(
+                vm.val("swap_write_error") + vm.val("swap_read_error"),
+                0,
+                "{vm}"
+            );
+        },
+    );
 }
 
 /// Like above but every round rewrites the data (pages that came back from swap are written
 /// again), so stale swap copies would show up as old values.
+/// Over both replacement policies (`lru_gen=off`, `on`).
 #[test]
 fn many_threads_rewrite_rounds() {
+    for lru_gen in LRU_GEN {
+        many_threads_rewrite_rounds_with(lru_gen);
+    }
+}
+
+fn many_threads_rewrite_rounds_with(lru_gen: bool) {
     init_log();
     const T: usize = 16;
     with_watchdog(
         120,
         "16 threads rewriting 40 MiB with an 8 MiB budget",
-        || {
-            let s = setup(T, &[8, 8], 1536 << 10);
+        move || {
+            let s = setup(T, &[8, 8], 1536 << 10, lru_gen);
             run_threads(&s, T, |s, t, b| {
                 for round in 1..=3u64 {
                     b.wait();
@@ -237,12 +255,19 @@ fn sixty_four_threads_fault_at_once_on_one_region() {
 
 /// Threads read untouched memory, write it, discard it and write it again concurrently in a
 /// shared region while others stream through their own: mixed fault types at once.
+/// Over both replacement policies (`lru_gen=off`, `on`).
 #[test]
 fn mixed_faults_with_concurrent_discard() {
+    for lru_gen in LRU_GEN {
+        mixed_faults_with_concurrent_discard_with(lru_gen);
+    }
+}
+
+fn mixed_faults_with_concurrent_discard_with(lru_gen: bool) {
     init_log();
     const T: usize = 16;
-    with_watchdog(120, "mixed faults with discard", || {
-        let mm = mm_ram(BUDGET, 64 * MIB);
+    with_watchdog(120, "mixed faults with discard", move || {
+        let mm = mm_ram_lru_gen(BUDGET, 64 * MIB, lru_gen);
         let r = Arc::new(mm.map_anon(32 * MIB as usize).unwrap());
         let slice = r.len() / PAGE / T; // 512 pages each
         let barrier = Arc::new(AbortBarrier::new(T));

@@ -125,7 +125,7 @@ pub fn pagecache_get_page(
                     continue;
                 }
                 if fgp.has(Fgp::ACCESSED) {
-                    mark_page_accessed(&m.node.lru, &m.node.pages, f, &m.vm);
+                    mark_page_accessed(&*m.node.lru, &m.node.pages, f, &m.vm);
                 }
                 return Ok(Some(f));
             }
@@ -207,6 +207,9 @@ fn add_to_page_cache_lru(m: &MmInner, mapping: &AddressSpace, f: Pfn, index: PgO
     m.vm.inc(Item::NrFilePages);
     if mapping.is_memory() {
         m.vm.inc(Item::NrShmem);
+    }
+    if super::workingset::workingset_refault(m, mapping, index, !mapping.is_memory()) {
+        m.node.pages[f].set(pg::ACTIVE);
     }
     m.node.lru.add(&m.node.pages, &[f], &m.vm);
     true
@@ -939,7 +942,7 @@ pub fn file_read(
         let n = (PAGE_SIZE - from).min(len - done);
         copy_from_page(m, f, from, &mut buf[done..done + n]);
         p.unlock();
-        mark_page_accessed(&m.node.lru, &m.node.pages, f, &m.vm);
+        mark_page_accessed(&*m.node.lru, &m.node.pages, f, &m.vm);
         put_page(&m.node, f);
         ra.lock().prev_index = index.raw();
         done += n;
@@ -989,7 +992,7 @@ pub fn file_write(m: &MmInner, mapping: &Arc<AddressSpace>, pos: u64, buf: &[u8]
         // write_end.
         if !m.cfg.settings.is_new(Switch::AccessedInit) {
             // Before seed 002: marked accessed after the copy, with atomic operations.
-            mark_page_accessed(&m.node.lru, &m.node.pages, f, &m.vm);
+            mark_page_accessed(&*m.node.lru, &m.node.pages, f, &m.vm);
         }
         // i_size first, then the dirty page: writeback never sees a dirty page past i_size.
         let old_size = mapping.size.load(Ordering::Acquire);

@@ -138,6 +138,8 @@ pub struct AddressSpace {
     pub(crate) eof_lock: Mutex<()>,
     /// What this kind of mapping does where kinds differ (`a_ops`).
     pub(crate) a_ops: &'static dyn AddressSpaceOps,
+    /// Shadows of this space's evicted pages (mm/workingset.rs).
+    pub(crate) shadows: Shadows,
 }
 
 /// `struct address_space_operations`: the entry points where a disk file, an in-memory file and
@@ -198,6 +200,7 @@ impl AddressSpace {
             sync_cursor: AtomicU64::new(0),
             i_mmap: Mutex::new(Vec::new()),
             eof_lock: Mutex::new(()),
+            shadows: Shadows::default(),
             a_ops,
         }
     }
@@ -289,5 +292,71 @@ impl AddressSpace {
     pub fn has_mark(&self, vm: &Counters, index: PgOff, mark: Mark) -> bool {
         self.lock_tree(vm, LockSite::FindGetPage)
             .get_mark(index.raw(), mark)
+    }
+}
+
+/// The shadow entries of one address space (Linux keeps them as value entries in the tree):
+/// index -> the replacement policy's eviction token (mm/workingset.rs writes and reads them).
+#[derive(Debug, Default)]
+pub struct Shadows(Mutex<std::collections::HashMap<u64, u32>>);
+
+impl Shadows {
+    pub(crate) fn insert(&self, index: u64, token: u32, cap: usize) {
+        let mut s = self.0.lock();
+        if s.len() >= cap {
+            s.clear();
+        }
+        s.insert(index, token);
+    }
+
+    pub(crate) fn take(&self, index: u64) -> Option<u32> {
+        let mut s = self.0.lock();
+        if s.is_empty() {
+            return None;
+        }
+        s.remove(&index)
+    }
+
+    /// Drops the shadows of `from..to` (truncation, a freed swap slot).
+    pub fn forget(&self, from: PgOff, to: PgOff) {
+        let (from, to) = (from.raw(), to.raw());
+        let mut s = self.0.lock();
+        if s.is_empty() {
+            return;
+        }
+        if to - from == 1 {
+            s.remove(&from);
+        } else {
+            s.retain(|&i, _| i < from || i >= to);
+        }
+    }
+
+    /// Shadows held.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.0.lock().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shadows_are_taken_once_forgotten_by_range_and_bounded() {
+        let s = Shadows::default();
+        s.insert(1, 7, 4);
+        s.insert(2, 8, 4);
+        s.insert(3, 9, 4);
+        assert_eq!(s.take(2), Some(8));
+        assert_eq!(s.take(2), None);
+        s.forget(PgOff::new(0), PgOff::new(2));
+        assert_eq!(s.take(1), None);
+        assert_eq!(s.len(), 1);
+        s.insert(4, 1, 4);
+        s.insert(5, 1, 4);
+        s.insert(6, 1, 4);
+        s.insert(7, 1, 4);
+        assert!(s.len() <= 4);
     }
 }

@@ -5,8 +5,14 @@
 //! The lists are intrusive doubly linked lists threaded through the descriptors by frame number,
 //! all under one `lru_lock` per lruvec (Linux's `lruvec->lru_lock`). Head = most recently added;
 //! reclaim takes from the tail, so LRU order holds.
+//!
+//! This is the two-list policy (`lru_gen=off`) behind [`ReplacementPolicy`]; the list helpers
+//! (`ListHead`, `link_head`, `unlink`) are shared with the multi-gen LRU (lru_gen.rs). It has no
+//! refault feedback (`workingset_refault` counts its refaults but never activates): usermm's
+//! two-list LRU has always aged without it, and it stays as it was.
 
 use super::page::{pg, MemMap, Pfn};
+use super::replacement::{ReplacementPolicy, ScanInput};
 use crate::sync::Mutex;
 use crate::vmstat::{Counters, Item};
 
@@ -28,7 +34,7 @@ impl Lru {
     pub fn file(self) -> bool {
         matches!(self, Lru::InactiveFile | Lru::ActiveFile)
     }
-    fn item(self) -> Item {
+    pub(super) fn item(self) -> Item {
         match self {
             Lru::InactiveAnon => Item::NrInactiveAnon,
             Lru::ActiveAnon => Item::NrActiveAnon,
@@ -56,14 +62,15 @@ impl Lru {
     }
 }
 
+/// One intrusive list: head = most recent, tail = next to scan.
 #[derive(Debug, Clone, Copy)]
-struct ListHead {
-    head: Pfn,
-    tail: Pfn,
-    len: u64,
+pub(super) struct ListHead {
+    pub(super) head: Pfn,
+    pub(super) tail: Pfn,
+    pub(super) len: u64,
 }
 
-const EMPTY: ListHead = ListHead {
+pub(super) const EMPTY: ListHead = ListHead {
     head: Pfn::NONE,
     tail: Pfn::NONE,
     len: 0,
@@ -83,7 +90,7 @@ impl Default for Lruvec {
     }
 }
 
-fn link_head(pages: &MemMap, l: &mut ListHead, f: Pfn) {
+pub(super) fn link_head(pages: &MemMap, l: &mut ListHead, f: Pfn) {
     let p = &pages[f];
     p.set_lru_prev(Pfn::NONE);
     p.set_lru_next(l.head);
@@ -96,7 +103,7 @@ fn link_head(pages: &MemMap, l: &mut ListHead, f: Pfn) {
     l.len += 1;
 }
 
-fn unlink(pages: &MemMap, l: &mut ListHead, f: Pfn) {
+pub(super) fn unlink(pages: &MemMap, l: &mut ListHead, f: Pfn) {
     let p = &pages[f];
     let (prev, next) = p.lru_links();
     if prev != Pfn::NONE {
@@ -113,12 +120,71 @@ fn unlink(pages: &MemMap, l: &mut ListHead, f: Pfn) {
 }
 
 impl Lruvec {
-    pub fn size(&self, lru: Lru) -> u64 {
+    /// Moves an LRU page to the active list (`activate_page`).
+    pub fn activate(&self, pages: &MemMap, f: Pfn, vm: &Counters) {
+        let mut ls = self.lists.lock();
+        let p = &pages[f];
+        if p.test(pg::LRU) && !p.test(pg::ACTIVE) {
+            let from = Lru::of(p.flags());
+            unlink(pages, &mut ls[from as usize], f);
+            p.set(pg::ACTIVE);
+            let to = Lru::of(p.flags());
+            link_head(pages, &mut ls[to as usize], f);
+            vm.sub(from.item(), 1);
+            vm.inc(to.item());
+            vm.inc(Item::Pgactivate);
+        }
+    }
+
+    /// Frames on `lru` from head to tail (tests and debugging).
+    #[cfg(any(test, loom, feature = "testing"))]
+    pub fn list(&self, pages: &MemMap, lru: Lru) -> Vec<Pfn> {
+        let ls = self.lists.lock();
+        let mut v = vec![];
+        let mut f = ls[lru as usize].head;
+        while f != Pfn::NONE {
+            v.push(f);
+            f = pages[f].lru_links().1;
+        }
+        v
+    }
+
+    /// `inactive_list_is_low`: the inactive list of a type should hold at least 1/ratio of its
+    /// pages, where ratio = sqrt(10 * GiB of that type) (1 below 1 GiB).
+    fn inactive_list_is_low(&self, file: bool) -> bool {
+        let (il, al) = if file {
+            (Lru::InactiveFile, Lru::ActiveFile)
+        } else {
+            (Lru::InactiveAnon, Lru::ActiveAnon)
+        };
+        let inactive = self.size(il);
+        let active = self.size(al);
+        // GiB of 4 KiB pages (2^18 pages each).
+        let gb = (inactive + active) >> 18;
+        let ratio = if gb > 0 {
+            // A square root of a u64 fits a u64.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let ratio = ((10 * gb) as f64).sqrt() as u64;
+            ratio
+        } else {
+            1
+        };
+        inactive * ratio < active
+    }
+}
+
+impl ReplacementPolicy for Lruvec {
+    #[cfg(any(test, loom, feature = "testing"))]
+    fn name(&self) -> &'static str {
+        "lru_gen=off"
+    }
+
+    fn size(&self, lru: Lru) -> u64 {
         self.lists.lock()[lru as usize].len
     }
 
     /// `lru_cache_add` for a batch: puts pages at the head of the list their PG_active says.
-    pub fn add(&self, pages: &MemMap, frames: &[Pfn], vm: &Counters) {
+    fn add(&self, pages: &MemMap, frames: &[Pfn], vm: &Counters) {
         if frames.is_empty() {
             return;
         }
@@ -135,7 +201,7 @@ impl Lruvec {
 
     /// Removes a page from its list if it is on one (`del_page_from_lru_list`); returns whether it
     /// was.
-    pub fn del(&self, pages: &MemMap, f: Pfn, vm: &Counters) -> bool {
+    fn del(&self, pages: &MemMap, f: Pfn, vm: &Counters) -> bool {
         let mut ls = self.lists.lock();
         let p = &pages[f];
         if !p.test(pg::LRU) {
@@ -150,23 +216,10 @@ impl Lruvec {
 
     /// `isolate_lru_pages`: takes up to `nr` pages from the tail of `lru`, scanning at most
     /// `nr_scan` entries. Only pages whose lock can be taken are isolated (the caller owns them,
-    /// locked, off the list); busy pages are rotated to the head. Returns pages scanned.
-    pub fn isolate(
-        &self,
-        pages: &MemMap,
-        lru: Lru,
-        nr: usize,
-        nr_scan: usize,
-        out: &mut Vec<Pfn>,
-        vm: &Counters,
-    ) -> usize {
-        self.isolate_mode(pages, lru, nr, nr_scan, false, out, vm)
-    }
-
-    /// [`Lruvec::isolate`] with `ISOLATE_CLEAN`: when `clean_only`, dirty pages and pages under
-    /// writeback are not taken but rotated to the head.
-    #[allow(clippy::too_many_arguments)]
-    pub fn isolate_mode(
+    /// locked, off the list); busy pages are rotated to the head. With `ISOLATE_CLEAN`
+    /// (`clean_only`), dirty pages and pages under writeback are not taken but rotated to the
+    /// head. Returns pages scanned.
+    fn isolate_lru_pages(
         &self,
         pages: &MemMap,
         lru: Lru,
@@ -205,7 +258,7 @@ impl Lruvec {
 
     /// `putback_lru_page` for isolated, locked pages: relinks each on the list its flags say,
     /// then unlocks it.
-    pub fn putback(&self, pages: &MemMap, frames: &[Pfn], vm: &Counters) {
+    fn putback(&self, pages: &MemMap, frames: &[Pfn], vm: &Counters) {
         if frames.is_empty() {
             return;
         }
@@ -224,53 +277,82 @@ impl Lruvec {
         }
     }
 
-    /// Moves an LRU page to the active list (`activate_page`).
-    pub fn activate(&self, pages: &MemMap, f: Pfn, vm: &Counters) {
-        let mut ls = self.lists.lock();
+    /// inactive,unreferenced -> inactive,referenced -> active,unreferenced.
+    fn mark_accessed(&self, pages: &MemMap, f: Pfn, vm: &Counters) {
         let p = &pages[f];
-        if p.test(pg::LRU) && !p.test(pg::ACTIVE) {
-            let from = Lru::of(p.flags());
-            unlink(pages, &mut ls[from as usize], f);
-            p.set(pg::ACTIVE);
-            let to = Lru::of(p.flags());
-            link_head(pages, &mut ls[to as usize], f);
-            vm.sub(from.item(), 1);
-            vm.inc(to.item());
-            vm.inc(Item::Pgactivate);
+        let flags = p.flags();
+        if flags & pg::ACTIVE == 0 && flags & pg::REFERENCED != 0 {
+            if flags & pg::LRU != 0 {
+                self.activate(pages, f, vm);
+            } else {
+                // Not on a list (isolated or not yet added): the flag makes putback activate it.
+                p.set(pg::ACTIVE);
+                vm.inc(Item::Pgactivate);
+            }
+            p.clear(pg::REFERENCED);
+        } else if flags & pg::REFERENCED == 0 {
+            p.set(pg::REFERENCED);
         }
     }
 
-    /// Frames on `lru` from head to tail (tests and debugging).
-    #[cfg(any(test, loom, feature = "testing"))]
-    pub fn list(&self, pages: &MemMap, lru: Lru) -> Vec<Pfn> {
-        let ls = self.lists.lock();
-        let mut v = vec![];
-        let mut f = ls[lru as usize].head;
-        while f != Pfn::NONE {
-            v.push(f);
-            f = pages[f].lru_links().1;
+    /// Without swap, or with enough inactive page cache, only file pages (SCAN_FILE);
+    /// otherwise anon and file in proportion to `swappiness` : `200 - swappiness`.
+    fn get_scan_count(&self, s: &ScanInput) -> [usize; NR_LRU] {
+        let size = |l: Lru| crate::conv::Narrow::usize(self.size(l));
+        let anon = [
+            s.scan(size(Lru::InactiveAnon)),
+            s.scan(size(Lru::ActiveAnon)),
+        ];
+        let file = [
+            s.scan(size(Lru::InactiveFile)),
+            s.scan(size(Lru::ActiveFile)),
+        ];
+        let anon_total = size(Lru::InactiveAnon) + size(Lru::ActiveAnon);
+        let file_total = size(Lru::InactiveFile) + size(Lru::ActiveFile);
+        // Enough inactive cache: leave the anon working set alone (SCAN_FILE).
+        if s.can_swap
+            && anon_total > 0
+            && file_total > 0
+            && !self.inactive_list_is_low(true)
+            && size(Lru::InactiveFile) >> s.priority > 0
+        {
+            return [0, 0, file[0], file[1]];
         }
+        s.fract(anon, file)
+    }
+
+    fn inactive_is_low(&self, file: bool) -> bool {
+        self.inactive_list_is_low(file)
+    }
+
+    fn eviction_token(&self, _file: bool) -> u32 {
+        0
+    }
+
+    fn refault_activates(&self, _token: u32, _file: bool) -> bool {
+        false
+    }
+
+    #[cfg(any(test, loom, feature = "testing"))]
+    fn eviction_order(&self, pages: &MemMap, file: bool) -> Vec<Pfn> {
+        // Inactive from its tail, then active from its tail: the order deactivation feeds
+        // reclaim when nothing is referenced.
+        let (il, al) = if file {
+            (Lru::InactiveFile, Lru::ActiveFile)
+        } else {
+            (Lru::InactiveAnon, Lru::ActiveAnon)
+        };
+        let mut v: Vec<Pfn> = self.list(pages, il).into_iter().rev().collect();
+        v.extend(self.list(pages, al).into_iter().rev());
         v
     }
 }
 
-/// `mark_page_accessed`: inactive,unreferenced -> inactive,referenced -> active,unreferenced.
-pub fn mark_page_accessed(lruvec: &Lruvec, pages: &MemMap, f: Pfn, vm: &Counters) {
+/// `mark_page_accessed`, counted, as the policy promotes a reference (the two-list LRU:
+/// inactive,unreferenced -> inactive,referenced -> active,unreferenced).
+pub fn mark_page_accessed(lru: &dyn ReplacementPolicy, pages: &MemMap, f: Pfn, vm: &Counters) {
     vm.inc(Item::MarkPageAccessed);
-    let p = &pages[f];
-    let flags = p.flags();
-    if flags & pg::ACTIVE == 0 && flags & pg::REFERENCED != 0 {
-        if flags & pg::LRU != 0 {
-            lruvec.activate(pages, f, vm);
-        } else {
-            // Not on a list (isolated or not yet added): the flag makes putback activate it.
-            p.set(pg::ACTIVE);
-            vm.inc(Item::Pgactivate);
-        }
-        p.clear(pg::REFERENCED);
-    } else if flags & pg::REFERENCED == 0 {
-        p.set(pg::REFERENCED);
-    }
+    lru.mark_accessed(pages, f, vm);
 }
 
 #[cfg(test)]
@@ -294,7 +376,7 @@ mod tests {
         l.add(&pages, &pf(&[0, 1, 2, 3]), &vm);
         assert_eq!(l.list(&pages, Lru::InactiveAnon), pf(&[3, 2, 1, 0]));
         let mut out = vec![];
-        l.isolate(&pages, Lru::InactiveAnon, 2, 32, &mut out, &vm);
+        l.isolate_lru_pages(&pages, Lru::InactiveAnon, 2, 32, false, &mut out, &vm);
         assert_eq!(out, pf(&[0, 1]), "oldest first");
         assert_eq!(vm.get(Item::NrInactiveAnon), 2);
         assert!(pages[Pfn::new(0)].test(pg::LOCKED));
@@ -309,7 +391,7 @@ mod tests {
         l.add(&pages, &pf(&[0, 1]), &vm);
         assert!(pages[Pfn::new(0)].trylock());
         let mut out = vec![];
-        l.isolate(&pages, Lru::InactiveAnon, 2, 2, &mut out, &vm);
+        l.isolate_lru_pages(&pages, Lru::InactiveAnon, 2, 2, false, &mut out, &vm);
         assert_eq!(out, pf(&[1]));
         assert_eq!(l.list(&pages, Lru::InactiveAnon), pf(&[0]));
     }

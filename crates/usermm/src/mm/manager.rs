@@ -527,7 +527,11 @@ impl Mm {
             cfg.handler_threads
         };
         let inner = Arc::new(MmInner {
-            node: Node::new(nr_frames.u32(), wmark),
+            node: Node::new(
+                nr_frames.u32(),
+                wmark,
+                cfg.settings.is_new(crate::Switch::LruGen),
+            ),
             pool: FramePool::new(pool, zero_src),
             mm: MmStruct::new(uffd, nr_frames + swap_pages),
             handlers: HandlerState::new(efd, handlers),

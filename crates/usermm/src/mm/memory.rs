@@ -794,6 +794,9 @@ fn do_swap_page(
         let f0 = frames[0];
         let p0 = &m.node.pages[f0];
         let mut flags = pg::UPTODATE | pg::SWAPBACKED | pg::MAPPED;
+        if super::workingset::workingset_refault(m, sw.space(slot), slot.cache_index(), false) {
+            flags |= pg::ACTIVE;
+        }
         if keep {
             flags |= pg::SWAPCACHE | pg::WP;
             sw.add_to_cache(slot, f0, &m.vm);
@@ -1233,7 +1236,7 @@ fn do_cow_fault(m: &MmInner, r: &Arc<RegionInner>, fm: &FileMap, idx: PgOff) -> 
         pool::free_frames(m, &frames, false);
         return Some(Fault::Retry);
     }
-    mark_page_accessed(&m.node.lru, &m.node.pages, f, &m.vm);
+    mark_page_accessed(&*m.node.lru, &m.node.pages, f, &m.vm);
     p.unlock();
     filemap::put_page(&m.node, f);
     m.node.pages[nf].init(

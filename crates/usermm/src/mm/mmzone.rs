@@ -6,7 +6,7 @@
 use crate::sync::{AtomicBool, AtomicU64, Condvar, Mutex, Ordering};
 use crate::sys::PAGE_SIZE;
 
-use super::lru::Lruvec;
+use super::replacement::ReplacementPolicy;
 use super::page::{FrameAlloc, MemMap};
 
 /// Free-frame watermarks, in pages (`zone->_watermark[WMARK_MIN/LOW/HIGH]`).
@@ -52,8 +52,8 @@ pub struct Node {
     pub(crate) pages: MemMap,
     /// Free frames (the buddy allocator's free lists).
     pub(crate) frames: FrameAlloc,
-    /// The LRU lists (`lruvec`).
-    pub(crate) lru: Lruvec,
+    /// The LRU lists (`lruvec`) under the page replacement policy (`lru_gen=on|off`).
+    pub(crate) lru: Box<dyn ReplacementPolicy>,
     pub(crate) wmark: Watermarks,
     pub(crate) kswapd: KswapdWait,
     /// PGDAT_DIRTY: reclaim found only dirty, unqueued file pages at the LRU tail.
@@ -63,11 +63,12 @@ pub struct Node {
 }
 
 impl Node {
-    pub(crate) fn new(nr_frames: u32, wmark: Watermarks) -> Node {
+    /// `lru_gen`: the multi-gen LRU, else the two-list LRU.
+    pub(crate) fn new(nr_frames: u32, wmark: Watermarks, lru_gen: bool) -> Node {
         Node {
             pages: MemMap::new(nr_frames),
             frames: FrameAlloc::new(nr_frames),
-            lru: Lruvec::default(),
+            lru: super::replacement::new_policy(lru_gen),
             wmark,
             kswapd: KswapdWait::default(),
             pgdat_dirty: AtomicBool::new(false),

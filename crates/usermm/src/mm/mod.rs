@@ -2,8 +2,10 @@
 //! and counters. Mirrors `struct mm_struct` plus one `pg_data_t` node (`include/linux/mmzone.h`):
 //! free frames, watermarks, the lruvec, kswapd.
 //!
-//! Submodules: `page` (descriptors, frame allocator), `pgtable` (per-region entries), `lru`
-//! (lists, `mark_page_accessed`), `memory` (fault handling, `mm/memory.c`), `swap_state`
+//! Submodules: `page` (descriptors, frame allocator), `pgtable` (per-region entries),
+//! `replacement` (the page replacement policy trait), `lru` (the two-list LRU,
+//! `mark_page_accessed`), `lru_gen` (the multi-gen LRU), `workingset` (shadows and refaults,
+//! `mm/workingset.c`), `memory` (fault handling, `mm/memory.c`), `swap_state`
 //! (swap cache and readahead, `mm/swap_state.c`), `vmscan` (reclaim and kswapd, `mm/vmscan.c`), `page_alloc` (`__alloc_pages`, `mm/page_alloc.c`),
 //! `page_io` (swap device reads and writes, `mm/page_io.c`),
 //! `handler` (the userfaultfd reader threads), `region` (the region types, `vm_area_struct`),
@@ -18,9 +20,11 @@
 #![warn(clippy::cast_possible_truncation)]
 
 pub mod lru;
+pub mod lru_gen;
 pub mod page;
 pub mod pgtable;
 pub mod radix_tree;
+pub mod replacement;
 pub mod zap;
 
 // Under `--cfg loom` only the page state machine (descriptors, page table, LRU) is built, so
@@ -69,6 +73,8 @@ pub mod swap_state;
 pub(crate) mod truncate;
 #[cfg(not(loom))]
 pub mod vmscan;
+#[cfg(not(loom))]
+pub mod workingset;
 
 #[cfg(not(loom))]
 pub use manager::*;

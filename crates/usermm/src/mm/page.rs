@@ -43,6 +43,10 @@ pub mod pg {
     /// batches avoids the TLB shootdown a single-page MOVE or madvise costs. Only the pool's
     /// zap queue clears it (`init` and `reset_flags` keep it), under the queue's lock.
     pub const ZAPPENDING: u32 = 1 << 16;
+    /// The multi-gen LRU's generation of a page on its lists, plus one (0: not on a multi-gen
+    /// list), as Linux keeps it in `folio->flags` (`LRU_GEN_MASK`, `LRU_GEN_PGOFF`).
+    pub const LRU_GEN_PGOFF: u32 = 17;
+    pub const LRU_GEN_MASK: u32 = 0b111 << LRU_GEN_PGOFF;
 
     const NAMES: [&str; 17] = [
         "locked",

@@ -89,6 +89,9 @@ pub(crate) fn shmem_swapin(
         }
         t.insert(index.raw(), Entry::Page(f).encode());
     }
+    if super::workingset::workingset_refault(m, sw.space(slot), slot.cache_index(), false) {
+        p.set(pg::ACTIVE);
+    }
     sw.swap_free(slot, &m.vm);
     m.vm.sub(Item::NrShmemSwapped, 1);
     mapping.nrpages.fetch_add(1, Ordering::Relaxed);

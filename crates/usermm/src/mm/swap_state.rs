@@ -123,6 +123,9 @@ impl SwapState {
     /// lets the device drop its contents.
     pub fn swap_free(&self, entry: SwapEntry, vm: &Counters) {
         self.delete_from_cache(entry, vm);
+        self.space(entry)
+            .shadows
+            .forget(entry.cache_index(), entry.next().cache_index());
         let slot = entry.offset();
         self.dev.invalidate(slot);
         if let Some(cluster) = self.slots.free_for_discard(slot) {
@@ -198,9 +201,12 @@ pub(crate) fn park_readahead(
             continue;
         }
         let p = &m.node.pages[f];
+        let space = sw.space(slots[k]);
+        let refault = super::workingset::workingset_refault(m, space, slots[k].cache_index(), false);
+        let active = if refault { pg::ACTIVE } else { 0 };
         p.init(
             Owner::Anon(r.id, idx + k as u64),
-            pg::UPTODATE | pg::SWAPBACKED | pg::SWAPCACHE | pg::READAHEAD,
+            pg::UPTODATE | pg::SWAPBACKED | pg::SWAPCACHE | pg::READAHEAD | active,
         );
         p.set_swap_entry(slots[k]);
         sw.add_to_cache(slots[k], f, &m.vm);

@@ -59,6 +59,7 @@ pub(crate) fn evict_all(m: &MmInner, mapping: &AddressSpace) {
 }
 
 fn truncate_pages_only(m: &MmInner, mapping: &AddressSpace, from: PgOff, to: PgOff) -> usize {
+    mapping.shadows.forget(from, to);
     let mut n = 0;
     let mut entries: Vec<(u64, u64)> = Vec::new();
     mapping.lock_tree(&m.vm, LockSite::FindGetPage).gang_lookup(

@@ -12,7 +12,6 @@
 use std::time::Duration;
 
 use crate::sync::Ordering;
-use crate::sys::PAGE_SIZE;
 use crate::vmstat::Item;
 
 use super::filemap;
@@ -23,8 +22,10 @@ use super::page_io;
 use super::pgtable::Pte;
 use super::pool;
 use super::region::RegionInner;
+use super::replacement::ScanInput;
 use super::rmap;
 use super::swap_state::SwapState;
+use super::workingset::workingset_eviction;
 use super::MmInner;
 use crate::conv::Narrow;
 use crate::settings::Switch;
@@ -198,26 +199,10 @@ pub fn reclaim_to(m: &MmInner, target: u64) -> u64 {
     total
 }
 
-/// `inactive_list_is_low`: the inactive list of a type should hold at least 1/ratio of its
-/// pages, where ratio = sqrt(10 * GiB of that type) (1 below 1 GiB).
+/// `inactive_list_is_low`: whether the policy wants the active list of this type aged
+/// (`shrink_active_list`); the two-list LRU's ratio test lives in lru.rs.
 pub fn inactive_list_is_low(node: &Node, file: bool) -> bool {
-    let (il, al) = if file {
-        (Lru::InactiveFile, Lru::ActiveFile)
-    } else {
-        (Lru::InactiveAnon, Lru::ActiveAnon)
-    };
-    let inactive = node.lru.size(il);
-    let active = node.lru.size(al);
-    let gb = ((inactive + active) * PAGE_SIZE as u64) >> 30;
-    let ratio = if gb > 0 {
-        // A square root of a u64 fits a u64.
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        let ratio = ((10 * gb) as f64).sqrt() as u64;
-        ratio
-    } else {
-        1
-    };
-    inactive * ratio < active
+    node.lru.inactive_is_low(file)
 }
 
 /// The anon lists' `inactive_list_is_low`.
@@ -225,48 +210,16 @@ pub fn inactive_is_low(m: &MmInner) -> bool {
     inactive_list_is_low(&m.node, false)
 }
 
-/// `get_scan_count`: pages to scan on each list this pass. Without swap, or with enough
-/// inactive page cache, only file pages; otherwise anon and file in proportion to
-/// `swappiness` : `200 - swappiness`.
+/// `get_scan_count`: pages to scan on each list this pass, as the replacement policy divides
+/// them (lru.rs: SCAN_FILE with enough inactive cache, else anon : file = swappiness :
+/// 200 - swappiness; lru_gen.rs: per type, by the same ratio).
 fn get_scan_count(m: &MmInner, sc: &ScanControl, batch: usize) -> [usize; 4] {
-    let size = |l: Lru| m.node.lru.size(l).usize();
-    let scan = |n: usize| {
-        if n == 0 {
-            0
-        } else {
-            (n >> sc.priority).max(batch.min(n))
-        }
-    };
-    let can_swap = m.swap.is_some() && sc.may_swap;
-    let anon = [scan(size(Lru::InactiveAnon)), scan(size(Lru::ActiveAnon))];
-    let file = [scan(size(Lru::InactiveFile)), scan(size(Lru::ActiveFile))];
-    let file_total = size(Lru::InactiveFile) + size(Lru::ActiveFile);
-    let anon_total = size(Lru::InactiveAnon) + size(Lru::ActiveAnon);
-    if !can_swap || anon_total == 0 {
-        return [0, 0, file[0], file[1]];
-    }
-    if file_total == 0 {
-        return [anon[0], anon[1], 0, 0];
-    }
-    // Enough inactive cache: leave the anon working set alone (SCAN_FILE).
-    if !inactive_list_is_low(&m.node, true) && size(Lru::InactiveFile) >> sc.priority > 0 {
-        return [0, 0, file[0], file[1]];
-    }
-    let ap = m.cfg.swappiness as usize;
-    let fp = 200 - m.cfg.swappiness.min(200) as usize;
-    let part = |n: usize, p: usize| {
-        if n == 0 {
-            0
-        } else {
-            (n * p / (ap + fp).max(1)).max(1)
-        }
-    };
-    [
-        part(anon[0], ap),
-        part(anon[1], ap),
-        part(file[0], fp),
-        part(file[1], fp),
-    ]
+    m.node.lru.get_scan_count(&ScanInput {
+        priority: sc.priority,
+        batch,
+        can_swap: m.swap.is_some() && sc.may_swap,
+        swappiness: m.cfg.swappiness,
+    })
 }
 
 /// `shrink_node` / `shrink_lruvec`: scans the four lists in proportion (`get_scan_count`),
@@ -321,7 +274,7 @@ pub fn shrink_active_list(m: &MmInner, lru: Lru, nr: usize, sc: &mut ScanControl
     let scanned = m
         .node
         .lru
-        .isolate(&m.node.pages, lru, nr, nr * 4, &mut isolated, &m.vm);
+        .isolate_lru_pages(&m.node.pages, lru, nr, nr * 4, false, &mut isolated, &m.vm);
     sc.nr_scanned += scanned;
     m.vm.add(Item::PgrefillActive, scanned as u64);
     let mapped: Vec<Pfn> = isolated
@@ -346,15 +299,10 @@ pub fn shrink_inactive_list(m: &MmInner, lru: Lru, nr: usize, sc: &mut ScanContr
     let clean_only =
         !sc.may_writepage && settings.laptop_mode && !settings.is_new(Switch::LaptopModeIsolate);
     let mut isolated = Vec::with_capacity(nr);
-    let scanned = m.node.lru.isolate_mode(
-        &m.node.pages,
-        lru,
-        nr,
-        nr * 4,
-        clean_only,
-        &mut isolated,
-        &m.vm,
-    );
+    let scanned =
+        m.node
+            .lru
+            .isolate_lru_pages(&m.node.pages, lru, nr, nr * 4, clean_only, &mut isolated, &m.vm);
     sc.nr_scanned += scanned;
     m.vm.add(
         if sc.kswapd {
@@ -619,6 +567,7 @@ fn __remove_mapping(
                 let mut g = r.pt.lock(idx);
                 if g.get() == Pte::Frame(f) {
                     g.set(Pte::Swap(slot));
+                    workingset_eviction(m, sw.space(slot), slot.cache_index(), false);
                     sw.delete_from_cache(slot, &m.vm);
                 } else {
                     // Cannot happen while the page lock orders us with faults and teardown;
@@ -759,6 +708,7 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
             let idx = m.node.pages[*f].index();
             let ok = page_io::swap_writepage(m, sw, slot, [*f]).is_ok();
             if ok && super::shmem::shmem_replace_with_swap(m, a, *f, idx, slot) {
+                workingset_eviction(m, sw.space(slot), slot.cache_index(), false);
                 freed.push(*f);
             } else {
                 sw.put_swap_page(slot);
@@ -786,6 +736,7 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
             Item::NrIsolatedFile
         };
         if filemap::remove_page(m, &a, f, idx, true) {
+            workingset_eviction(m, &a, idx, item == Item::NrIsolatedFile);
             n_clean += 1;
             m.vm.sub(item, 1);
             m.files.forget_if_unused(&a);

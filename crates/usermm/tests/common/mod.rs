@@ -7,7 +7,7 @@ use std::process::{Command, Output};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use usermm::{Mm, MmConfig, SwapConfig};
+use usermm::{Behaviour, Mm, MmConfig, Settings, SwapConfig, Switch};
 
 pub const PAGE: usize = 4096;
 pub const MIB: u64 = 1 << 20;
@@ -36,6 +36,24 @@ pub fn init_log() {
 pub fn mm_ram(budget: u64, swap: u64) -> Mm {
     Mm::new(MmConfig::new(budget).swap(SwapConfig::Ram { size: swap }))
         .expect("creating a memory manager")
+}
+
+/// The replacement policies a test runs over: `lru_gen=off` (the two-list LRU) and `on`.
+pub const LRU_GEN: [bool; 2] = [false, true];
+
+/// [`mm_ram`] with the replacement policy chosen (`lru_gen=on|off`).
+pub fn mm_ram_lru_gen(budget: u64, swap: u64, lru_gen: bool) -> Mm {
+    let b = if lru_gen {
+        Behaviour::New
+    } else {
+        Behaviour::Old
+    };
+    Mm::new(
+        MmConfig::new(budget)
+            .swap(SwapConfig::Ram { size: swap })
+            .settings(Settings::default().with(Switch::LruGen, b)),
+    )
+    .expect("creating a memory manager")
 }
 
 /// splitmix64: a well-mixed, deterministic 64-bit value.
