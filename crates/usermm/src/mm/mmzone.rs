@@ -6,8 +6,8 @@
 use crate::sync::{AtomicBool, AtomicU64, Condvar, Mutex, Ordering};
 use crate::sys::PAGE_SIZE;
 
-use super::replacement::ReplacementPolicy;
 use super::page::{FrameAlloc, MemMap};
+use super::replacement::ReplacementPolicy;
 
 /// Free-frame watermarks, in pages (`zone->_watermark[WMARK_MIN/LOW/HIGH]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

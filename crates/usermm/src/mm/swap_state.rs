@@ -202,7 +202,8 @@ pub(crate) fn park_readahead(
         }
         let p = &m.node.pages[f];
         let space = sw.space(slots[k]);
-        let refault = super::workingset::workingset_refault(m, space, slots[k].cache_index(), false);
+        let refault =
+            super::workingset::workingset_refault(m, space, slots[k].cache_index(), false);
         let active = if refault { pg::ACTIVE } else { 0 };
         p.init(
             Owner::Anon(r.id, idx + k as u64),

@@ -271,10 +271,10 @@ pub fn shrink_node(m: &MmInner, sc: &mut ScanControl) {
 /// the page).
 pub fn shrink_active_list(m: &MmInner, lru: Lru, nr: usize, sc: &mut ScanControl) {
     let mut isolated = Vec::with_capacity(nr);
-    let scanned = m
-        .node
-        .lru
-        .isolate_lru_pages(&m.node.pages, lru, nr, nr * 4, false, &mut isolated, &m.vm);
+    let scanned =
+        m.node
+            .lru
+            .isolate_lru_pages(&m.node.pages, lru, nr, nr * 4, false, &mut isolated, &m.vm);
     sc.nr_scanned += scanned;
     m.vm.add(Item::PgrefillActive, scanned as u64);
     let mapped: Vec<Pfn> = isolated
@@ -299,10 +299,15 @@ pub fn shrink_inactive_list(m: &MmInner, lru: Lru, nr: usize, sc: &mut ScanContr
     let clean_only =
         !sc.may_writepage && settings.laptop_mode && !settings.is_new(Switch::LaptopModeIsolate);
     let mut isolated = Vec::with_capacity(nr);
-    let scanned =
-        m.node
-            .lru
-            .isolate_lru_pages(&m.node.pages, lru, nr, nr * 4, clean_only, &mut isolated, &m.vm);
+    let scanned = m.node.lru.isolate_lru_pages(
+        &m.node.pages,
+        lru,
+        nr,
+        nr * 4,
+        clean_only,
+        &mut isolated,
+        &m.vm,
+    );
     sc.nr_scanned += scanned;
     m.vm.add(
         if sc.kswapd {
