@@ -71,7 +71,7 @@ pub fn mappable_file_len(p: &std::path::Path) -> PyResult<u64> {
             p.display()
         )));
     }
-    match usermm::sys::pseudo_fs(&f) {
+    match usermm_sys::pseudo_fs(&f) {
         Ok(Some(fs)) => Err(invalid(format!(
             "path {} is on {fs}, whose files do not have the size they report; copy it to a \
              regular file first",

@@ -14,8 +14,7 @@ use std::sync::Mutex;
 use pyo3::prelude::*;
 use pyo3::sync::MutexExt;
 use pyo3::types::{PyDict, PyList, PyTuple};
-use usermm::sys::uffd::{OpenPolicy, Origin};
-use usermm::{Behaviour, Mm, MmConfig};
+use usermm::{Behaviour, Mm, MmConfig, OpenPolicy, Origin};
 
 use crate::args;
 use crate::errors::{invalid, mm_err};

@@ -22,7 +22,7 @@ use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
 
-use mm::sys::uffd::OpenPolicy;
+use mm::OpenPolicy;
 use mm::{MapKind, Mm, MmConfig, Settings, SwapConfig};
 use usermm_vma::{classify_mmap, Coverage, Kind, MmapRequest, Space};
 

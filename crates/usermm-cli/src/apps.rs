@@ -331,7 +331,7 @@ fn run_measured(mut cmd: Command, include_root: bool, out: &Path) -> Result<Ran,
             let mut tree = Vec::new();
             descendants(child.id(), &mut tree);
             for p in tree.iter().rev() {
-                let _ = usermm::sys::kill(*p, 9);
+                let _ = usermm_sys::kill(*p, 9);
             }
             let _ = child.kill();
             let _ = child.wait();

@@ -6,6 +6,8 @@
 //! not parse, an impossible combination) exit with 2, errors from the run (usermm refused the
 //! mapping, verification failed) print `error: <message>` and exit with 1.
 
+#![forbid(unsafe_code)]
+
 mod apps;
 mod bench;
 mod compare;

@@ -427,7 +427,7 @@ fn stats_file() -> Result<PathBuf, Fail> {
 /// What userfaultfd this process may open (the preload library's managers open the same,
 /// with the same policy): a short name, or why none can be opened.
 fn uffd_mode() -> Result<&'static str, String> {
-    use usermm::sys::uffd::{OpenPolicy, Origin, Uffd};
+    use usermm_sys::uffd::{OpenPolicy, Origin, Uffd};
     match Uffd::open(0, OpenPolicy::Auto) {
         Ok(u) => Ok(match u.origin() {
             Origin::DevUserfaultfd => "full (/dev/userfaultfd)",
@@ -480,7 +480,7 @@ impl Forwarder {
                 let from_terminal = sig != signal_hook::consts::SIGTERM && terminal_foreground();
                 let alive = a.lock().unwrap_or_else(|e| e.into_inner());
                 if *alive && !from_terminal {
-                    let _ = usermm::sys::kill(pid, sig);
+                    let _ = usermm_sys::kill(pid, sig);
                 }
                 got.push(sig);
             }

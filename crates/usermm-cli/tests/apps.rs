@@ -15,7 +15,7 @@ fn usermm() -> Command {
 }
 
 fn is_root() -> bool {
-    usermm::sys::geteuid() == 0
+    usermm_sys::geteuid() == 0
 }
 
 #[test]

@@ -89,7 +89,7 @@ struct Run(Child);
 impl Drop for Run {
     fn drop(&mut self) {
         if let Ok(None) = self.0.try_wait() {
-            let _ = usermm::sys::kill(self.0.id(), libc::SIGINT);
+            let _ = usermm_sys::kill(self.0.id(), libc::SIGINT);
             let _ = self.0.wait();
         }
     }

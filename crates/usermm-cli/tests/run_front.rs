@@ -171,7 +171,7 @@ fn signal_run(name: &str, sig: i32, code: &str) -> (Output, Value, u32, PathBuf)
     line.clear();
     out.read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "ready");
-    usermm::sys::kill(child.id(), sig).unwrap();
+    usermm_sys::kill(child.id(), sig).unwrap();
     let t0 = Instant::now();
     while child.try_wait().unwrap().is_none() {
         assert!(
@@ -355,7 +355,7 @@ fn read_into_managed_memory_works_under_usermm_run() {
 }
 
 fn is_root() -> bool {
-    usermm::sys::geteuid() == 0
+    usermm_sys::geteuid() == 0
 }
 
 #[test]

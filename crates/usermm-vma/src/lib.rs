@@ -14,7 +14,7 @@
 //!   place: the pages are discarded (fresh zero-filled memory, exactly what the kernel gives) and
 //!   become live again.
 //!
-//! Memory is only touched through the core crate, and system calls go through `usermm::sys`.
+//! Memory is only touched through the core crate, and system calls go through `usermm_sys`.
 //! The one `unsafe` here is the fork protocol's hand-over of the table lock
 //! (`force_unlock_write` after `fork_prepare` forgot its guard), with its SAFETY comments.
 
@@ -639,7 +639,7 @@ pub fn classify_mmap(
                 format!("fd {fd} is not an open file and MAP_ANONYMOUS is not set"),
             );
         }
-        let Ok(kind) = usermm::sys::fd_file_type(fd) else {
+        let Ok(kind) = usermm_sys::fd_file_type(fd) else {
             return un(
                 libc::EBADF,
                 format!("fd {fd} is not an open file descriptor"),

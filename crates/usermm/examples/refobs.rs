@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use usermm::sys::uffd::{feature, mode, Msg, OpenPolicy, Uffd};
-use usermm::sys::{memfd, Advice, Mapping, PAGE_SIZE};
+use usermm_sys::uffd::{feature, mode, Msg, OpenPolicy, Uffd};
+use usermm_sys::{memfd, Advice, Mapping, PAGE_SIZE};
 
 #[derive(Clone, Copy, PartialEq)]
 enum Cand {

@@ -4,6 +4,10 @@
 //! [`Mm::map_anon`] returns a [`Region`] of any size; the manager keeps the resident set within
 //! the budget by reclaiming pages to swap with Linux's LRU and watermark design, and faults them
 //! back in. See ARCHITECTURE.md for the whole picture.
+//!
+//! No `unsafe` here: every system call goes through the usermm-sys crate.
+
+#![forbid(unsafe_code)]
 
 pub(crate) mod conv;
 #[cfg(not(loom))]
@@ -22,8 +26,10 @@ pub mod swap;
 pub mod sync;
 #[cfg(not(loom))]
 pub(crate) mod sync;
+// The OS layer is its own crate (usermm-sys, the workspace's unsafe code); the core reaches it
+// as `crate::sys` and does not re-export it.
 #[cfg(not(loom))]
-pub mod sys;
+pub(crate) use usermm_sys as sys;
 pub mod vmstat;
 
 #[cfg(not(loom))]
@@ -42,6 +48,10 @@ pub use mm::{
 pub use settings::{Behaviour, Settings, Switch};
 #[cfg(not(loom))]
 pub use swap::{SwapConfig, SwapDevice};
+/// How the manager opens userfaultfd ([`MmConfig::uffd_policy`]) and how it was opened
+/// ([`UffdInfo::origin`]): the OS layer's types, named here so the API is usable without it.
+#[cfg(not(loom))]
+pub use sys::uffd::{OpenPolicy, Origin};
 pub use vmstat::Vmstat;
 
 #[cfg(not(loom))]

@@ -12,9 +12,9 @@ use common::*;
 use usermm::mm::MIN_BUDGET;
 use usermm::swap::faulty::FailMode;
 use usermm::swap::{FaultySwap, RamSwap, SwapDevice};
-use usermm::sys::kernel_read_u64;
-use usermm::sys::uffd::OpenPolicy;
 use usermm::{Error, Mm, MmConfig, SwapConfig, Watermarks};
+use usermm_sys::kernel_read_u64;
+use usermm_sys::uffd::OpenPolicy;
 
 fn faulty(swap: u64, writes: FailMode, reads: FailMode) -> Arc<FaultySwap> {
     Arc::new(
@@ -565,7 +565,7 @@ fn full_swap_under_overcommit_poisons_and_counts() {
     let pages = r.len() / PAGE;
     let mut first_lost = None;
     for p in 0..pages {
-        match usermm::sys::kernel_write_u64(base + p * PAGE, pattern(12, p as u64, 0)) {
+        match usermm_sys::kernel_write_u64(base + p * PAGE, pattern(12, p as u64, 0)) {
             Ok(()) => {}
             Err(e) if e.raw_os_error() == Some(libc::EFAULT) => {
                 first_lost = Some(p);
@@ -584,7 +584,7 @@ fn full_swap_under_overcommit_poisons_and_counts() {
     assert!(vm.val("oom_poison") >= 1, "{vm}");
     // The poisoned page stays poisoned.
     assert_eq!(
-        usermm::sys::kernel_read_u64(base + lost * PAGE)
+        usermm_sys::kernel_read_u64(base + lost * PAGE)
             .unwrap_err()
             .raw_os_error(),
         Some(libc::EFAULT)
@@ -596,7 +596,7 @@ fn full_swap_under_overcommit_poisons_and_counts() {
         .unwrap();
     for p in (0..lost / 2).step_by(53) {
         assert_eq!(
-            usermm::sys::kernel_read_u64(base + p * PAGE).unwrap(),
+            usermm_sys::kernel_read_u64(base + p * PAGE).unwrap(),
             pattern(12, p as u64, 0),
             "page {p}"
         );

@@ -17,9 +17,9 @@ use std::time::Duration;
 use common::*;
 use usermm::swap::faulty::FailMode;
 use usermm::swap::{Compressor, FaultySwap, FileSwap, RamSwap, SwapDevice, Zswap};
-use usermm::sys::kernel_read_u64;
-use usermm::sys::uffd::OpenPolicy;
 use usermm::{Error, Mm, MmConfig, Region, SwapConfig};
+use usermm_sys::kernel_read_u64;
+use usermm_sys::uffd::OpenPolicy;
 
 const SWAP: u64 = 64 * MIB;
 const BUDGET: u64 = 4 * MIB;

@@ -29,7 +29,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use common::*;
-use usermm::sys::uffd::inject;
+use usermm_sys::uffd::inject;
 
 const THREADS: usize = 8;
 const BUDGET: u64 = 8 * MIB;
@@ -166,8 +166,8 @@ fn unreported_moves_lose_no_page() {
 #[ignore = "about a minute; root; run with --ignored to see the kernel's under-report"]
 fn kernel_move_undercount_under_compaction() {
     use std::sync::atomic::{AtomicBool, Ordering};
-    use usermm::sys::uffd::{feature, mode, OpenPolicy, Uffd};
-    use usermm::sys::Mapping;
+    use usermm_sys::uffd::{feature, mode, OpenPolicy, Uffd};
+    use usermm_sys::Mapping;
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let u = Uffd::open(feature::MOVE, OpenPolicy::Auto).expect("userfaultfd");
     assert!(u.has(feature::MOVE), "this kernel has no UFFDIO_MOVE");
@@ -202,7 +202,7 @@ fn kernel_move_undercount_under_compaction() {
                 "move {moves} page {p}"
             );
         }
-        dst.advise(0, N * PAGE, usermm::sys::Advice::DontNeed)
+        dst.advise(0, N * PAGE, usermm_sys::Advice::DontNeed)
             .unwrap();
         moves += 1;
     }

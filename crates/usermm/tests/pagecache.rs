@@ -630,18 +630,18 @@ fn beyond_eof_is_sigbus_until_the_file_grows() {
 /// A manager whose userfaultfd also serves kernel-mode accesses (EFAULT instead of SIGBUS).
 fn full_mode_mm() -> Mm {
     let mut cfg = MmConfig::new(4 * MIB).swap(SwapConfig::None);
-    cfg.uffd_policy = usermm::sys::uffd::OpenPolicy::Full;
+    cfg.uffd_policy = usermm_sys::uffd::OpenPolicy::Full;
     Mm::new(cfg).unwrap()
 }
 
 /// A kernel-mode read of `at`, beyond the end of `f`'s one-page file, fails with EFAULT until
 /// the file grows to four pages; then it reads zeros.
 fn efault_until_grown(f: &usermm::CachedFile, at: usize) {
-    let e = usermm::sys::kernel_read_u64(at).unwrap_err();
+    let e = usermm_sys::kernel_read_u64(at).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EFAULT), "{e}");
     f.set_len(4 * 4096).unwrap();
     assert_eq!(
-        usermm::sys::kernel_read_u64(at).unwrap(),
+        usermm_sys::kernel_read_u64(at).unwrap(),
         0,
         "grown part reads zeros"
     );

@@ -100,7 +100,7 @@ fn all_nodes_killed_poison_swapped_pages_and_nothing_hangs() {
     };
     r.read_retry = Duration::from_secs(2);
     let mut cfg = MmConfig::new(8 << 20).swap(SwapConfig::Redis(r));
-    cfg.uffd_policy = usermm::sys::uffd::OpenPolicy::Full;
+    cfg.uffd_policy = usermm_sys::uffd::OpenPolicy::Full;
     let mm = Mm::new(cfg).unwrap();
     let len = 24 << 20;
     let reg = mm.map_anon(len).unwrap();
@@ -116,7 +116,7 @@ fn all_nodes_killed_poison_swapped_pages_and_nothing_hangs() {
     let mut lost = Vec::new();
     // The first pages written are the coldest: swapped out.
     for p in 0..8usize {
-        match usermm::sys::kernel_read_u64(base + p * 4096) {
+        match usermm_sys::kernel_read_u64(base + p * 4096) {
             Ok(v) => assert_eq!(v, word(p * 512, 1), "page {p}"),
             Err(e) if e.raw_os_error() == Some(libc::EFAULT) => lost.push(p),
             Err(e) => panic!("kernel read of page {p}: {e}"),
@@ -130,7 +130,7 @@ fn all_nodes_killed_poison_swapped_pages_and_nothing_hangs() {
     assert!(vm.val("swap_read_error") >= 1, "{vm}");
     // A lost page stays lost (no retry now: it is poisoned), quickly.
     let t1 = std::time::Instant::now();
-    let e = usermm::sys::kernel_read_u64(base + lost[0] * 4096).unwrap_err();
+    let e = usermm_sys::kernel_read_u64(base + lost[0] * 4096).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EFAULT));
     assert!(t1.elapsed() < Duration::from_secs(1), "{:?}", t1.elapsed());
     // The outage costs the read-retry window (2 s) once, not once per page.

@@ -7,7 +7,7 @@ mod common;
 use std::io::ErrorKind;
 
 use common::*;
-use usermm::sys::pagemap::{category, count_pages};
+use usermm_sys::pagemap::{category, count_pages};
 
 /// Pages of `[addr, addr+len)` mapping the zero pfn, and pages present but not the zero pfn;
 /// None if the kernel lacks PAGEMAP_SCAN.

@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use usermm::sys::Mapping;
 use usermm::{CachedFile, Mm, MmConfig};
+use usermm_sys::Mapping;
 
 use super::XorShift;
 use crate::Failure;
@@ -296,7 +296,7 @@ pub fn prepare_files(p: &Params) -> Result<Vec<std::path::PathBuf>, Failure> {
         }
         // Start cold: the kernel's copy goes (usermm reads with O_DIRECT anyway).
         if let Ok(f) = std::fs::File::open(&path) {
-            let _ = usermm::sys::fadvise_dontneed(&f, 0, p.file_size);
+            let _ = usermm_sys::fadvise_dontneed(&f, 0, p.file_size);
         }
         paths.push(path);
     }

@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Map;
-use usermm::sys::Mapping;
 use usermm::{Mm, MmConfig, Region};
+use usermm_sys::Mapping;
 
 use super::XorShift;
 use crate::counters::{vmstat_is_state, Counters};
@@ -286,7 +286,7 @@ pub const STUCK_FAULT_ENV: &str = "USERMM_TEST_STUCK_FAULT";
 /// Touches a page registered with a userfaultfd that is never read: the thread sleeps in the
 /// kernel until the process exits.
 fn stuck_fault() {
-    use usermm::sys::{uffd, Mapping, PAGE_SIZE};
+    use usermm_sys::{uffd, Mapping, PAGE_SIZE};
     let (Ok(u), Ok(m)) = (
         uffd::Uffd::open(0, uffd::OpenPolicy::Auto),
         Mapping::anon(PAGE_SIZE, 0),

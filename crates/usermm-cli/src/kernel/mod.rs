@@ -378,7 +378,7 @@ fn kill_stale_workers(dir: &Path) {
                 "usermm: killing kernel-engine worker {pid} of a run that did not finish ({})",
                 dir.display()
             );
-            let _ = usermm::sys::kill(pid, signal_hook::consts::SIGKILL);
+            let _ = usermm_sys::kill(pid, signal_hook::consts::SIGKILL);
         }
     }
 }

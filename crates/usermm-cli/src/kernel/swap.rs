@@ -244,7 +244,7 @@ impl KernelSwap {
                     ..Default::default()
                 });
                 progress(s);
-                usermm::sys::fallocate(&f, *size).map_err(|e| {
+                usermm_sys::fallocate(&f, *size).map_err(|e| {
                     format!(
                         "cannot allocate {size} bytes for swap file {}: {e}",
                         p.display()

@@ -12,7 +12,7 @@ use std::io::{BufRead, IsTerminal, Read, Write};
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
-use usermm::sys::{Advice, Mapping};
+use usermm_sys::{Advice, Mapping};
 
 use crate::bench::dd::{self, DdOutcome, DdParams};
 use crate::bench::mmapfile;

@@ -4,7 +4,7 @@
 
 /// Why the kernel engine cannot run here, or None when it can.
 pub fn kernel_skip_reason() -> Option<String> {
-    let euid = usermm::sys::geteuid();
+    let euid = usermm_sys::geteuid();
     if euid != 0 {
         return Some(format!("not root (euid {euid})"));
     }

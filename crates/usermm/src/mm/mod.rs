@@ -16,7 +16,7 @@
 //! it is mapped, `mm/rmap.c`), `truncate` (`mm/truncate.c`), `shmem` (in-memory files to swap,
 //! `mm/shmem.c`), `errseq` (writeback errors, `lib/errseq.c`).
 
-// Truncating casts are spelled out (sys::Narrow, sys::Saturate, try_from) in the core.
+// Truncating casts are spelled out (conv::Narrow, conv::Saturate, try_from) in the core.
 #![warn(clippy::cast_possible_truncation)]
 
 pub mod lru;

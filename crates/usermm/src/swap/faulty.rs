@@ -62,7 +62,7 @@ impl Rule {
 /// ```
 /// use std::sync::Arc;
 /// use usermm::swap::{faulty::FailMode, FaultySwap, RamSwap, SwapDevice};
-/// use usermm::sys::Mapping;
+/// use usermm_sys::Mapping;
 ///
 /// let dev = FaultySwap::new(Arc::new(RamSwap::new(1 << 20)?)).fail_writes(FailMode::EveryNth(2));
 /// let pool = Mapping::anon(4096, 0)?;

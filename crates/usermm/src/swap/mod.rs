@@ -9,7 +9,7 @@
 //! way Linux's zswap sits in front of a swap device. [`SwapDevice::lower`] walks the chain and
 //! [`SwapDevice::counters`] gives each tier's counters, which the manager's vmstat reports.
 
-// Truncating casts are spelled out (sys::Narrow, sys::Saturate, try_from) in the core.
+// Truncating casts are spelled out (conv::Narrow, conv::Saturate, try_from) in the core.
 #![warn(clippy::cast_possible_truncation)]
 
 use std::io;

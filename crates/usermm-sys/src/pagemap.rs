@@ -81,7 +81,7 @@ pub fn count_pages(start: usize, len: usize, mask: u64, inverted: u64) -> io::Re
             return Err(e);
         }
         for reg in &regions[..r as usize] {
-            pages += (reg.end - reg.start) / crate::sys::PAGE_SIZE as u64;
+            pages += (reg.end - reg.start) / crate::PAGE_SIZE as u64;
         }
         if a.walk_end <= cur {
             break;
@@ -94,7 +94,7 @@ pub fn count_pages(start: usize, len: usize, mask: u64, inverted: u64) -> io::Re
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sys::{Advice, Mapping, PAGE_SIZE};
+    use crate::{Advice, Mapping, PAGE_SIZE};
 
     #[test]
     fn counts_present_and_zero_pages() {

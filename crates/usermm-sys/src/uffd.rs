@@ -827,7 +827,7 @@ impl EventFd {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sys::{Mapping, PAGE_SIZE};
+    use crate::{Mapping, PAGE_SIZE};
 
     fn uffd() -> Uffd {
         Uffd::open(

@@ -1,6 +1,9 @@
-//! The only place in usermm that holds `unsafe`: thin wrappers over the system calls the memory
-//! manager needs (mmap/madvise, pread/pwrite into mapped memory, fallocate, userfaultfd and
-//! PAGEMAP_SCAN ioctls). Everything above this module is safe Rust.
+//! usermm-sys: the workspace's OS layer and the only crate with `unsafe` besides the FFI edges
+//! (the C ABI in usermm-capi, the interposed allocator in usermm-preload). Thin wrappers over the
+//! system calls the memory manager and its front ends need (mmap/madvise, pread/pwrite into
+//! mapped memory, fallocate, userfaultfd and PAGEMAP_SCAN ioctls, a few process calls).
+//! Everything above it (the usermm core, usermm-vma, the CLI, the Python module) is safe Rust;
+//! the core reaches this crate as `crate::sys` and does not re-export it.
 //!
 //! Mirrors no single kernel file; it is the user-space edge of `mm/userfaultfd.c`,
 //! `fs/userfaultfd.c`, `mm/madvise.c` and `fs/proc/task_mmu.c` (PAGEMAP_SCAN).
