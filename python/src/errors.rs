@@ -130,7 +130,7 @@ pub fn to_py(py: Python<'_>, e: usermm::Error) -> PyErr {
         usermm::Error::InvalidArgument(_) => PyErr::from_type(k.invalid.bind(py).clone(), msg),
         usermm::Error::CommitLimit { .. } => PyErr::from_type(k.commit.bind(py).clone(), msg),
         usermm::Error::Userfaultfd(_) => PyErr::from_type(k.uffd.bind(py).clone(), msg),
-        usermm::Error::Io { source, .. } => match errno_of(source) {
+        usermm::Error::Io { .. } | usermm::Error::Sys { .. } => match errno_of(&e) {
             // OSError(errno, strerror) sets .errno and prints "[Errno N] message".
             Some(errno) => PyErr::from_type(k.io.bind(py).clone(), (errno, msg)),
             None => PyErr::from_type(k.io.bind(py).clone(), msg),
@@ -140,9 +140,9 @@ pub fn to_py(py: Python<'_>, e: usermm::Error) -> PyErr {
 
 /// The errno of an I/O error: its OS error code, or for an error the core re-wrapped with a
 /// message (keeping only the kind), the errno of that kind.
-fn errno_of(e: &std::io::Error) -> Option<i32> {
+fn errno_of(e: &usermm::Error) -> Option<i32> {
     use std::io::ErrorKind as K;
-    e.raw_os_error().or(match e.kind() {
+    e.raw_os_error().or(match e.io_kind()? {
         K::NotFound => Some(libc::ENOENT),
         K::PermissionDenied => Some(libc::EACCES),
         K::AlreadyExists => Some(libc::EEXIST),

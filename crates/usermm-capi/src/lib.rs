@@ -279,10 +279,12 @@ impl From<mm::Error> for Failure {
             mm::Error::CommitLimit { .. } => USERMM_ERR_NOMEM,
             mm::Error::Userfaultfd(_) => USERMM_ERR_USERFAULTFD,
             // A swap file held by another manager.
-            mm::Error::Io { source, .. } if source.kind() == std::io::ErrorKind::ResourceBusy => {
+            mm::Error::Io { .. } | mm::Error::Sys { .. }
+                if e.io_kind() == Some(std::io::ErrorKind::ResourceBusy) =>
+            {
                 USERMM_ERR_BUSY
             }
-            mm::Error::Io { .. } => USERMM_ERR_IO,
+            mm::Error::Io { .. } | mm::Error::Sys { .. } => USERMM_ERR_IO,
         };
         Failure::new(code, e.to_string())
     }

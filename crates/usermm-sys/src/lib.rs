@@ -13,10 +13,12 @@
 //! moment. [`Mapping`] hands out addresses and offers copies, volatile word accessors and I/O
 //! that the kernel performs directly on the mapping.
 
+pub mod error;
 pub mod mem;
 pub mod pagemap;
 pub mod uffd;
 
+pub use error::{Result, SysError, Syscall};
 pub use mem::{Advice, Mapping};
 
 /// Base page size usermm manages (x86-64 and arm64 4 KiB kernels).
@@ -42,37 +44,46 @@ pub fn current_cpu() -> usize {
 }
 
 /// Pins the calling thread to one CPU (best effort; errors are ignored by callers).
-pub fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
+pub fn pin_to_cpu(cpu: usize) -> Result<()> {
     // SAFETY: cpu_set_t is plain data; zeroed is a valid empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: CPU_SET writes one bit inside `set`; cpu is bounded by the set size check below.
     unsafe {
         if cpu >= libc::CPU_SETSIZE as usize {
-            return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+            return Err(SysError::arg(
+                Syscall::SchedSetaffinity,
+                format!("CPU {cpu} is beyond CPU_SETSIZE ({})", libc::CPU_SETSIZE),
+            ));
         }
         libc::CPU_SET(cpu, &mut set);
     }
     // SAFETY: `set` is a valid cpu_set_t of the size passed; 0 means the calling thread.
     let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
     if r != 0 {
-        return Err(std::io::Error::last_os_error());
+        return Err(SysError::last(
+            Syscall::SchedSetaffinity,
+            format!("pinning to CPU {cpu}"),
+        ));
     }
     Ok(())
 }
 
 /// Preallocates `len` bytes of `file` from offset 0 (fallocate mode 0).
-pub fn fallocate(file: &std::fs::File, len: u64) -> std::io::Result<()> {
+pub fn fallocate(file: &std::fs::File, len: u64) -> Result<()> {
     use std::os::fd::AsRawFd;
     // SAFETY: plain syscall on a valid, owned file descriptor.
     let r = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len as libc::off_t) };
     if r != 0 {
-        return Err(std::io::Error::last_os_error());
+        return Err(SysError::last(
+            Syscall::Fallocate,
+            format!("of {len} bytes"),
+        ));
     }
     Ok(())
 }
 
 /// Deallocates (punches a hole over) `[off, off+len)` of `file`, keeping its size.
-pub fn punch_hole(file: &std::fs::File, off: u64, len: u64) -> std::io::Result<()> {
+pub fn punch_hole(file: &std::fs::File, off: u64, len: u64) -> Result<()> {
     use std::os::fd::AsRawFd;
     // SAFETY: plain syscall on a valid, owned file descriptor.
     let r = unsafe {
@@ -84,7 +95,10 @@ pub fn punch_hole(file: &std::fs::File, off: u64, len: u64) -> std::io::Result<(
         )
     };
     if r != 0 {
-        return Err(std::io::Error::last_os_error());
+        return Err(SysError::last(
+            Syscall::Fallocate,
+            format!("(PUNCH_HOLE) of {len} bytes at {off}"),
+        ));
     }
     Ok(())
 }
@@ -127,7 +141,7 @@ fn seek_whence(
 /// Tells the kernel the page cache of `[off, off+len)` of `file` is not needed
 /// (`posix_fadvise(POSIX_FADV_DONTNEED)`): clean cached pages are dropped, dirty ones are queued
 /// for writeback.
-pub fn fadvise_dontneed(file: &std::fs::File, off: u64, len: u64) -> std::io::Result<()> {
+pub fn fadvise_dontneed(file: &std::fs::File, off: u64, len: u64) -> Result<()> {
     use std::os::fd::AsRawFd;
     // SAFETY: plain syscall on a valid, owned file descriptor; no memory is passed.
     let r = unsafe {
@@ -140,14 +154,18 @@ pub fn fadvise_dontneed(file: &std::fs::File, off: u64, len: u64) -> std::io::Re
     };
     // posix_fadvise returns the error number instead of setting errno.
     if r != 0 {
-        return Err(std::io::Error::from_raw_os_error(r));
+        return Err(SysError::os(
+            Syscall::Fadvise,
+            format!("(DONTNEED) of {len} bytes at {off}"),
+            std::io::Error::from_raw_os_error(r),
+        ));
     }
     Ok(())
 }
 
 /// Writes back the dirty page cache of `[off, off+len)` of `file` and waits for it
 /// (`sync_file_range` with WAIT_BEFORE | WRITE | WAIT_AFTER; data only, no metadata flush).
-pub fn sync_file_range_wait(file: &std::fs::File, off: u64, len: u64) -> std::io::Result<()> {
+pub fn sync_file_range_wait(file: &std::fs::File, off: u64, len: u64) -> Result<()> {
     use std::os::fd::AsRawFd;
     let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
         | libc::SYNC_FILE_RANGE_WRITE
@@ -162,35 +180,51 @@ pub fn sync_file_range_wait(file: &std::fs::File, off: u64, len: u64) -> std::io
         )
     };
     if r != 0 {
-        return Err(std::io::Error::last_os_error());
+        return Err(SysError::last(
+            Syscall::SyncFileRange,
+            format!("of {len} bytes at {off}"),
+        ));
     }
     Ok(())
 }
 
 /// An anonymous memory file (memfd) of `len` bytes, sparse.
-pub fn memfd(name: &str, len: u64) -> std::io::Result<std::fs::File> {
+pub fn memfd(name: &str, len: u64) -> Result<std::fs::File> {
     use std::os::fd::FromRawFd;
-    let cname = std::ffi::CString::new(name)
-        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    let cname = std::ffi::CString::new(name).map_err(|_| {
+        SysError::arg(
+            Syscall::MemfdCreate,
+            format!("name {name:?} holds a NUL byte"),
+        )
+    })?;
     // SAFETY: memfd_create takes a NUL-terminated name and flags and returns a new descriptor.
     let fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
     if fd < 0 {
-        return Err(std::io::Error::last_os_error());
+        return Err(SysError::last(Syscall::MemfdCreate, format!("{name:?}")));
     }
     // SAFETY: fd is a fresh descriptor we now own.
     let f = unsafe { std::fs::File::from_raw_fd(fd) };
-    f.set_len(len)?;
+    f.set_len(len).map_err(|e| {
+        SysError::os(
+            Syscall::MemfdCreate,
+            format!("{name:?}: sizing to {len} bytes"),
+            e,
+        )
+    })?;
     Ok(f)
 }
 
 /// Reads the word at `addr` from kernel mode (write(2) of it into a pipe), so that an access to
 /// a poisoned page fails with EFAULT instead of raising SIGBUS. With a user-mode-only
 /// userfaultfd, kernel accesses to non-resident pages fail with EFAULT too.
-pub fn kernel_read_u64(addr: usize) -> std::io::Result<u64> {
+pub fn kernel_read_u64(addr: usize) -> Result<u64> {
     let mut fds = [0i32; 2];
     // SAFETY: pipe2 writes two descriptors into `fds`.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error());
+        return Err(SysError::last(
+            Syscall::Pipe,
+            "pipe2 for a kernel-mode read",
+        ));
     }
     // SAFETY: the kernel reads 8 bytes at `addr` with copy_from_user, which reports a bad or
     // poisoned address as EFAULT rather than faulting this thread.
@@ -202,14 +236,22 @@ pub fn kernel_read_u64(addr: usize) -> std::io::Result<u64> {
         if r == 8 {
             Ok(v)
         } else {
-            Err(std::io::Error::last_os_error())
+            Err(SysError::last(
+                Syscall::Pipe,
+                format!("reading back the word at {addr:#x}"),
+            ))
         }
     } else if w < 0 {
-        Err(std::io::Error::last_os_error())
+        Err(SysError::last(
+            Syscall::Pipe,
+            format!("kernel-mode read of the word at {addr:#x}"),
+        ))
     } else {
-        Err(std::io::Error::other(format!(
-            "short pipe write of {w} bytes"
-        )))
+        Err(SysError::os(
+            Syscall::Pipe,
+            format!("kernel-mode read of the word at {addr:#x}"),
+            std::io::Error::other(format!("short pipe write of {w} bytes")),
+        ))
     };
     // SAFETY: closing the two descriptors created above.
     unsafe {
@@ -221,26 +263,37 @@ pub fn kernel_read_u64(addr: usize) -> std::io::Result<u64> {
 
 /// Writes `v` to the word at `addr` from kernel mode (read(2) of it from a pipe), so that a
 /// store that the manager answers with poison fails with EFAULT instead of raising SIGBUS.
-pub fn kernel_write_u64(addr: usize, v: u64) -> std::io::Result<()> {
+pub fn kernel_write_u64(addr: usize, v: u64) -> Result<()> {
     let mut fds = [0i32; 2];
     // SAFETY: pipe2 writes two descriptors into `fds`.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error());
+        return Err(SysError::last(
+            Syscall::Pipe,
+            "pipe2 for a kernel-mode write",
+        ));
     }
     // SAFETY: writes 8 bytes from a local u64 into the pipe.
     let w = unsafe { libc::write(fds[1], &v as *const u64 as *const libc::c_void, 8) };
     let res = if w != 8 {
-        Err(std::io::Error::last_os_error())
+        Err(SysError::last(
+            Syscall::Pipe,
+            "writing the word into the pipe",
+        ))
     } else {
         // SAFETY: the kernel stores 8 bytes at `addr` with copy_to_user, which reports a bad or
         // poisoned address as EFAULT rather than faulting this thread.
         let r = unsafe { libc::read(fds[0], addr as *mut libc::c_void, 8) };
         match r {
             8 => Ok(()),
-            r if r < 0 => Err(std::io::Error::last_os_error()),
-            r => Err(std::io::Error::other(format!(
-                "short pipe read of {r} bytes"
-            ))),
+            r if r < 0 => Err(SysError::last(
+                Syscall::Pipe,
+                format!("kernel-mode write of the word at {addr:#x}"),
+            )),
+            r => Err(SysError::os(
+                Syscall::Pipe,
+                format!("kernel-mode write of the word at {addr:#x}"),
+                std::io::Error::other(format!("short pipe read of {r} bytes")),
+            )),
         }
     };
     // SAFETY: closing the two descriptors created above.
@@ -273,13 +326,13 @@ fn read_status_kib(key: &str) -> u64 {
 /// The name of the pseudo filesystem `file` lives on (procfs, sysfs, ...), whose files report
 /// sizes that are not their contents (0 or 4096 whatever they hold), so they cannot be mapped
 /// through the page cache; None for ordinary filesystems.
-pub fn pseudo_fs(file: &std::fs::File) -> std::io::Result<Option<&'static str>> {
+pub fn pseudo_fs(file: &std::fs::File) -> Result<Option<&'static str>> {
     use std::os::fd::AsRawFd;
     let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
     // SAFETY: fstatfs fills the statfs struct `st` points to; the descriptor is valid and owned.
     let r = unsafe { libc::fstatfs(file.as_raw_fd(), st.as_mut_ptr()) };
     if r != 0 {
-        return Err(std::io::Error::last_os_error());
+        return Err(SysError::last(Syscall::Fstatfs, "of a file to map"));
     }
     // SAFETY: fstatfs succeeded, so it initialised the struct.
     let magic = unsafe { st.assume_init() }.f_type as u64;
@@ -309,12 +362,15 @@ pub fn at_exit(f: extern "C" fn()) -> bool {
 
 /// The file type bits (`st_mode & S_IFMT`) of descriptor `fd` (fstat(2)); any value may be
 /// passed: an fd that is not open is an error (EBADF).
-pub fn fd_file_type(fd: i32) -> std::io::Result<u32> {
+pub fn fd_file_type(fd: i32) -> Result<u32> {
     let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
     // SAFETY: fstat writes one struct stat into `st`; any fd value is safe to pass.
     let r = unsafe { libc::fstat(fd, st.as_mut_ptr()) };
     if r != 0 {
-        return Err(std::io::Error::last_os_error());
+        return Err(SysError::last(
+            Syscall::Fstat,
+            format!("of descriptor {fd}"),
+        ));
     }
     // SAFETY: fstat succeeded and filled the struct.
     Ok(unsafe { st.assume_init() }.st_mode & libc::S_IFMT)
@@ -322,7 +378,7 @@ pub fn fd_file_type(fd: i32) -> std::io::Result<u32> {
 
 /// Takes an exclusive `flock` on `file` without waiting: Ok(false) when another open file
 /// description (this process or another) holds it.
-pub fn flock_exclusive_nb(file: &std::fs::File) -> std::io::Result<bool> {
+pub fn flock_exclusive_nb(file: &std::fs::File) -> Result<bool> {
     use std::os::fd::AsRawFd;
     // SAFETY: plain syscall on a valid, owned file descriptor; no memory is passed.
     let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
@@ -333,7 +389,7 @@ pub fn flock_exclusive_nb(file: &std::fs::File) -> std::io::Result<bool> {
     if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
         return Ok(false);
     }
-    Err(e)
+    Err(SysError::os(Syscall::Flock, "(LOCK_EX | LOCK_NB)", e))
 }
 
 /// The effective user id of this process.
@@ -344,7 +400,7 @@ pub fn geteuid() -> u32 {
 
 /// Fills `buf` from the kernel's random number generator (getrandom(2), blocking until it is
 /// seeded).
-pub fn random_bytes(buf: &mut [u8]) -> std::io::Result<()> {
+pub fn random_bytes(buf: &mut [u8]) -> Result<()> {
     let mut done = 0;
     while done < buf.len() {
         // SAFETY: the kernel writes at most buf.len()-done bytes into the rest of `buf`.
@@ -360,7 +416,11 @@ pub fn random_bytes(buf: &mut [u8]) -> std::io::Result<()> {
             if e.kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
-            return Err(e);
+            return Err(SysError::os(
+                Syscall::Getrandom,
+                format!("of {} bytes", buf.len()),
+                e,
+            ));
         }
         done += r as usize;
     }
@@ -369,32 +429,45 @@ pub fn random_bytes(buf: &mut [u8]) -> std::io::Result<()> {
 
 /// Sends signal `sig` to process `pid` (kill(2)); for front ends that forward signals to a
 /// program they started.
-pub fn kill(pid: u32, sig: i32) -> std::io::Result<()> {
-    let pid =
-        libc::pid_t::try_from(pid).map_err(|_| std::io::Error::from_raw_os_error(libc::ESRCH))?;
+pub fn kill(pid: u32, sig: i32) -> Result<()> {
+    let pid = libc::pid_t::try_from(pid)
+        .map_err(|_| SysError::arg(Syscall::Kill, format!("pid {pid} is out of range")))?;
     if pid <= 0 {
-        return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+        return Err(SysError::arg(
+            Syscall::Kill,
+            format!("pid {pid} names no single process"),
+        ));
     }
     // SAFETY: kill takes a pid and a signal number by value; pid > 0 names one process.
     let r = unsafe { libc::kill(pid, sig) };
     if r != 0 {
-        return Err(std::io::Error::last_os_error());
+        return Err(SysError::last(
+            Syscall::Kill,
+            format!("of pid {pid} with signal {sig}"),
+        ));
     }
     Ok(())
 }
 
 /// Bytes available to an unprivileged user on the filesystem holding `path` (statvfs(3)'s
 /// f_bavail x f_frsize).
-pub fn fs_available_bytes(path: &std::path::Path) -> std::io::Result<u64> {
+pub fn fs_available_bytes(path: &std::path::Path) -> Result<u64> {
     use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| {
+        SysError::arg(
+            Syscall::Statvfs,
+            format!("path {} holds a NUL byte", path.display()),
+        )
+    })?;
     // SAFETY: statvfs is plain data; zeroed is a valid value to be overwritten.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: `c` is a NUL-terminated path and `st` a valid statvfs the call fills in.
     let r = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
     if r != 0 {
-        return Err(std::io::Error::last_os_error());
+        return Err(SysError::last(
+            Syscall::Statvfs,
+            format!("of {}", path.display()),
+        ));
     }
     Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
 }

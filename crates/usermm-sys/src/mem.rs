@@ -8,6 +8,7 @@ use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
 
 use super::PAGE_SIZE;
+use crate::error::{Result, SysError, Syscall};
 
 /// An owned, page-aligned, private anonymous mapping (`MAP_NORESERVE`: untouched pages cost no
 /// memory). Unmapped on drop. The memory may be changed behind Rust's back (by userfaultfd
@@ -68,12 +69,9 @@ const PIDFD_SELF_THREAD_GROUP: libc::c_int = -10001;
 static PROCESS_MADVISE_UNSUPPORTED: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
 
-fn check_range(len: usize, off: usize, n: usize) -> io::Result<()> {
-    if off.checked_add(n).is_none_or(|end| end > len) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("range {off:#x}+{n:#x} outside mapping of {len:#x} bytes"),
-        ));
+fn check_range(size: usize, off: usize, len: usize) -> Result<()> {
+    if off.checked_add(len).is_none_or(|end| end > size) {
+        return Err(SysError::OutOfRange { off, len, size });
     }
     Ok(())
 }
@@ -81,26 +79,26 @@ fn check_range(len: usize, off: usize, n: usize) -> io::Result<()> {
 impl Mapping {
     /// Maps `len` bytes (rounded up to a page) of private anonymous memory, or `align`-aligned if
     /// `align` is a power of two larger than a page (used for 2 MiB alignment).
-    pub fn anon(len: usize, align: usize) -> io::Result<Self> {
+    pub fn anon(len: usize, align: usize) -> Result<Self> {
         if len == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
+            return Err(SysError::arg(
+                Syscall::Mmap,
                 "mapping length must be greater than zero",
             ));
         }
-        let len = len.checked_next_multiple_of(PAGE_SIZE).ok_or_else(|| {
-            io::Error::new(io::ErrorKind::InvalidInput, "mapping length overflows")
-        })?;
+        let overflow =
+            || SysError::arg(Syscall::Mmap, format!("mapping length {len:#x} overflows"));
+        let len = len
+            .checked_next_multiple_of(PAGE_SIZE)
+            .ok_or_else(overflow)?;
         let align = align.max(PAGE_SIZE);
         if !align.is_power_of_two() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "alignment must be a power of two",
+            return Err(SysError::arg(
+                Syscall::Mmap,
+                format!("alignment {align:#x} must be a power of two"),
             ));
         }
-        let over = len.checked_add(align - PAGE_SIZE).ok_or_else(|| {
-            io::Error::new(io::ErrorKind::InvalidInput, "mapping length overflows")
-        })?;
+        let over = len.checked_add(align - PAGE_SIZE).ok_or_else(overflow)?;
         // SAFETY: a fresh anonymous mapping at a kernel-chosen address; no existing memory is
         // affected. MAP_NORESERVE keeps untouched address space free of commit charge.
         let p = unsafe {
@@ -114,7 +112,10 @@ impl Mapping {
             )
         };
         if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
+            return Err(SysError::last(
+                Syscall::Mmap,
+                format!("of {over:#x} bytes of anonymous memory"),
+            ));
         }
         let base = p as usize;
         let start = base.next_multiple_of(align);
@@ -135,10 +136,10 @@ impl Mapping {
     }
 
     /// Maps `len` bytes of `fd` (from offset 0) MAP_SHARED, read-write.
-    pub fn shared(fd: &impl AsRawFd, len: usize) -> io::Result<Self> {
+    pub fn shared(fd: &impl AsRawFd, len: usize) -> Result<Self> {
         if len == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
+            return Err(SysError::arg(
+                Syscall::Mmap,
                 "mapping length must be greater than zero",
             ));
         }
@@ -156,7 +157,10 @@ impl Mapping {
             )
         };
         if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
+            return Err(SysError::last(
+                Syscall::Mmap,
+                format!("(MAP_SHARED) of {len:#x} bytes of a file"),
+            ));
         }
         Ok(Mapping {
             ptr: NonNull::new(p as *mut u8).expect("mmap returned null"),
@@ -185,7 +189,7 @@ impl Mapping {
     }
 
     /// madvise(2) over `[off, off+len)`.
-    pub fn advise(&self, off: usize, len: usize, advice: Advice) -> io::Result<()> {
+    pub fn advise(&self, off: usize, len: usize, advice: Advice) -> Result<()> {
         check_range(self.len, off, len)?;
         // SAFETY: the range lies inside this mapping (checked); madvise does not invalidate any
         // Rust reference because none exist into managed memory.
@@ -197,7 +201,10 @@ impl Mapping {
             )
         };
         if r != 0 {
-            return Err(io::Error::last_os_error());
+            return Err(SysError::last(
+                Syscall::Madvise,
+                format!("({advice:?}) of {len:#x} bytes at {:#x}", self.addr() + off),
+            ));
         }
         Ok(())
     }
@@ -227,7 +234,7 @@ impl Mapping {
     /// process runs on the other vCPU, against 1.2-1.7 us per page in batches of 32;
     /// bench/ipi.md). Falls back to a madvise(2) per page where process_madvise cannot advise
     /// the calling process (before Linux 6.13).
-    pub fn dontneed_pages(&self, offs: &[usize]) -> io::Result<()> {
+    pub fn dontneed_pages(&self, offs: &[usize]) -> Result<()> {
         for &o in offs {
             check_range(self.len, o, PAGE_SIZE)?;
         }
@@ -263,7 +270,13 @@ impl Mapping {
                         PROCESS_MADVISE_UNSUPPORTED
                             .store(true, std::sync::atomic::Ordering::Relaxed);
                     }
-                    _ if r < 0 => return Err(e),
+                    _ if r < 0 => {
+                        return Err(SysError::os(
+                            Syscall::ProcessMadvise,
+                            format!("(MADV_DONTNEED) of {} pages", chunk.len()),
+                            e,
+                        ))
+                    }
                     // A partial result: the rest one by one below.
                     _ => {}
                 }
@@ -276,13 +289,7 @@ impl Mapping {
     }
 
     /// Copies `len` bytes from `src` at `src_off` to this mapping at `off` (plain memcpy).
-    pub fn copy_from(
-        &self,
-        off: usize,
-        src: &Mapping,
-        src_off: usize,
-        len: usize,
-    ) -> io::Result<()> {
+    pub fn copy_from(&self, off: usize, src: &Mapping, src_off: usize, len: usize) -> Result<()> {
         check_range(self.len, off, len)?;
         check_range(src.len, src_off, len)?;
         // SAFETY: both ranges are inside live mappings (checked). Callers own the pages involved
@@ -295,7 +302,7 @@ impl Mapping {
     }
 
     /// Copies `buf` into the mapping at `off`.
-    pub fn write_bytes(&self, off: usize, buf: &[u8]) -> io::Result<()> {
+    pub fn write_bytes(&self, off: usize, buf: &[u8]) -> Result<()> {
         check_range(self.len, off, buf.len())?;
         // SAFETY: destination inside the mapping (checked); `buf` is a separate Rust slice.
         unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), self.as_ptr().add(off), buf.len()) };
@@ -303,7 +310,7 @@ impl Mapping {
     }
 
     /// Copies from the mapping at `off` into `buf`.
-    pub fn read_bytes(&self, off: usize, buf: &mut [u8]) -> io::Result<()> {
+    pub fn read_bytes(&self, off: usize, buf: &mut [u8]) -> Result<()> {
         check_range(self.len, off, buf.len())?;
         // SAFETY: source inside the mapping (checked); `buf` is a separate Rust slice.
         unsafe {
@@ -315,13 +322,13 @@ impl Mapping {
     /// Which pages of `[off, off+len)` (page aligned) have a page mapped (mincore(2)): a store
     /// to a page that has none would fault (on a userfaultfd-registered range: into the
     /// handler).
-    pub fn resident(&self, off: usize, len: usize) -> io::Result<Vec<bool>> {
+    pub fn resident(&self, off: usize, len: usize) -> Result<Vec<bool>> {
         check_range(self.len, off, len)?;
         resident_at(self.as_ptr() as usize + off, len)
     }
 
     /// Fills `[off, off+len)` with `byte`.
-    pub fn fill(&self, off: usize, len: usize, byte: u8) -> io::Result<()> {
+    pub fn fill(&self, off: usize, len: usize, byte: u8) -> Result<()> {
         check_range(self.len, off, len)?;
         // SAFETY: range inside the mapping (checked).
         unsafe { std::ptr::write_bytes(self.as_ptr().add(off), byte, len) };
@@ -350,20 +357,14 @@ impl Mapping {
 
     /// Writes the pages at mapping offsets `pages` (each PAGE_SIZE long) to `file` at `file_off`,
     /// consecutively, with one pwritev per up to 512 pages.
-    pub fn pwrite_pages(&self, file: &File, file_off: u64, pages: &[usize]) -> io::Result<()> {
+    pub fn pwrite_pages(&self, file: &File, file_off: u64, pages: &[usize]) -> Result<()> {
         self.page_io(file, file_off, pages, true)
     }
 
     /// Reads `len` bytes of `file` at `file_off` into the mapping at `off`, stopping at end of
     /// file and zero-filling the rest. Returns the bytes read from the file. With O_DIRECT,
     /// `file_off`, `off` and `len` must be 4 KiB multiples (they are: callers read whole pages).
-    pub fn pread_at(
-        &self,
-        file: &File,
-        file_off: u64,
-        off: usize,
-        len: usize,
-    ) -> io::Result<usize> {
+    pub fn pread_at(&self, file: &File, file_off: u64, off: usize, len: usize) -> Result<usize> {
         check_range(self.len, off, len)?;
         let mut done = 0usize;
         while done < len {
@@ -382,7 +383,15 @@ impl Mapping {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
                 }
-                return Err(e);
+                return Err(SysError::os(
+                    Syscall::Pread,
+                    format!(
+                        "of {} bytes at file offset {}",
+                        len - done,
+                        file_off + done as u64
+                    ),
+                    e,
+                ));
             }
             if r == 0 {
                 break;
@@ -396,17 +405,16 @@ impl Mapping {
     }
 
     /// Reads consecutive pages of `file` from `file_off` into the mapping offsets `pages`.
-    pub fn pread_pages(&self, file: &File, file_off: u64, pages: &[usize]) -> io::Result<()> {
+    pub fn pread_pages(&self, file: &File, file_off: u64, pages: &[usize]) -> Result<()> {
         self.page_io(file, file_off, pages, false)
     }
 
-    fn page_io(
-        &self,
-        file: &File,
-        mut file_off: u64,
-        pages: &[usize],
-        write: bool,
-    ) -> io::Result<()> {
+    fn page_io(&self, file: &File, mut file_off: u64, pages: &[usize], write: bool) -> Result<()> {
+        let call = if write {
+            Syscall::Pwritev
+        } else {
+            Syscall::Preadv
+        };
         for &p in pages {
             check_range(self.len, p, PAGE_SIZE)?;
         }
@@ -454,16 +462,18 @@ impl Mapping {
                     if e.kind() == io::ErrorKind::Interrupted {
                         continue;
                     }
-                    return Err(e);
+                    return Err(SysError::os(
+                        call,
+                        format!("of {total} bytes at file offset {file_off}"),
+                        e,
+                    ));
                 }
                 if r == 0 {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        format!(
-                            "short {} at file offset {file_off}",
-                            if write { "write" } else { "read" }
-                        ),
-                    ));
+                    return Err(SysError::Short {
+                        call,
+                        write,
+                        file_off,
+                    });
                 }
                 let mut done = r as usize;
                 total -= done;
@@ -496,14 +506,17 @@ impl Drop for Mapping {
 
 /// Which pages of `[addr, addr+len)` (page aligned) have a page mapped in this process
 /// (mincore(2)). Reads page tables only: never faults, never touches the pages.
-pub fn resident_at(addr: usize, len: usize) -> io::Result<Vec<bool>> {
+pub fn resident_at(addr: usize, len: usize) -> Result<Vec<bool>> {
     let n = len.div_ceil(PAGE_SIZE);
     let mut vec = vec![0u8; n];
     // SAFETY: mincore only reads page tables; it writes one byte per page of the range into
     // `vec`, which has n bytes, and fails with ENOMEM (not a fault) on unmapped addresses.
     let r = unsafe { libc::mincore(addr as *mut libc::c_void, len, vec.as_mut_ptr()) };
     if r != 0 {
-        return Err(io::Error::last_os_error());
+        return Err(SysError::last(
+            Syscall::Mincore,
+            format!("of {len:#x} bytes at {addr:#x}"),
+        ));
     }
     Ok(vec.iter().map(|b| b & 1 != 0).collect())
 }

@@ -6,6 +6,8 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 
+use crate::error::{Result, SysError, Syscall};
+
 /// Page categories (include/uapi/linux/fs.h).
 pub mod category {
     pub const WPALLOWED: u64 = 1 << 0;
@@ -48,8 +50,9 @@ const PAGEMAP_SCAN: u64 =
 
 /// Counts the pages in `[start, start+len)` that have all categories in `mask`
 /// (`inverted` flips chosen bits). Returns Err(Unsupported) on kernels without PAGEMAP_SCAN.
-pub fn count_pages(start: usize, len: usize, mask: u64, inverted: u64) -> io::Result<u64> {
-    let f = File::open("/proc/self/pagemap")?;
+pub fn count_pages(start: usize, len: usize, mask: u64, inverted: u64) -> Result<u64> {
+    let f = File::open("/proc/self/pagemap")
+        .map_err(|e| SysError::os(Syscall::PagemapScan, "opening /proc/self/pagemap", e))?;
     let mut regions = vec![PageRegion::default(); 256];
     let end = (start + len) as u64;
     let mut cur = start as u64;
@@ -73,12 +76,15 @@ pub fn count_pages(start: usize, len: usize, mask: u64, inverted: u64) -> io::Re
         if r < 0 {
             let e = io::Error::last_os_error();
             if e.raw_os_error() == Some(libc::ENOTTY) || e.raw_os_error() == Some(libc::EINVAL) {
-                return Err(io::Error::new(
-                    io::ErrorKind::Unsupported,
-                    "PAGEMAP_SCAN not supported by this kernel",
-                ));
+                return Err(SysError::Unsupported {
+                    call: Syscall::PagemapScan,
+                });
             }
-            return Err(e);
+            return Err(SysError::os(
+                Syscall::PagemapScan,
+                format!("of {len:#x} bytes at {start:#x}"),
+                e,
+            ));
         }
         for reg in &regions[..r as usize] {
             pages += (reg.end - reg.start) / crate::PAGE_SIZE as u64;

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::mem::resident_at;
 use super::PAGE_SIZE;
+use crate::error::{Result, SysError, Syscall};
 
 const UFFD_API: u64 = 0xAA;
 const UFFD_USER_MODE_ONLY: libc::c_int = 1;
@@ -249,31 +250,38 @@ pub struct Uffd {
     move_unreported: AtomicU64,
 }
 
-fn raw_open(flags: libc::c_int) -> io::Result<OwnedFd> {
+fn raw_open(flags: libc::c_int) -> Result<OwnedFd> {
     // SAFETY: the userfaultfd syscall takes one int of flags and returns a new descriptor.
     let r = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) };
     if r < 0 {
-        return Err(io::Error::last_os_error());
+        return Err(SysError::last(
+            Syscall::Userfaultfd,
+            format!("(flags {flags:#x})"),
+        ));
     }
     // SAFETY: r is a fresh descriptor we now own.
     Ok(unsafe { OwnedFd::from_raw_fd(r as RawFd) })
 }
 
-fn dev_open(flags: libc::c_int) -> io::Result<OwnedFd> {
+fn dev_open(flags: libc::c_int) -> Result<OwnedFd> {
     let dev = OpenOptions::new()
         .read(true)
         .write(true)
-        .open("/dev/userfaultfd")?;
+        .open("/dev/userfaultfd")
+        .map_err(|e| SysError::os(Syscall::Userfaultfd, "opening /dev/userfaultfd", e))?;
     // SAFETY: USERFAULTFD_IOC_NEW takes the flags as its argument and returns a new descriptor.
     let r = unsafe { libc::ioctl(dev.as_raw_fd(), USERFAULTFD_IOC_NEW as _, flags) };
     if r < 0 {
-        return Err(io::Error::last_os_error());
+        return Err(SysError::last(
+            Syscall::Userfaultfd,
+            "(USERFAULTFD_IOC_NEW on /dev/userfaultfd)",
+        ));
     }
     // SAFETY: r is a fresh descriptor we now own.
     Ok(unsafe { OwnedFd::from_raw_fd(r) })
 }
 
-fn api(fd: &OwnedFd, features: u64) -> io::Result<ApiArg> {
+fn api(fd: &OwnedFd, features: u64) -> Result<ApiArg> {
     let mut a = ApiArg {
         api: UFFD_API,
         features,
@@ -282,16 +290,19 @@ fn api(fd: &OwnedFd, features: u64) -> io::Result<ApiArg> {
     // SAFETY: UFFDIO_API reads and writes one ApiArg that lives on our stack.
     let r = unsafe { libc::ioctl(fd.as_raw_fd(), UFFDIO_API as _, &mut a as *mut ApiArg) };
     if r < 0 {
-        return Err(io::Error::last_os_error());
+        return Err(SysError::last(
+            Syscall::UffdioApi,
+            format!("(features {features:#x})"),
+        ));
     }
     Ok(a)
 }
 
 impl Uffd {
     /// Opens a non-blocking userfaultfd with `wanted & available` features.
-    pub fn open(wanted: u64, policy: OpenPolicy) -> io::Result<Uffd> {
+    pub fn open(wanted: u64, policy: OpenPolicy) -> Result<Uffd> {
         let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
-        type Opener = (Origin, Box<dyn Fn() -> io::Result<OwnedFd>>);
+        type Opener = (Origin, Box<dyn Fn() -> Result<OwnedFd>>);
         let mut tries: Vec<Opener> = Vec::new();
         tries.push((Origin::DevUserfaultfd, Box::new(move || dev_open(flags))));
         tries.push((Origin::SyscallFull, Box::new(move || raw_open(flags))));
@@ -306,14 +317,14 @@ impl Uffd {
             let probe = match open() {
                 Ok(fd) => fd,
                 Err(e) => {
-                    errs.push(format!("{origin:?}: {e}"));
+                    errs.push(format!("{origin:?}: {}", io::Error::from(e)));
                     continue;
                 }
             };
             let avail = match api(&probe, 0) {
                 Ok(a) => a.features,
                 Err(e) => {
-                    errs.push(format!("{origin:?} UFFDIO_API: {e}"));
+                    errs.push(format!("{origin:?} UFFDIO_API: {}", io::Error::from(e)));
                     continue;
                 }
             };
@@ -330,14 +341,9 @@ impl Uffd {
                 move_unreported: AtomicU64::new(0),
             });
         }
-        Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!(
-                "cannot open a userfaultfd ({}); as root run `sysctl -w vm.unprivileged_userfaultfd=1`, \
-                 or give this user read/write access to /dev/userfaultfd",
-                errs.join("; ")
-            ),
-        ))
+        Err(SysError::NoUserfaultfd {
+            tried: errs.join("; "),
+        })
     }
 
     /// Features negotiated with the kernel.
@@ -377,7 +383,7 @@ impl Uffd {
     }
 
     /// UFFDIO_REGISTER; returns the range's ioctl mask.
-    pub fn register(&self, start: usize, len: usize, mode: u64) -> io::Result<u64> {
+    pub fn register(&self, start: usize, len: usize, mode: u64) -> Result<u64> {
         let mut a = RegisterArg {
             range: Range {
                 start: start as u64,
@@ -386,29 +392,44 @@ impl Uffd {
             mode,
             ioctls: 0,
         };
-        self.ioctl(UFFDIO_REGISTER, &mut a)
-            .map_err(io::Error::from_raw_os_error)?;
+        self.ioctl(UFFDIO_REGISTER, &mut a).map_err(|errno| {
+            SysError::os(
+                Syscall::UffdioRegister,
+                format!("(mode {mode:#x}) of {len:#x} bytes at {start:#x}"),
+                io::Error::from_raw_os_error(errno),
+            )
+        })?;
         Ok(a.ioctls)
     }
 
     /// UFFDIO_UNREGISTER.
-    pub fn unregister(&self, start: usize, len: usize) -> io::Result<()> {
+    pub fn unregister(&self, start: usize, len: usize) -> Result<()> {
         let mut a = Range {
             start: start as u64,
             len: len as u64,
         };
-        self.ioctl(UFFDIO_UNREGISTER, &mut a)
-            .map_err(io::Error::from_raw_os_error)
+        self.ioctl(UFFDIO_UNREGISTER, &mut a).map_err(|errno| {
+            SysError::os(
+                Syscall::UffdioUnregister,
+                format!("of {len:#x} bytes at {start:#x}"),
+                io::Error::from_raw_os_error(errno),
+            )
+        })
     }
 
     /// UFFDIO_WAKE: wakes threads faulting in the range without resolving anything.
-    pub fn wake(&self, start: usize, len: usize) -> io::Result<()> {
+    pub fn wake(&self, start: usize, len: usize) -> Result<()> {
         let mut a = Range {
             start: start as u64,
             len: len as u64,
         };
-        self.ioctl(UFFDIO_WAKE, &mut a)
-            .map_err(io::Error::from_raw_os_error)
+        self.ioctl(UFFDIO_WAKE, &mut a).map_err(|errno| {
+            SysError::os(
+                Syscall::UffdioWake,
+                format!("of {len:#x} bytes at {start:#x}"),
+                io::Error::from_raw_os_error(errno),
+            )
+        })
     }
 
     /// The two-address resolving ioctls (COPY, MOVE): returns bytes done.
@@ -545,13 +566,7 @@ impl Uffd {
 
     /// UFFDIO_WRITEPROTECT: set (`wp`) or clear write protection; clearing wakes unless
     /// `dontwake`.
-    pub fn writeprotect(
-        &self,
-        start: usize,
-        len: usize,
-        wp: bool,
-        dontwake: bool,
-    ) -> io::Result<()> {
+    pub fn writeprotect(&self, start: usize, len: usize, wp: bool, dontwake: bool) -> Result<()> {
         // The kernel rejects WP|DONTWAKE (EINVAL): setting protection never wakes anyway.
         let dontwake = dontwake && !wp;
         let mode = (wp as u64) | ((dontwake as u64) << 1);
@@ -562,12 +577,17 @@ impl Uffd {
             },
             mode,
         };
-        self.ioctl(UFFDIO_WRITEPROTECT, &mut a)
-            .map_err(io::Error::from_raw_os_error)
+        self.ioctl(UFFDIO_WRITEPROTECT, &mut a).map_err(|errno| {
+            SysError::os(
+                Syscall::UffdioWriteprotect,
+                format!("(wp {wp}) of {len:#x} bytes at {start:#x}"),
+                io::Error::from_raw_os_error(errno),
+            )
+        })
     }
 
     /// Reads up to `buf.len()` messages without blocking; Ok(0) when none are queued.
-    pub fn read_msgs(&self, buf: &mut [Msg]) -> io::Result<usize> {
+    pub fn read_msgs(&self, buf: &mut [Msg]) -> Result<usize> {
         loop {
             // SAFETY: the kernel writes whole 32-byte uffd_msg records into `buf`, which is a
             // properly sized and aligned array of #[repr(C)] Msg.
@@ -583,7 +603,13 @@ impl Uffd {
                 match e.raw_os_error() {
                     Some(libc::EAGAIN) => return Ok(0),
                     Some(libc::EINTR) => continue,
-                    _ => return Err(e),
+                    _ => {
+                        return Err(SysError::os(
+                            Syscall::UffdRead,
+                            format!("on descriptor {}", self.fd.as_raw_fd()),
+                            e,
+                        ))
+                    }
                 }
             }
             return Ok(r as usize / std::mem::size_of::<Msg>());
@@ -592,7 +618,7 @@ impl Uffd {
 
     /// Waits until a message is readable or `timeout_ms` passes (-1: forever). Also returns when
     /// `extra` (an eventfd) becomes readable. Returns (uffd_ready, extra_ready).
-    pub fn poll(&self, extra: Option<RawFd>, timeout_ms: i32) -> io::Result<(bool, bool)> {
+    pub fn poll(&self, extra: Option<RawFd>, timeout_ms: i32) -> Result<(bool, bool)> {
         let mut fds = [
             libc::pollfd {
                 fd: self.fd.as_raw_fd(),
@@ -613,7 +639,11 @@ impl Uffd {
             if e.raw_os_error() == Some(libc::EINTR) {
                 return Ok((false, false));
             }
-            return Err(e);
+            return Err(SysError::os(
+                Syscall::UffdPoll,
+                format!("on descriptor {}", self.fd.as_raw_fd()),
+                e,
+            ));
         }
         Ok((fds[0].revents != 0, n == 2 && fds[1].revents != 0))
     }
@@ -788,11 +818,11 @@ fn finish(r: Result<(), i32>, field: i64) -> Result<usize, OpError> {
 pub struct EventFd(OwnedFd);
 
 impl EventFd {
-    pub fn new() -> io::Result<EventFd> {
+    pub fn new() -> Result<EventFd> {
         // SAFETY: plain syscall creating a new descriptor.
         let r = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
         if r < 0 {
-            return Err(io::Error::last_os_error());
+            return Err(SysError::last(Syscall::Eventfd, "(CLOEXEC | NONBLOCK)"));
         }
         // SAFETY: fresh descriptor we own.
         Ok(EventFd(unsafe { OwnedFd::from_raw_fd(r) }))

@@ -2,6 +2,8 @@
 
 use std::io;
 
+use crate::sys::SysError;
+
 /// usermm's error type.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -31,19 +33,42 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// A call into the OS layer (usermm-sys) failed: what usermm was doing, and the system call
+    /// with its own error.
+    #[error("{context}: {source}")]
+    Sys {
+        context: String,
+        #[source]
+        source: SysError,
+    },
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
-    pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Error {
-        Error::Io {
-            context: context.into(),
-            source,
-        }
+    /// `context` (what usermm was doing) failed with `source`: an `io::Error` (`Error::Io`) or
+    /// the OS layer's `SysError` (`Error::Sys`).
+    pub(crate) fn io(context: impl Into<String>, source: impl OsCause) -> Error {
+        source.with_context(context.into())
     }
     pub(crate) fn inval(msg: impl Into<String>) -> Error {
         Error::InvalidArgument(msg.into())
+    }
+    /// The kind of an OS error (`Io`, `Sys`); None for the others.
+    pub fn io_kind(&self) -> Option<io::ErrorKind> {
+        match self {
+            Error::Io { source, .. } => Some(source.kind()),
+            Error::Sys { source, .. } => Some(source.kind()),
+            _ => None,
+        }
+    }
+    /// The errno of an OS error (`Io`, `Sys`) where the kernel returned one.
+    pub fn raw_os_error(&self) -> Option<i32> {
+        match self {
+            Error::Io { source, .. } => source.raw_os_error(),
+            Error::Sys { source, .. } => source.raw_os_error(),
+            _ => None,
+        }
     }
     /// This error with `what` (e.g. `USERMM_BUDGET="x"`) in front of its message, keeping its
     /// kind (and not repeating "invalid argument").
@@ -54,8 +79,45 @@ impl Error {
                 context: format!("{what}: {context}"),
                 source,
             },
+            Error::Sys { context, source } => Error::Sys {
+                context: format!("{what}: {context}"),
+                source,
+            },
             Error::Userfaultfd(m) => Error::Userfaultfd(format!("{what}: {m}")),
             other => Error::InvalidArgument(format!("{what}: {other}")),
+        }
+    }
+}
+
+/// An OS error a context can be put on: `io::Error` or the OS layer's `SysError`.
+pub(crate) trait OsCause {
+    fn with_context(self, context: String) -> Error;
+}
+
+impl OsCause for io::Error {
+    fn with_context(self, context: String) -> Error {
+        Error::Io {
+            context,
+            source: self,
+        }
+    }
+}
+
+impl OsCause for SysError {
+    fn with_context(self, context: String) -> Error {
+        Error::Sys {
+            context,
+            source: self,
+        }
+    }
+}
+
+/// A bare `?` on the OS layer's result: the system call's error is the whole message.
+impl From<SysError> for Error {
+    fn from(e: SysError) -> Error {
+        Error::Sys {
+            context: "system call".into(),
+            source: e,
         }
     }
 }
@@ -88,6 +150,18 @@ mod tests {
             std::error::Error::source(&io).is_some(),
             "the OS error is the source"
         );
+        let sys = Error::io(
+            "mapping the frame pool",
+            crate::sys::Mapping::anon(0, 0).unwrap_err(),
+        );
+        assert!(matches!(sys, Error::Sys { .. }), "{sys:?}");
+        assert_eq!(
+            sys.to_string(),
+            "mapping the frame pool: mmap: mapping length must be greater than zero"
+        );
+        assert_eq!(sys.io_kind(), Some(io::ErrorKind::InvalidInput));
+        let os = Error::io("reading", io::Error::from_raw_os_error(libc::EIO));
+        assert_eq!(os.raw_os_error(), Some(libc::EIO));
         assert_eq!(
             Error::inval("bad")
                 .prefixed("USERMM_BUDGET=\"x\"")

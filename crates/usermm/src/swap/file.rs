@@ -299,7 +299,7 @@ impl FileSwap {
                 format!("swap path {p} is not a regular file: {hint}"),
             ));
         }
-        if !sys::flock_exclusive_nb(&file).map_err(|e| annotate(&e, &what, hint))? {
+        if !sys::flock_exclusive_nb(&file).map_err(|e| annotate(&e.into(), &what, hint))? {
             return Err(io::Error::new(
                 io::ErrorKind::ResourceBusy,
                 format!(
@@ -414,16 +414,18 @@ impl SwapDevice for FileSwap {
         }
         let (off, len) = (self.base + slot * PAGE, pages.len() as u64 * PAGE);
         match &self.crypt {
-            None => pool.pwrite_pages(&self.file, off, pages),
+            None => pool
+                .pwrite_pages(&self.file, off, pages)
+                .map_err(io::Error::from),
             Some(c) => seal_pages(c, slot, pool, pages)
-                .and_then(|(bounce, offs)| bounce.pwrite_pages(&self.file, off, &offs)),
+                .and_then(|(bounce, offs)| Ok(bounce.pwrite_pages(&self.file, off, &offs)?)),
         }
         .map_err(|e| self.io_error(&e, "write", slot, pages.len()))?;
         if !self.direct {
             // Write the batch back now and drop it from the page cache: the device copy is the
             // only copy, as with O_DIRECT.
             sys::sync_file_range_wait(&self.file, off, len)
-                .map_err(|e| self.io_error(&e, "writeback", slot, pages.len()))?;
+                .map_err(|e| self.io_error(&e.into(), "writeback", slot, pages.len()))?;
             if let Err(e) = sys::fadvise_dontneed(&self.file, off, len) {
                 log::debug!("fadvise(DONTNEED) on {}: {e}", self.name());
             }
@@ -439,7 +441,7 @@ impl SwapDevice for FileSwap {
         }
         let off = self.base + slot * PAGE;
         pool.pread_pages(&self.file, off, pages)
-            .map_err(|e| self.io_error(&e, "read", slot, pages.len()))?;
+            .map_err(|e| self.io_error(&e.into(), "read", slot, pages.len()))?;
         if !self.direct {
             if let Err(e) = sys::fadvise_dontneed(&self.file, off, pages.len() as u64 * PAGE) {
                 log::debug!("fadvise(DONTNEED) on {}: {e}", self.name());
@@ -573,7 +575,7 @@ fn write_header(file: &File, nr_pages: u64) -> io::Result<()> {
     // Through a page-aligned buffer, so that an O_DIRECT descriptor takes it.
     let page = Mapping::anon(PAGE_SIZE, 0)?;
     page.write_bytes(0, &h)?;
-    page.pwrite_pages(file, 0, &[0])
+    Ok(page.pwrite_pages(file, 0, &[0])?)
 }
 
 /// Encrypts the pool pages into a bounce buffer for slots `slot..`; returns the buffer and its
@@ -626,7 +628,7 @@ fn set_up(
         )
     })?;
     match if prealloc {
-        sys::fallocate(&file, len)
+        sys::fallocate(&file, len).map_err(io::Error::from)
     } else {
         Ok(())
     } {
@@ -687,7 +689,7 @@ fn open_direct(buffered: &File, path: &Path) -> io::Result<Option<File>> {
     match probed {
         Ok(()) => Ok(Some(direct)),
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(None),
-        Err(e) => Err(e),
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -27,7 +27,7 @@ impl RamSwap {
     pub fn new(size: u64) -> io::Result<Self> {
         let nr_pages = pages_for_size(size)?;
         let bytes = nr_pages.usize() * PAGE_SIZE;
-        let fail = |e: io::Error| {
+        let fail = |e: crate::sys::SysError| {
             let text = e.to_string();
             let text = text.split(" (os error").next().unwrap_or(&text).to_owned();
             io::Error::new(
@@ -85,10 +85,10 @@ impl SwapDevice for RamSwap {
             return Ok(());
         }
         // Give the pages back (brd_do_discard); the next read of these slots sees zeros.
-        self.mem.advise(
+        Ok(self.mem.advise(
             slot.usize() * PAGE_SIZE,
             n.usize() * PAGE_SIZE,
             Advice::DontNeed,
-        )
+        )?)
     }
 }

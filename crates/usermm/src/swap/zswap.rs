@@ -428,7 +428,7 @@ impl Zswap {
                     for (j, (slot, _, data)) in batch[k..e].iter().enumerate() {
                         let res = self
                             .decompress(data, &mut page, *slot)
-                            .and_then(|()| bounce.write_bytes((k + j) * PAGE_SIZE, &page));
+                            .and_then(|()| Ok(bounce.write_bytes((k + j) * PAGE_SIZE, &page)?));
                         if let Err(err) = res {
                             log::error!("zswap writeback of slot {slot}: {err}");
                             run_ok = false;
