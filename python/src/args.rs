@@ -12,7 +12,7 @@ use crate::errors::invalid;
 /// can be prefixed with the parameter's name.
 fn core_msg(e: usermm::Error) -> String {
     match e {
-        usermm::Error::InvalidArgument(m) => m,
+        usermm::Error::InvalidArgument(m) => m.to_string(),
         other => other.to_string(),
     }
 }

@@ -8,7 +8,7 @@
 //! | `InvalidArgument` (and bad Python arguments) | `InvalidArgumentError` | `ValueError` |
 //! | `CommitLimit` | `CommitLimitError` | `MemoryError` |
 //! | `Userfaultfd` | `UserfaultfdError` | `OSError` |
-//! | `Io` | `IoError` (with `errno` set) | `OSError` |
+//! | `Io`, `Sys` | `IoError` (with `errno` set) | `OSError` |
 //!
 //! The message is the core's `Display` text, which names what was wrong and what to do.
 
@@ -162,7 +162,12 @@ pub fn mm_err(e: usermm::Error) -> PyErr {
     Python::attach(|py| to_py(py, e))
 }
 
-/// An `InvalidArgumentError` with `msg` (prefixed "invalid argument: " like the core's).
+/// An `InvalidArgumentError` with `msg` (prefixed "invalid argument: " like the core's), for
+/// a bad Python argument the core never sees.
 pub fn invalid(msg: impl Into<String>) -> PyErr {
-    mm_err(usermm::Error::InvalidArgument(msg.into()))
+    let msg = format!("invalid argument: {}", msg.into());
+    Python::attach(|py| match kinds(py) {
+        Ok(k) => PyErr::from_type(k.invalid.bind(py).clone(), msg),
+        Err(err) => err,
+    })
 }

@@ -407,7 +407,7 @@ impl Failure {
 fn size(opt: &str, v: &str) -> Result<u64, Failure> {
     usermm::parse_size(v).map_err(|e| {
         let msg = match e {
-            usermm::Error::InvalidArgument(m) => m,
+            usermm::Error::InvalidArgument(m) => m.to_string(),
             other => other.to_string(),
         };
         Failure::Usage(format!("{opt}: {msg}"))

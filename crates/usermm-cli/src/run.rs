@@ -86,7 +86,7 @@ fn usage(msg: String) -> Fail {
 fn size(opt: &str, v: &str) -> Result<u64, Fail> {
     usermm::parse_size(v).map_err(|e| {
         let msg = match e {
-            usermm::Error::InvalidArgument(m) => m,
+            usermm::Error::InvalidArgument(m) => m.to_string(),
             other => other.to_string(),
         };
         usage(format!("{opt}: {msg}"))

@@ -33,7 +33,9 @@ pub(crate) use usermm_sys as sys;
 pub mod vmstat;
 
 #[cfg(not(loom))]
-pub use error::{Error, Result};
+pub use error::{
+    ConfigError, Error, FileError, InvalidArgument, RegionError, Result, SwapError, UffdError,
+};
 #[cfg(not(loom))]
 pub use mm::file::CachedFile;
 #[cfg(not(loom))]
@@ -61,16 +63,8 @@ pub use vmstat::Vmstat;
 /// unknown suffix, more than 2^64-1 bytes) is an error naming the value.
 pub fn parse_size(s: &str) -> Result<u64> {
     let t = s.trim();
-    let err = || {
-        Error::inval(format!(
-            "cannot parse size {s:?}: use a number with an optional k, M, G or T suffix, e.g. 256M"
-        ))
-    };
-    let too_big = || {
-        Error::inval(format!(
-            "size {s:?} is too large: the largest is 2^64-1 bytes (16 EiB); give a smaller size"
-        ))
-    };
+    let err = || Error::from(error::ConfigError::Size { value: s.into() });
+    let too_big = || Error::from(error::ConfigError::SizeTooLarge { value: s.into() });
     let lower = t.to_ascii_lowercase();
     let body = lower
         .strip_suffix("ib")

@@ -10,7 +10,7 @@
 //! docs/seeds.md for where each lives in Linux and in usermm).
 
 #[cfg(not(loom))]
-use crate::error::{Error, Result};
+use crate::error::{ConfigError, Error, Result};
 
 /// A behaviour chosen by a switch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -172,14 +172,14 @@ impl Switch {
             .find(|i| i.name == name)
             .map(|i| i.switch)
             .ok_or_else(|| {
-                Error::inval(format!(
-                    "unknown switch {name:?}: the switches are {} (and the setting laptop_mode)",
-                    SWITCHES
+                Error::from(ConfigError::UnknownSwitch {
+                    name: name.into(),
+                    known: SWITCHES
                         .iter()
                         .map(|i| i.name)
                         .collect::<Vec<_>>()
-                        .join(", ")
-                ))
+                        .join(", "),
+                })
             })
     }
 }
@@ -241,11 +241,9 @@ impl Settings {
     #[cfg(not(loom))]
     pub fn apply(&mut self, list: &str) -> Result<()> {
         for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-            let (name, value) = item.split_once('=').ok_or_else(|| {
-                Error::inval(format!(
-                    "setting {item:?} has no value: write name=value, e.g. accessed_init=old"
-                ))
-            })?;
+            let (name, value) = item
+                .split_once('=')
+                .ok_or_else(|| Error::from(ConfigError::NoValue { item: item.into() }))?;
             self.set(name.trim(), value.trim())?;
         }
         Ok(())
@@ -260,9 +258,10 @@ impl Settings {
                 "on" | "1" | "true" | "yes" => true,
                 "off" | "0" | "false" | "no" => false,
                 _ => {
-                    return Err(Error::inval(format!(
-                        "laptop_mode={value:?}: use on or off"
-                    )))
+                    return Err(ConfigError::LaptopMode {
+                        value: value.into(),
+                    }
+                    .into())
                 }
             };
             return Ok(());
@@ -274,10 +273,13 @@ impl Settings {
         } else if value == "new" || value == info.new {
             Behaviour::New
         } else {
-            return Err(Error::inval(format!(
-                "{name}={value:?}: use old ({}) or new ({})",
-                info.old, info.new
-            )));
+            return Err(ConfigError::SwitchValue {
+                switch: info.name,
+                value: value.into(),
+                old: info.old,
+                new: info.new,
+            }
+            .into());
         };
         self.behaviour[s.index()] = b;
         Ok(())

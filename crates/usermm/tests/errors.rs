@@ -51,6 +51,81 @@ fn budget_below_minimum_is_rejected() {
     assert_eq!(mm.budget(), MIN_BUDGET);
 }
 
+/// Each concern has its own error type, so a caller can match on what was wrong and read the
+/// values back instead of parsing a message.
+#[test]
+fn errors_are_typed_by_concern() {
+    use usermm::{ConfigError, InvalidArgument, RegionError, Settings, SwapError};
+    let e = MmConfig::new(4096).validate().unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::InvalidArgument(InvalidArgument::Config(ConfigError::BudgetTooSmall {
+                budget: 4096,
+                min: MIN_BUDGET
+            }))
+        ),
+        "{e:?}"
+    );
+    let mut c = MmConfig::new(4 * MIB);
+    c.swappiness = 201;
+    assert!(
+        matches!(
+            c.validate().unwrap_err(),
+            Error::InvalidArgument(InvalidArgument::Config(ConfigError::OutOfRange {
+                field: "swappiness",
+                value: 201,
+                lo: 0,
+                hi: 200,
+                ..
+            }))
+        ),
+        "swappiness"
+    );
+    match usermm::parse_size("12Q").unwrap_err() {
+        Error::InvalidArgument(InvalidArgument::Config(ConfigError::Size { value })) => {
+            assert_eq!(value, "12Q")
+        }
+        e => panic!("{e:?}"),
+    }
+    match SwapConfig::parse(" tape ", 0).unwrap_err() {
+        Error::InvalidArgument(InvalidArgument::Swap(SwapError::UnknownDevice { spec })) => {
+            assert_eq!(spec, "tape")
+        }
+        e => panic!("{e:?}"),
+    }
+    match Settings::parse("laptop_mode=maybe").unwrap_err() {
+        Error::InvalidArgument(InvalidArgument::Config(ConfigError::LaptopMode { value })) => {
+            assert_eq!(value, "maybe")
+        }
+        e => panic!("{e:?}"),
+    }
+    let mm = Mm::new(MmConfig::new(4 * MIB).swap(SwapConfig::None)).unwrap();
+    let r = mm.map_anon(8192).unwrap();
+    match r.discard(4096, 8192).unwrap_err() {
+        Error::InvalidArgument(InvalidArgument::Region(RegionError::PastEnd {
+            op: "discard",
+            off: 4096,
+            len: 8192,
+            size: 8192,
+        })) => {}
+        e => panic!("{e:?}"),
+    }
+    let mut buf = [0u8; 16];
+    match r.read_bytes(8190, &mut buf).unwrap_err() {
+        Error::InvalidArgument(InvalidArgument::Region(RegionError::OutOfRange {
+            off: 8190,
+            len: 16,
+            size: 8192,
+        })) => {}
+        e => panic!("{e:?}"),
+    }
+    assert!(matches!(
+        mm.map_anon(0).unwrap_err(),
+        Error::InvalidArgument(InvalidArgument::Region(RegionError::ZeroLength))
+    ));
+}
+
 #[test]
 fn invalid_tuning_is_rejected_with_the_value() {
     let base = || MmConfig::new(4 * MIB).swap(SwapConfig::Ram { size: 4 * MIB });

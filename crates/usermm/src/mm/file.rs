@@ -15,7 +15,7 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 // (MetadataExt also gives nlink for the unlinked check.)
 use std::path::Path;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, FileError, Result};
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering, RwLock};
 
 use super::filemap::{self, FileRaState};
@@ -70,18 +70,18 @@ impl FileTable {
             .metadata()
             .map_err(|e| Error::io(format!("stat of {}", path.display()), e))?;
         if !md.is_file() {
-            return Err(Error::inval(format!(
-                "{} is not a regular file; the page cache serves regular files",
-                path.display()
-            )));
+            return Err(FileError::NotRegular {
+                path: path.to_path_buf(),
+            }
+            .into());
         }
         match crate::sys::pseudo_fs(&file) {
             Ok(Some(fs)) => {
-                return Err(Error::inval(format!(
-                    "{} is on {fs}, whose files do not have the size they report; the page cache \
-                     serves files on ordinary filesystems: copy it to one first",
-                    path.display()
-                )))
+                return Err(FileError::PseudoFs {
+                    path: path.to_path_buf(),
+                    fs,
+                }
+                .into())
             }
             Ok(None) => {}
             Err(e) => return Err(Error::io(format!("statfs of {}", path.display()), e)),
@@ -285,12 +285,13 @@ impl CachedFile {
     pub fn read_exact_at(&self, pos: u64, buf: &mut [u8]) -> Result<()> {
         let n = self.read_at(pos, buf)?;
         if n < buf.len() {
-            return Err(Error::inval(format!(
-                "read of {} bytes at {pos} of {} reaches past its end ({} bytes)",
-                buf.len(),
-                self.mapping.name(),
-                self.len()
-            )));
+            return Err(FileError::ReadPastEnd {
+                len: buf.len(),
+                pos,
+                name: self.mapping.name(),
+                size: self.len(),
+            }
+            .into());
         }
         Ok(())
     }

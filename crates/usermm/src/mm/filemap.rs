@@ -438,7 +438,10 @@ fn write_run(m: &MmInner, mapping: &AddressSpace, run: &[(PgOff, Pfn)]) -> io::R
         let len = (e - k) as u64 * PAGE_SIZE as u64;
         if !direct {
             crate::sys::sync_file_range_wait(file, file_off, len)?;
-            let _ = crate::sys::fadvise_dontneed(file, file_off, len);
+            m.vm.warn_on(
+                crate::sys::fadvise_dontneed(file, file_off, len),
+                "dropping written pages from the kernel's page cache",
+            );
         }
         k = e;
     }
@@ -677,7 +680,10 @@ fn read_into(m: &MmInner, mapping: &AddressSpace, start: PgOff, frames: &[Pfn]) 
     let Some(file) = mapping.file() else {
         // In-memory file: new pages are zeros.
         for &f in frames {
-            let _ = m.pool.slots.fill(f.offset(), PAGE_SIZE, 0);
+            m.vm.warn_on(
+                m.pool.slots.fill(f.offset(), PAGE_SIZE, 0),
+                "zeroing a new in-memory file page",
+            );
         }
         return Ok(());
     };
@@ -695,7 +701,10 @@ fn read_into(m: &MmInner, mapping: &AddressSpace, start: PgOff, frames: &[Pfn]) 
             let off = (start + k0 as u64).byte_offset();
             bounce.pread_at(file, off, 0, len * PAGE_SIZE)?;
             if !direct {
-                let _ = crate::sys::fadvise_dontneed(file, off, (len * PAGE_SIZE) as u64);
+                m.vm.warn_on(
+                    crate::sys::fadvise_dontneed(file, off, (len * PAGE_SIZE) as u64),
+                    "dropping read pages from the kernel's page cache",
+                );
             }
             for (k, &f) in frames[k0..k0 + len].iter().enumerate() {
                 m.pool
@@ -973,7 +982,10 @@ pub fn file_write(m: &MmInner, mapping: &Arc<AddressSpace>, pos: u64, buf: &[u8]
                 m.vm.inc(Item::FileWriteNoread);
             } else if index.byte_offset() >= size {
                 // Beyond EOF: the rest is zeros.
-                let _ = m.pool.slots.fill(f.offset(), PAGE_SIZE, 0);
+                m.vm.warn_on(
+                    m.pool.slots.fill(f.offset(), PAGE_SIZE, 0),
+                    "zeroing a new page-cache page",
+                );
                 m.vm.inc(Item::FileReadHole);
             } else if let Err(e) = read_into(m, mapping, index, &[f]) {
                 m.vm.inc(Item::FileReadError);

@@ -170,10 +170,12 @@ pub(crate) trait AddressSpaceOps: Sync + std::fmt::Debug {
         index: PgOff,
         slot: SwapEntry,
     ) -> Result<()> {
-        Err(crate::Error::inval(format!(
-            "page {index} of {} is a swap entry ({slot}), but only in-memory files are swapped",
-            mapping.name()
-        )))
+        Err(crate::FileError::UnexpectedSwapEntry {
+            index,
+            name: mapping.name(),
+            entry: slot.to_string(),
+        }
+        .into())
     }
 }
 

@@ -326,7 +326,10 @@ pub fn handler_main(m: Arc<MmInner>, slot: usize) {
                 last_work = Instant::now();
             } else {
                 // Pages still under I/O: wait a little for new messages instead of spinning.
-                let _ = m.mm.uffd.poll(Some(m.handlers.shutdown_efd.raw_fd()), 1);
+                m.vm.warn_on(
+                    m.mm.uffd.poll(Some(m.handlers.shutdown_efd.raw_fd()), 1),
+                    "poll of the userfaultfd",
+                );
             }
             continue;
         }
@@ -361,7 +364,10 @@ pub fn handler_main(m: Arc<MmInner>, slot: usize) {
             continue;
         }
         m.vm.inc(Item::HandlerWakeup);
-        let _ = m.mm.uffd.poll(Some(m.handlers.shutdown_efd.raw_fd()), 100);
+        m.vm.warn_on(
+            m.mm.uffd.poll(Some(m.handlers.shutdown_efd.raw_fd()), 100),
+            "poll of the userfaultfd",
+        );
         last_work = Instant::now() - spin;
     }
 }

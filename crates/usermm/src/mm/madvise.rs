@@ -2,7 +2,7 @@
 //! `Region::discard`) and the zap side of `mm/memory.c` (`zap_page_range`), which unmapping a
 //! whole region uses too.
 
-use crate::error::{Error, Result};
+use crate::error::{RegionError, Result};
 use crate::sys::{Advice, PAGE_SIZE};
 use crate::vmstat::Item;
 
@@ -18,15 +18,21 @@ impl Region {
     /// return zeros (anonymous) or the file's contents (file regions). Like `MADV_DONTNEED`.
     pub fn discard(&self, off: usize, len: usize) -> Result<()> {
         if !off.is_multiple_of(PAGE_SIZE) || !len.is_multiple_of(PAGE_SIZE) {
-            return Err(Error::inval(format!(
-                "discard range {off:#x}+{len:#x} is not 4 KiB aligned; align offset and length to 4096"
-            )));
+            return Err(RegionError::Unaligned {
+                op: "discard",
+                off,
+                len,
+            }
+            .into());
         }
         if off.checked_add(len).is_none_or(|e| e > self.len()) {
-            return Err(Error::inval(format!(
-                "discard range {off:#x}+{len:#x} goes past the end of the region ({:#x} bytes)",
-                self.len()
-            )));
+            return Err(RegionError::PastEnd {
+                op: "discard",
+                off,
+                len,
+                size: self.len(),
+            }
+            .into());
         }
         let m = &self.h.inner;
         let first = PgOff::of_offset(off);

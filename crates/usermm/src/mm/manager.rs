@@ -3,7 +3,7 @@
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::error::{Error, Result};
+use crate::error::{ConfigError, Error, Result, SwapError, UffdError};
 use crate::settings::Settings;
 use crate::swap::SwapConfig;
 
@@ -141,7 +141,10 @@ impl MmConfig {
         let flag = |name: &str| match var(name).as_deref().map(str::trim) {
             None | Some("0") | Some("off") | Some("false") | Some("no") => Ok(false),
             Some("1") | Some("on") | Some("true") | Some("yes") => Ok(true),
-            Some(v) => Err(Error::inval(format!("{name}={v:?}: use 1 or 0"))),
+            Some(v) => Err(Error::from(ConfigError::Flag {
+                var: name.into(),
+                value: v.into(),
+            })),
         };
         let overcommit = flag("USERMM_OVERCOMMIT")?;
         let mut cfg = MmConfig::new(budget).swap(swap).overcommit(overcommit);
@@ -157,30 +160,35 @@ impl MmConfig {
     /// work.
     pub fn validate(&self) -> Result<()> {
         if self.budget < MIN_BUDGET {
-            return Err(Error::inval(format!(
-                "budget of {} bytes is below the minimum of {} bytes (1 MiB); give a larger budget",
-                self.budget, MIN_BUDGET
-            )));
+            return Err(ConfigError::BudgetTooSmall {
+                budget: self.budget,
+                min: MIN_BUDGET,
+            }
+            .into());
         }
         let nr_frames = self.budget / PAGE_SIZE as u64;
         if nr_frames >= u32::MAX as u64 {
-            return Err(Error::inval(format!(
-                "budget of {} bytes is above the maximum of 16 TiB; give a smaller budget",
-                self.budget
-            )));
+            return Err(ConfigError::BudgetTooLarge {
+                budget: self.budget,
+            }
+            .into());
         }
         if self.handler_threads > MAX_HANDLER_THREADS {
-            return Err(Error::inval(format!(
-                "handler_threads {} is above the maximum of {MAX_HANDLER_THREADS}; use 0 (one per \
-                 CPU) or a number up to {MAX_HANDLER_THREADS}",
-                self.handler_threads
-            )));
+            return Err(ConfigError::HandlerThreads {
+                threads: self.handler_threads,
+                max: MAX_HANDLER_THREADS,
+            }
+            .into());
         }
-        let range = |name: &str, v: u32, lo: u32, hi: u32, unit: &str| {
-            if v < lo || v > hi {
-                return Err(Error::inval(format!(
-                    "{name} {v} is outside {lo}..={hi}{unit}; give a value in that range"
-                )));
+        let range = |field: &'static str, value: u32, lo: u32, hi: u32, unit: &'static str| {
+            if value < lo || value > hi {
+                return Err(Error::from(ConfigError::OutOfRange {
+                    field,
+                    value,
+                    lo,
+                    hi,
+                    unit,
+                }));
             }
             Ok(())
         };
@@ -211,10 +219,13 @@ impl MmConfig {
         range("read_ahead_kb", self.read_ahead_kb, 0, 1 << 20, " KiB")?;
         if let Some(w) = self.watermarks {
             if !(w.min <= w.low && w.low <= w.high && w.high < nr_frames / 2) {
-                return Err(Error::inval(format!(
-                    "watermarks min {} <= low {} <= high {} must hold and high must be below half the budget ({} pages)",
-                    w.min, w.low, w.high, nr_frames / 2
-                )));
+                return Err(ConfigError::Watermarks {
+                    min: w.min,
+                    low: w.low,
+                    high: w.high,
+                    half: nr_frames / 2,
+                }
+                .into());
             }
         }
         Ok(())
@@ -469,7 +480,7 @@ impl Mm {
             )
             .map_err(|e| match e.kind() {
                 // A size or path the caller gave that cannot work: the message names it.
-                std::io::ErrorKind::InvalidInput => Error::inval(e.to_string()),
+                std::io::ErrorKind::InvalidInput => SwapError::Device { source: e }.into(),
                 _ => Error::io("opening the swap device", e),
             })?;
         let writeback_tags = !cfg.settings.is_new(crate::Switch::SwapcacheWritebackTags);
@@ -479,17 +490,12 @@ impl Mm {
             | uffd::feature::POISON
             | uffd::feature::PAGEFAULT_FLAG_WP
             | uffd::feature::THREAD_ID;
-        let uffd =
-            Uffd::open(wanted, cfg.uffd_policy).map_err(|e| Error::Userfaultfd(e.to_string()))?;
+        let uffd = Uffd::open(wanted, cfg.uffd_policy).map_err(UffdError::Open)?;
         if !uffd.has(uffd::feature::MOVE) {
-            return Err(Error::Userfaultfd(
-                "this kernel's userfaultfd lacks UFFDIO_MOVE (Linux 6.8+ needed); upgrade the kernel".into(),
-            ));
+            return Err(UffdError::NoMove.into());
         }
         if !uffd.has(uffd::feature::PAGEFAULT_FLAG_WP) {
-            return Err(Error::Userfaultfd(
-                "this kernel's userfaultfd lacks write-protect mode (Linux 5.7+)".into(),
-            ));
+            return Err(UffdError::NoWriteProtect.into());
         }
         let pool = Mapping::anon(nr_frames.usize() * PAGE_SIZE, 2 << 20).map_err(|e| {
             Error::io(

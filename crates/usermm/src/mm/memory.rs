@@ -891,6 +891,17 @@ const FILE_FAULT_AROUND: u64 = 128;
 /// than they find pages there is read at random; its faults stop reading around.
 const MMAP_LOTSAMISS: u32 = 100;
 
+/// A page-cache lookup for a fault that failed (an in-memory file's page could not be read
+/// back from swap): counted (`file_read_error`) and logged; the fault is retried.
+fn filemap_fault_error(m: &MmInner, fm: &FileMap, index: PgOff, e: crate::Error) -> Fault {
+    m.vm.inc(Item::FileReadError);
+    log::warn!(
+        "fault on page {index} of {}: {e}; retrying",
+        fm.mapping.name()
+    );
+    Fault::Retry
+}
+
 /// The page-cache page for file page `index` of a file region, read (with read-around) if
 /// absent, returned locked and up to date with a reference; None: retry the fault.
 fn filemap_fault(m: &MmInner, fm: &FileMap, index: PgOff) -> std::result::Result<Pfn, Fault> {
@@ -930,10 +941,11 @@ fn filemap_fault(m: &MmInner, fm: &FileMap, index: PgOff) -> std::result::Result
             m.vm.inc(Item::Pgmajfault);
             match filemap::find_get_page(m, a, index) {
                 Ok(Some(f)) => f,
-                _ => return Err(Fault::Retry),
+                Ok(None) => return Err(Fault::Retry),
+                Err(e) => return Err(filemap_fault_error(m, fm, index, e)),
             }
         }
-        Err(_) => return Err(Fault::Retry),
+        Err(e) => return Err(filemap_fault_error(m, fm, index, e)),
     };
     let p = &m.node.pages[f];
     if !p.trylock() {
@@ -1025,7 +1037,10 @@ fn do_shared_fault(
                         a.name(),
                         r.page_addr(idx)
                     );
-                    let _ = pool::ensure_slot(m, f);
+                    if !pool::ensure_slot(m, f) {
+                        // Logged by ensure_slot; a slot that cannot be refilled is a WARN_ON.
+                        m.vm.inc(Item::MmWarn);
+                    }
                     g.set(Pte::Poison);
                     m.vm.warn_on(
                         m.mm.uffd.poison(r.page_addr(idx), PAGE_SIZE, false),
@@ -1307,7 +1322,15 @@ fn do_huge_pmd_anonymous_page(
             false
         }
     };
-    if !ok || m.mm.uffd.writeprotect(addr, len, true, true).is_err() {
+    let ok = ok
+        && match m.mm.uffd.writeprotect(addr, len, true, true) {
+            Ok(()) => true,
+            Err(e) => {
+                log::debug!("UFFDIO_WRITEPROTECT over a huge unit at {addr:#x}: {e}");
+                false
+            }
+        };
+    if !ok {
         // Partly mapped by a racing path: undo and fall back to small pages.
         m.vm.warn_on(
             r.view.advise(u.offset(), len, Advice::DontNeed),

@@ -1,7 +1,7 @@
 //! Creating and tearing down regions. Mirrors `mm/mmap.c` (`mmap_region`, `__vm_enough_memory`
 //! for strict commit accounting, `unmap_region` on drop) and `mm/msync.c` (`Region::flush`).
 
-use crate::error::{Error, Result};
+use crate::error::{Error, RegionError, Result};
 use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use crate::sys::uffd::mode;
 use crate::sys::{Advice, Mapping, PAGE_SIZE};
@@ -36,15 +36,13 @@ pub(crate) fn map_file(
     kind: MapKind,
 ) -> Result<Region> {
     if !offset.is_multiple_of(PAGE_SIZE as u64) {
-        return Err(Error::inval(format!(
-            "file offset {offset} is not a multiple of 4096; align it to the page size"
-        )));
+        return Err(RegionError::FileOffset { offset }.into());
     }
     if mapping.file().is_none() {
-        return Err(Error::inval(format!(
-            "{} is not backed by a file; map files opened with Mm::open or a path",
-            mapping.name()
-        )));
+        return Err(RegionError::NotFileBacked {
+            name: mapping.name(),
+        }
+        .into());
     }
     mapping.users.fetch_add(1, Ordering::AcqRel);
     let fm = FileMap {
@@ -66,13 +64,11 @@ pub(crate) fn map_file(
 fn new_region(mm: &Mm, len: usize, file: Option<FileMap>, noreserve: bool) -> Result<Region> {
     let m = mm.inner();
     if len == 0 {
-        return Err(Error::inval("region length must be greater than zero"));
+        return Err(RegionError::ZeroLength.into());
     }
     let npages = (len as u64).div_ceil(PAGE_SIZE as u64);
     if npages > MAX_REGION_PAGES {
-        return Err(Error::inval(format!(
-            "region length {len} exceeds the maximum of 4 PiB"
-        )));
+        return Err(RegionError::TooLong { len }.into());
     }
     // Strict commit accounting (`__vm_enough_memory` with overcommit_memory=2). Shared file
     // mappings commit nothing: their pages are backed by the file; nor do MAP_NORESERVE ones
@@ -164,10 +160,13 @@ impl Region {
     /// pages that failed stay dirty. Anonymous and private regions have nothing to write.
     pub fn flush(&self, off: usize, len: usize) -> Result<()> {
         if off.checked_add(len).is_none_or(|e| e > self.len()) {
-            return Err(Error::inval(format!(
-                "flush range {off:#x}+{len:#x} goes past the end of the region ({:#x} bytes)",
-                self.len()
-            )));
+            return Err(RegionError::PastEnd {
+                op: "flush",
+                off,
+                len,
+                size: self.len(),
+            }
+            .into());
         }
         let Some(fm) = self.r.file.as_ref().filter(|f| f.shared) else {
             return Ok(());

@@ -5,7 +5,7 @@
 //! space that holds them (`struct mm_struct`): the region table, commit accounting and the
 //! userfaultfd.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, RegionError, Result};
 use std::collections::BTreeMap;
 
 use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, Ordering, RwLock};
@@ -218,18 +218,12 @@ impl Region {
 
     /// Copies `buf.len()` bytes at `off` out of the region.
     pub fn read_bytes(&self, off: usize, buf: &mut [u8]) -> Result<()> {
-        self.r
-            .view
-            .read_bytes(off, buf)
-            .map_err(|e| Error::inval(e.to_string()))
+        self.r.view.read_bytes(off, buf).map_err(region_range)
     }
 
     /// Copies `buf` into the region at `off`.
     pub fn write_bytes(&self, off: usize, buf: &[u8]) -> Result<()> {
-        self.r
-            .view
-            .write_bytes(off, buf)
-            .map_err(|e| Error::inval(e.to_string()))
+        self.r.view.write_bytes(off, buf).map_err(region_range)
     }
 
     /// Pages of this region resident now (in frames).
@@ -266,6 +260,17 @@ impl Region {
             }
         });
         v
+    }
+}
+
+/// A copy into or out of a region's view that the OS layer refused: a range outside the region
+/// is the caller's (`RegionError::OutOfRange`); anything else is the system's.
+fn region_range(e: crate::sys::SysError) -> Error {
+    match e {
+        crate::sys::SysError::OutOfRange { off, len, size } => {
+            RegionError::OutOfRange { off, len, size }.into()
+        }
+        other => Error::io("copying region memory", other),
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::io;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, FileError, Result};
 use crate::sync::Ordering;
 use crate::vmstat::Item;
 
@@ -42,9 +42,7 @@ pub(crate) fn shmem_swapin(
     slot: SwapEntry,
 ) -> Result<()> {
     let Some(sw) = &m.swap else {
-        return Err(Error::inval(
-            "in-memory file page in swap without a swap device",
-        ));
+        return Err(FileError::SwappedWithoutDevice.into());
     };
     let mut frames = Vec::with_capacity(1);
     if !page_alloc::alloc_pages(m, 1, &mut frames) {

@@ -130,7 +130,8 @@ impl std::fmt::Debug for SwapConfig {
 }
 
 /// What `SwapConfig::parse` accepts, for error messages.
-const SPEC_HELP: &str = "use file, file:PATH, ram, none, redis://[USER@]HOST:PORT[,HOST:PORT...] \
+pub(crate) const SPEC_HELP: &str =
+    "use file, file:PATH, ram, none, redis://[USER@]HOST:PORT[,HOST:PORT...] \
      (rediss://... for TLS), or zswap[:OPTIONS]+DEVICE (zswap+file, zswap+ram, zswap+redis://..., \
      zswap:zstd,pool=25%+file:PATH; options lz4, zstd, zstd=LEVEL, pool=SIZE, pool=N%)";
 
@@ -144,10 +145,11 @@ impl SwapConfig {
     /// budget).
     pub fn parse(spec: &str, size: u64) -> crate::Result<SwapConfig> {
         Self::parse_inner(spec.trim(), size).map_err(|e| {
-            crate::Error::inval(if e.is_empty() {
-                format!("unknown swap device {:?}: {SPEC_HELP}", spec.trim())
+            let spec = spec.trim().to_owned();
+            crate::Error::from(if e.is_empty() {
+                crate::SwapError::UnknownDevice { spec }
             } else {
-                format!("swap device {:?}: {e}", spec.trim())
+                crate::SwapError::Spec { spec, reason: e }
             })
         })
     }
@@ -339,11 +341,11 @@ pub fn file_dir(path: Option<&std::path::Path>) -> std::path::PathBuf {
 /// the filesystem, at most [`DEFAULT_FILE_CAP`], whole pages. An error if `dir` cannot be
 /// examined (it does not exist), naming it.
 pub fn default_file_size(dir: &std::path::Path) -> crate::Result<u64> {
-    let avail = crate::sys::fs_available_bytes(dir).map_err(|e| {
-        crate::Error::inval(format!(
-            "swap file directory {}: {e}: give an existing, writable directory",
-            dir.display()
-        ))
+    let avail = crate::sys::fs_available_bytes(dir).map_err(|source| {
+        crate::Error::from(crate::SwapError::Directory {
+            dir: dir.to_path_buf(),
+            source,
+        })
     })?;
     let page = crate::sys::PAGE_SIZE as u64;
     Ok((avail / 2).min(DEFAULT_FILE_CAP) / page * page)
