@@ -106,21 +106,17 @@ pub fn punch_hole(file: &std::fs::File, off: u64, len: u64) -> Result<()> {
 /// `lseek(SEEK_DATA)`: the first offset at or after `off` where `file` has data, or None when
 /// none follows (ENXIO: only holes, or `off` at or beyond the end). A filesystem without hole
 /// tracking reports the whole file as data, as Linux's generic implementation does.
-pub fn seek_data(file: &std::fs::File, off: u64) -> std::io::Result<Option<u64>> {
+pub fn seek_data(file: &std::fs::File, off: u64) -> Result<Option<u64>> {
     seek_whence(file, off, libc::SEEK_DATA)
 }
 
 /// `lseek(SEEK_HOLE)`: the first offset at or after `off` that is in a hole (the end of the
 /// file counts as one), or None when `off` is at or beyond the end (ENXIO).
-pub fn seek_hole(file: &std::fs::File, off: u64) -> std::io::Result<Option<u64>> {
+pub fn seek_hole(file: &std::fs::File, off: u64) -> Result<Option<u64>> {
     seek_whence(file, off, libc::SEEK_HOLE)
 }
 
-fn seek_whence(
-    file: &std::fs::File,
-    off: u64,
-    whence: libc::c_int,
-) -> std::io::Result<Option<u64>> {
+fn seek_whence(file: &std::fs::File, off: u64, whence: libc::c_int) -> Result<Option<u64>> {
     use std::os::fd::AsRawFd;
     let Ok(off) = libc::off_t::try_from(off) else {
         return Ok(None);
@@ -133,7 +129,16 @@ fn seek_whence(
         if e.raw_os_error() == Some(libc::ENXIO) {
             return Ok(None);
         }
-        return Err(e);
+        let name = if whence == libc::SEEK_DATA {
+            "(SEEK_DATA)"
+        } else {
+            "(SEEK_HOLE)"
+        };
+        return Err(SysError::os(
+            Syscall::Lseek,
+            format!("{name} from {off}"),
+            e,
+        ));
     }
     Ok(Some(r as u64))
 }

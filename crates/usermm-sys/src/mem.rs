@@ -211,7 +211,7 @@ impl Mapping {
 
     /// msync(MS_SYNC) over the whole mapping: a shared file mapping's dirty pages are written to
     /// the file before it returns.
-    pub fn sync(&self) -> io::Result<()> {
+    pub fn sync(&self) -> Result<()> {
         // SAFETY: the range is exactly this mapping; msync reads page tables and writes back
         // file pages, it does not change what the addresses map.
         let r = unsafe {
@@ -222,7 +222,10 @@ impl Mapping {
             )
         };
         if r != 0 {
-            return Err(io::Error::last_os_error());
+            return Err(SysError::last(
+                Syscall::Msync,
+                format!("(MS_SYNC) of {:#x} bytes at {:#x}", self.len, self.addr()),
+            ));
         }
         Ok(())
     }

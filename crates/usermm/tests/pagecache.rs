@@ -755,7 +755,7 @@ fn concurrent_cache_operations_keep_contents() {
 /// reports a hole right after it (SEEK_HOLE), and no data after that (SEEK_DATA).
 fn tracks_holes(path: &std::path::Path) -> bool {
     let f = std::fs::File::open(path).unwrap();
-    usermm::sys::seek_hole(&f, 0).unwrap() == Some(4096)
+    usermm_sys::seek_hole(&f, 0).unwrap() == Some(4096)
 }
 
 /// Pages in a hole or beyond the file's data are zero-filled without I/O (SEEK_DATA /

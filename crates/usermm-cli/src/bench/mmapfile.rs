@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-use usermm::sys::{Advice, Mapping};
 use usermm::{MapKind, Mm, MmConfig, Region};
+use usermm_sys::{Advice, Mapping};
 
 use super::usemem::{Memory, MmSampler, Sampler};
 use super::XorShift;
@@ -220,7 +220,7 @@ impl Memory for KernelMap {
 
 impl MappedFile for KernelMap {
     fn flush(&self) -> io::Result<()> {
-        self.map.sync()
+        Ok(self.map.sync()?)
     }
 }
 
@@ -284,7 +284,7 @@ impl TestFile {
     pub fn drop_cache(&self) -> Result<(), Failure> {
         let f = File::open(&self.0)
             .map_err(|e| Failure::Run(format!("mmap-file: {}: {e}", self.0.display())))?;
-        usermm::sys::fadvise_dontneed(&f, 0, 0)
+        usermm_sys::fadvise_dontneed(&f, 0, 0)
             .map_err(|e| Failure::Run(format!("mmap-file: fadvise {}: {e}", self.0.display())))
     }
 

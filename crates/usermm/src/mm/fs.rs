@@ -171,7 +171,7 @@ pub(crate) trait AddressSpaceOps: Sync + std::fmt::Debug {
         slot: SwapEntry,
     ) -> Result<()> {
         Err(crate::FileError::UnexpectedSwapEntry {
-            index,
+            index: index.raw(),
             name: mapping.name(),
             entry: slot.to_string(),
         }
