@@ -495,7 +495,14 @@ fn mmap_file_every_pattern_on_usermm() {
         let vm = &pass["vmstat"];
         assert!(vm["pgfault"].as_u64().unwrap() > 0, "{pat}: {vm}");
         if pat == "seqwrite" {
-            assert_eq!(vm["pgpgin"], 0, "a sparse file is not read: {vm}");
+            // A sparse file is not read: only a page written back and evicted before its
+            // writer finished with it (a preempted writer, under load) comes back from disk.
+            let read = vm["pgpgin"].as_u64().unwrap() / 4;
+            let written = vm["nr_written"].as_u64().unwrap();
+            assert!(
+                read <= written,
+                "{read} pages read, {written} written: {vm}"
+            );
             assert!(vm["file_read_hole"].as_u64().unwrap() >= 4096, "{vm}");
         } else {
             assert!(vm["pgpgin"].as_u64().unwrap() > 0, "{pat}: {vm}");
