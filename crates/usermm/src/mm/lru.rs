@@ -16,51 +16,7 @@ use super::replacement::{ReplacementPolicy, ScanInput};
 use crate::sync::Mutex;
 use crate::vmstat::{Counters, Item};
 
-/// The lists (`enum lru_list`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lru {
-    InactiveAnon = 0,
-    ActiveAnon = 1,
-    InactiveFile = 2,
-    ActiveFile = 3,
-}
-
-pub const NR_LRU: usize = 4;
-
-impl Lru {
-    pub fn active(self) -> bool {
-        matches!(self, Lru::ActiveAnon | Lru::ActiveFile)
-    }
-    pub fn file(self) -> bool {
-        matches!(self, Lru::InactiveFile | Lru::ActiveFile)
-    }
-    pub(super) fn item(self) -> Item {
-        match self {
-            Lru::InactiveAnon => Item::NrInactiveAnon,
-            Lru::ActiveAnon => Item::NrActiveAnon,
-            Lru::InactiveFile => Item::NrInactiveFile,
-            Lru::ActiveFile => Item::NrActiveFile,
-        }
-    }
-    /// The isolated-pages counter of this list's type.
-    pub fn isolated_item(self) -> Item {
-        if self.file() {
-            Item::NrIsolatedFile
-        } else {
-            Item::NrIsolatedAnon
-        }
-    }
-    /// The list a page with these flags belongs on (`page_lru`): swap-backed pages (anonymous
-    /// and in-memory file pages) on the anon lists, file pages on the file lists.
-    pub fn of(flags: u32) -> Lru {
-        match (flags & pg::SWAPBACKED != 0, flags & pg::ACTIVE != 0) {
-            (true, false) => Lru::InactiveAnon,
-            (true, true) => Lru::ActiveAnon,
-            (false, false) => Lru::InactiveFile,
-            (false, true) => Lru::ActiveFile,
-        }
-    }
-}
+pub use super::replacement::{Lru, NR_LRU};
 
 /// One intrusive list: head = most recent, tail = next to scan.
 #[derive(Debug, Clone, Copy)]

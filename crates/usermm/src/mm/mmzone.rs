@@ -68,7 +68,7 @@ impl Node {
         Node {
             pages: MemMap::new(nr_frames),
             frames: FrameAlloc::new(nr_frames),
-            lru: super::replacement::new_policy(lru_gen),
+            lru: new_policy(lru_gen),
             wmark,
             kswapd: KswapdWait::default(),
             pgdat_dirty: AtomicBool::new(false),
@@ -87,5 +87,14 @@ impl Node {
     pub(crate) fn note_resident(&self) {
         let r = self.resident_pages();
         self.peak_resident.fetch_max(r, Ordering::Relaxed);
+    }
+}
+
+/// The policy the settings select (`lru_gen=on|off`).
+pub(crate) fn new_policy(lru_gen: bool) -> Box<dyn ReplacementPolicy> {
+    if lru_gen {
+        Box::new(super::lru_gen::LruGen::default())
+    } else {
+        Box::new(super::lru::Lruvec::default())
     }
 }

@@ -7,19 +7,65 @@
 //! (`mark_page_accessed`), how the lists age and which pages reclaim isolates next, and what a
 //! refault of an evicted page means (the workingset feedback, mm/workingset.c).
 //!
-//! Two policies, one file each, selected by the setting `lru_gen` ([`crate::Switch::LruGen`]):
-//! * `lru.rs`, [`super::lru::Lruvec`]: the two-list active/inactive LRU (Linux before 6.1, and
-//!   6.1 with `CONFIG_LRU_GEN` off), `lru_gen=off`;
-//! * `lru_gen.rs`, [`super::lru_gen::LruGen`]: Linux 6.1's multi-gen LRU, `lru_gen=on`.
+//! Two policies, one file each, selected by the setting `lru_gen` ([`crate::Switch::LruGen`])
+//! and registered in `mmzone.rs` (`new_policy`); this file does not know them:
+//! * `lru.rs`, `Lruvec`: the two-list active/inactive LRU (Linux before 6.1, and 6.1 with
+//!   `CONFIG_LRU_GEN` off), `lru_gen=off`;
+//! * `lru_gen.rs`, `LruGen`: Linux 6.1's multi-gen LRU, `lru_gen=on`.
 //!
 //! Both pass one conformance suite (`conformance` below) and one proptest over the trait; the
 //! core's own proptest and stress tests run with each.
 
 use std::fmt::Debug;
 
-use super::lru::{Lru, NR_LRU};
-use super::page::{MemMap, Pfn};
-use crate::vmstat::Counters;
+use super::page::{pg, MemMap, Pfn};
+use crate::vmstat::{Counters, Item};
+
+/// The lists (`enum lru_list`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lru {
+    InactiveAnon = 0,
+    ActiveAnon = 1,
+    InactiveFile = 2,
+    ActiveFile = 3,
+}
+
+pub const NR_LRU: usize = 4;
+
+impl Lru {
+    pub fn active(self) -> bool {
+        matches!(self, Lru::ActiveAnon | Lru::ActiveFile)
+    }
+    pub fn file(self) -> bool {
+        matches!(self, Lru::InactiveFile | Lru::ActiveFile)
+    }
+    pub(super) fn item(self) -> Item {
+        match self {
+            Lru::InactiveAnon => Item::NrInactiveAnon,
+            Lru::ActiveAnon => Item::NrActiveAnon,
+            Lru::InactiveFile => Item::NrInactiveFile,
+            Lru::ActiveFile => Item::NrActiveFile,
+        }
+    }
+    /// The isolated-pages counter of this list's type.
+    pub fn isolated_item(self) -> Item {
+        if self.file() {
+            Item::NrIsolatedFile
+        } else {
+            Item::NrIsolatedAnon
+        }
+    }
+    /// The list a page with these flags belongs on (`page_lru`): swap-backed pages (anonymous
+    /// and in-memory file pages) on the anon lists, file pages on the file lists.
+    pub fn of(flags: u32) -> Lru {
+        match (flags & pg::SWAPBACKED != 0, flags & pg::ACTIVE != 0) {
+            (true, false) => Lru::InactiveAnon,
+            (true, true) => Lru::ActiveAnon,
+            (false, false) => Lru::InactiveFile,
+            (false, true) => Lru::ActiveFile,
+        }
+    }
+}
 
 /// What `get_scan_count` needs to know of the reclaim pass (`struct scan_control` and the node).
 #[derive(Debug, Clone, Copy)]
@@ -141,15 +187,6 @@ pub trait ReplacementPolicy: Send + Sync + Debug {
     fn eviction_order(&self, pages: &MemMap, file: bool) -> Vec<Pfn>;
 }
 
-/// The policy the settings select (`lru_gen=on|off`).
-pub fn new_policy(lru_gen: bool) -> Box<dyn ReplacementPolicy> {
-    if lru_gen {
-        Box::new(super::lru_gen::LruGen::default())
-    } else {
-        Box::new(super::lru::Lruvec::default())
-    }
-}
-
 /// The conformance suite every policy passes, and the proptest over the trait. The harness
 /// plays the core's part: it isolates, decides with the core's own `page_check_references`,
 /// "unmaps" the pages it keeps (clears PG_mapped: the young bit) and puts them back, and
@@ -157,9 +194,8 @@ pub fn new_policy(lru_gen: bool) -> Box<dyn ReplacementPolicy> {
 #[cfg(all(test, not(loom)))]
 mod conformance {
     use super::*;
-    use crate::mm::page::pg;
+    use crate::mm::mmzone::new_policy;
     use crate::mm::vmscan::{page_check_references, PageRef};
-    use crate::vmstat::Item;
     use proptest::prelude::*;
 
     fn policies() -> [Box<dyn ReplacementPolicy>; 2] {
