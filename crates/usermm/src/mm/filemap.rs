@@ -644,6 +644,13 @@ pub fn sync_range(
     Ok(())
 }
 
+/// `data_pages`' fallback when lseek(SEEK_DATA/SEEK_HOLE) fails: every page counts as data
+/// (read as before holes were detected); logged, never silent.
+fn lseek_failed(e: impl std::fmt::Display, n: usize) -> Vec<bool> {
+    log::warn!("lseek(SEEK_DATA/SEEK_HOLE) failed ({e}); reading {n} pages without hole detection");
+    vec![true; n]
+}
+
 /// Which of the `n` pages from page `start` of `file` may hold data, by `SEEK_DATA` /
 /// `SEEK_HOLE`: a page wholly inside a hole, or beyond the end of the file's data on disk, does
 /// not. If lseek fails, every page counts as data (read as before).
@@ -656,13 +663,13 @@ fn data_pages(file: &File, start: PgOff, n: usize) -> Vec<bool> {
         let d = match crate::sys::seek_data(file, pos) {
             Ok(Some(d)) if d < hi => d.max(pos),
             Ok(_) => break,
-            Err(_) => return vec![true; n],
+            Err(e) => return lseek_failed(e, n),
         };
         let h = match crate::sys::seek_hole(file, d) {
             Ok(Some(h)) => h.clamp(d + 1, hi),
             // The file shrank under us: read the rest, the read itself finds the end.
             Ok(None) => hi,
-            Err(_) => return vec![true; n],
+            Err(e) => return lseek_failed(e, n),
         };
         for k in (d - lo) / ps..(h - lo).div_ceil(ps) {
             data[k.usize()] = true;
