@@ -383,9 +383,10 @@ pub fn default(py: Python<'_>) -> PyResult<Py<Manager>> {
     Ok(result)
 }
 
-/// The seed switches: a list of dicts with name, seed (the commit in shared/seeds), old and new
-/// (the descriptive values; "old" and "new" are accepted too) and what (one line). Besides
-/// these, settings take laptop_mode ("on"/"off").
+/// The switches: a list of dicts with name, seed (the commit in shared/seeds), old, new and
+/// default (the descriptive values; "old" and "new" are accepted too; every switch defaults to
+/// new except lru_gen) and what (one line). Besides these, settings take laptop_mode
+/// ("on"/"off").
 #[pyfunction]
 pub fn switches(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
     let l = PyList::empty(py);
@@ -395,6 +396,11 @@ pub fn switches(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
         d.set_item("seed", i.seed)?;
         d.set_item("old", i.old)?;
         d.set_item("new", i.new)?;
+        let default = match i.default {
+            usermm::Behaviour::Old => i.old,
+            usermm::Behaviour::New => i.new,
+        };
+        d.set_item("default", default)?;
         d.set_item("what", i.what)?;
         l.append(d)?;
     }

@@ -44,13 +44,16 @@ def test_settings_default_and_round_trip():
     names = [s["name"] for s in usermm.switches()]
     assert "accessed_init" in names and "laptop_mode_isolate" in names
     for s in usermm.switches():
-        assert set(s) == {"name", "seed", "old", "new", "what"}
+        assert set(s) == {"name", "seed", "old", "new", "default", "what"}
+        assert s["default"] in (s["old"], s["new"])
     mm = usermm.Manager(budget="8M", swap="none")
     st = mm.settings
     assert st["laptop_mode"] == "off"
+    # Every switch starts at its default: the new behaviour, except lru_gen (off).
     assert {k: v for k, v in st.items() if k != "laptop_mode"} == {
-        s["name"]: s["new"] for s in usermm.switches()
+        s["name"]: s["default"] for s in usermm.switches()
     }
+    assert st["lru_gen"] == "off" and st["accessed_init"] == "nonatomic"
     # As a string (like USERMM_SET), with old/new or the descriptive values.
     mm = usermm.Manager(budget="8M", swap="none", settings="accessed_init=old,laptop_mode=on")
     assert mm.settings["accessed_init"] == "atomic"
