@@ -95,6 +95,7 @@ items! {
     PgrotatedDirty = "pgrotated_dirty",
     FileRa = "file_ra",
     FileRaHit = "file_ra_hit",
+    FileRaAsync = "file_ra_async",
     FileRaRandom = "file_ra_random",
     FileReadError = "file_read_error",
     FileWriteError = "file_write_error",

@@ -28,6 +28,18 @@ fn pattern(pos: u64, buf: &mut [u8]) {
     }
 }
 
+/// Creates `path` with `pages` pages of [`pattern`] (written in 1 MiB pieces and synced).
+fn write_pattern_file(path: &std::path::Path, pages: u64) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::create(path).unwrap();
+    let mut chunk = vec![0u8; 1 << 20];
+    for c in 0..pages * 4096 / (1 << 20) {
+        pattern(c << 20, &mut chunk);
+        f.write_all_at(&chunk, c << 20).unwrap();
+    }
+    f.sync_all().unwrap();
+}
+
 fn tmpdir() -> tempfile::TempDir {
     tempfile::tempdir_in(std::env::var("TMPDIR").unwrap_or("/var/tmp".into())).unwrap()
 }
@@ -872,19 +884,10 @@ fn full_page_write_at_does_not_read() {
 /// sequential reader keeps its read-around.
 #[test]
 fn random_faults_on_a_file_region_stop_reading_around() {
-    use std::os::unix::fs::FileExt;
     const PAGES: u64 = 16384; // 64 MiB of data, 16x the budget
     let d = tmpdir();
     let path = d.path().join("random");
-    {
-        let f = std::fs::File::create(&path).unwrap();
-        let mut chunk = vec![0u8; 1 << 20];
-        for c in 0..PAGES * 4096 / (1 << 20) {
-            pattern(c << 20, &mut chunk);
-            f.write_all_at(&chunk, c << 20).unwrap();
-        }
-        f.sync_all().unwrap();
-    }
+    write_pattern_file(&path, PAGES);
     let m = mm(4 * MIB, Settings::default());
     let r = m
         .map_file(&path, 0, (PAGES * 4096) as usize, MapKind::Private)
@@ -942,4 +945,97 @@ fn random_faults_on_a_file_region_stop_reading_around() {
         "{} major faults for 2048 sequential pages: no read-around",
         v.val("pgmajfault")
     );
+}
+
+/// Four threads each read their own quarter of a shared file mapping 6x the budget, in order:
+/// every fault after the first of a window finds the window already read by the readahead
+/// worker (`file_ra_async`), each thread is taken for a sequential reader although the
+/// threads interleave, fault-around maps whole windows, and every word is the file's. Then
+/// stores into pages mapped by fault-around (write-protected, batched) are seen: they reach
+/// the file after a flush, and the pages around them stay as they were.
+#[test]
+fn four_sequential_readers_of_one_mapping_are_read_ahead_asynchronously() {
+    const PAGES: u64 = 6144; // 24 MiB
+    let d = tmpdir();
+    let path = d.path().join("seq4");
+    write_pattern_file(&path, PAGES);
+    let m = mm(4 * MIB, Settings::default());
+    let len = (PAGES * 4096) as usize;
+    let r = m.map_file(&path, 0, len, MapKind::Shared).unwrap();
+    let word = |off: u64| {
+        let mut w = [0u8; 8];
+        pattern(off, &mut w);
+        u64::from_ne_bytes(w)
+    };
+    let v0 = m.vmstat();
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let r = &r;
+            s.spawn(move || {
+                let quarter = PAGES / 4;
+                for p in t * quarter..(t + 1) * quarter {
+                    for off in [0u64, 2048, 4088] {
+                        let at = p * 4096 + off;
+                        assert_eq!(r.read_u64(at as usize), word(at), "page {p} +{off}");
+                    }
+                }
+            });
+        }
+    });
+    let v = m.vmstat().delta(&v0);
+    assert!(v.val("file_ra_async") > PAGES / 2, "{v}");
+    assert_eq!(v.val("file_ra_random"), 0, "taken for random: {v}");
+    // One fault per 128-page window and thread, give or take windows reclaimed early.
+    assert!(
+        v.val("pgfault") < PAGES / 16,
+        "{} faults for {PAGES} pages: fault-around did not map windows ({v})",
+        v.val("pgfault")
+    );
+    assert!(m.peak_resident_bytes() <= 4 * MIB);
+
+    // Stores into pages fault-around mapped clean: a store every 5th page of a window that is
+    // mapped now (read its first page, so the window is mapped around it).
+    let base = 1000u64;
+    assert_eq!(r.read_u64((base * 4096) as usize), word(base * 4096));
+    for p in (base..base + 100).step_by(5) {
+        r.write_u64((p * 4096 + 8) as usize, p * 7 + 1);
+    }
+    r.flush(0, len).unwrap();
+    let data = std::fs::read(&path).unwrap();
+    for p in base..base + 100 {
+        let at = (p * 4096 + 8) as usize;
+        let got = u64::from_ne_bytes(data[at..at + 8].try_into().unwrap());
+        let want = if (p - base).is_multiple_of(5) {
+            p * 7 + 1
+        } else {
+            word(at as u64)
+        };
+        assert_eq!(got, want, "file page {p}");
+    }
+    drop(r);
+    assert_eq!(m.vmstat().val("nr_mapped"), 0);
+}
+
+/// A manager dropped while the readahead worker has windows queued and in flight stops at
+/// once (the queued windows are dropped, the one being read completes), many times over.
+#[test]
+fn dropping_a_manager_with_readahead_queued_does_not_hang() {
+    let d = tmpdir();
+    let path = d.path().join("drop");
+    std::fs::write(&path, vec![7u8; 8 << 20]).unwrap();
+    for round in 0..20 {
+        let m = mm(4 * MIB, Settings::default());
+        let r = m.map_file(&path, 0, 8 << 20, MapKind::Shared).unwrap();
+        // Sequential faults over the first windows queue the following ones.
+        for p in 0..(64 + round * 16) {
+            assert_eq!(r.read_u64(p * 4096) & 0xff, 7);
+        }
+        let t = std::time::Instant::now();
+        drop(r);
+        drop(m);
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(10),
+            "round {round}"
+        );
+    }
 }

@@ -679,49 +679,141 @@ fn data_pages(file: &File, start: PgOff, n: usize) -> Vec<bool> {
     data
 }
 
+/// Puts pages `[k0, k0 + len)` of `frames` (new, locked frames) in their pool slots: from `src`
+/// at `src_off` (page `k0` first), or zeros when `src` is None. A slot that still holds a
+/// recycled page (`present`) is overwritten in place; runs of consecutive empty slots are filled
+/// with one UFFDIO_COPY each (from the zero source for zeros).
+fn fill_frames(
+    m: &MmInner,
+    frames: &[Pfn],
+    present: &[bool],
+    k0: usize,
+    len: usize,
+    src: Option<(&crate::sys::Mapping, usize)>,
+) -> io::Result<()> {
+    let ks: Vec<usize> = (k0..k0 + len).collect();
+    let from = |k: usize| match src {
+        Some((b, off)) => (b, off + (k - k0) * PAGE_SIZE),
+        None => (
+            &m.pool.zero_src,
+            ((k - k0) * PAGE_SIZE) % m.pool.zero_src.len(),
+        ),
+    };
+    for run in pool::runs(&ks, |a, b| {
+        frames[b] == frames[a].next() && present[a] == present[b]
+    }) {
+        let (ka, kb) = (ks[run.start], ks[run.end - 1] + 1);
+        if present[ka] {
+            for (k, f) in frames.iter().enumerate().take(kb).skip(ka) {
+                let off = f.offset();
+                match src {
+                    Some(_) => {
+                        let (b, o) = from(k);
+                        m.pool.slots.copy_from(off, b, o, PAGE_SIZE)?;
+                    }
+                    None => m.pool.slots.fill(off, PAGE_SIZE, 0)?,
+                }
+            }
+            continue;
+        }
+        // Empty slots: one copy for the run while the source is contiguous (the zero source
+        // is 2 MiB; longer runs of zeros go in pieces).
+        let mut k = ka;
+        while k < kb {
+            let (b, o) = from(k);
+            let n = (kb - k).min((b.len() - o) / PAGE_SIZE).max(1);
+            let dst = m.pool.slots.addr() + frames[k].offset();
+            let len = n * PAGE_SIZE;
+            let res = m.retry_again(len, |d| {
+                m.mm.uffd
+                    .copy(dst + d, b.addr() + o + d, len - d, false, true)
+            });
+            let done = match res {
+                Ok(d) => d / PAGE_SIZE,
+                Err(e) if e.is_exists() => {
+                    // The slot held a page after all: overwrite it in place.
+                    let j = k + e.done / PAGE_SIZE;
+                    let (b2, o2) = from(j);
+                    m.pool
+                        .slots
+                        .copy_from(frames[j].offset(), b2, o2, PAGE_SIZE)?;
+                    e.done / PAGE_SIZE + 1
+                }
+                Err(e) => return Err(io::Error::from_raw_os_error(e.errno)),
+            };
+            k += done.max(1);
+        }
+    }
+    Ok(())
+}
+
 /// Reads `frames.len()` consecutive pages from `start` into the (locked, new) frames: one I/O
 /// per run of pages that hold data; pages in a hole or beyond the file's data are zero-filled
-/// without I/O (`file_read_hole`).
+/// without I/O (`file_read_hole`). The data goes from the bounce buffer into the frames' slots
+/// with one UFFDIO_COPY per run of empty slots (a recycled page is overwritten in place).
 fn read_into(m: &MmInner, mapping: &AddressSpace, start: PgOff, frames: &[Pfn]) -> io::Result<()> {
+    let res = read_into_slots(m, mapping, start, frames);
+    if res.is_err() {
+        // Whatever the read left, every slot holds a page again (the frames are freed as
+        // recycled ones).
+        for &f in frames {
+            pool::ensure_slot(m, f);
+        }
+    }
+    res
+}
+
+fn read_into_slots(
+    m: &MmInner,
+    mapping: &AddressSpace,
+    start: PgOff,
+    frames: &[Pfn],
+) -> io::Result<()> {
     let n = frames.len();
+    // Which slots hold a page (recycled, or populated by the caller): one mincore per run.
+    let mut present = vec![false; n];
+    for &f in frames {
+        pool::settle(m, f);
+        m.node.pages[f].clear(pg::POOLED);
+    }
+    for r in pool::runs(frames, |a, b| b == a.next()) {
+        if let Ok(v) = m
+            .pool
+            .slots
+            .resident(frames[r.start].offset(), r.len() * PAGE_SIZE)
+        {
+            present[r].copy_from_slice(&v);
+        }
+    }
     let Some(file) = mapping.file() else {
         // In-memory file: new pages are zeros.
-        for &f in frames {
-            m.vm.warn_on(
-                m.pool.slots.fill(f.offset(), PAGE_SIZE, 0),
-                "zeroing a new in-memory file page",
-            );
-        }
-        return Ok(());
+        return fill_frames(m, frames, &present, 0, n, None);
     };
     let direct = matches!(mapping.host, Host::File { direct: true, .. });
     let data = data_pages(file, start, n);
-    let with_data: Vec<usize> = (0..n).filter(|&k| data[k]).collect();
-    for (k, &f) in frames.iter().enumerate() {
-        if !data[k] {
-            m.pool.slots.fill(f.offset(), PAGE_SIZE, 0)?;
+    let ks: Vec<usize> = (0..n).collect();
+    for r in pool::runs(&ks, |a, b| data[a] == data[b]) {
+        let (k0, len) = (r.start, r.len());
+        if !data[k0] {
+            fill_frames(m, frames, &present, k0, len, None)?;
+            continue;
+        }
+        for part in (k0..k0 + len).step_by(512) {
+            let plen = (k0 + len - part).min(512);
+            pool::with_bounce(plen, |bounce| {
+                let off = (start + part as u64).byte_offset();
+                bounce.pread_at(file, off, 0, plen * PAGE_SIZE)?;
+                if !direct {
+                    m.vm.warn_on(
+                        crate::sys::fadvise_dontneed(file, off, (plen * PAGE_SIZE) as u64),
+                        "dropping read pages from the kernel's page cache",
+                    );
+                }
+                fill_frames(m, frames, &present, part, plen, Some((bounce, 0)))
+            })?;
         }
     }
-    for r in pool::runs(&with_data, |a, b| b == a + 1) {
-        let (k0, len) = (with_data[r.start], r.len());
-        pool::with_bounce(len, |bounce| {
-            let off = (start + k0 as u64).byte_offset();
-            bounce.pread_at(file, off, 0, len * PAGE_SIZE)?;
-            if !direct {
-                m.vm.warn_on(
-                    crate::sys::fadvise_dontneed(file, off, (len * PAGE_SIZE) as u64),
-                    "dropping read pages from the kernel's page cache",
-                );
-            }
-            for (k, &f) in frames[k0..k0 + len].iter().enumerate() {
-                m.pool
-                    .slots
-                    .copy_from(f.offset(), bounce, k * PAGE_SIZE, PAGE_SIZE)?;
-            }
-            Ok::<(), io::Error>(())
-        })?;
-    }
-    let read = with_data.len() as u64;
+    let read = data.iter().filter(|&&d| d).count() as u64;
     m.vm.add(Item::Pgpgin, read * (PAGE_SIZE as u64 / 1024));
     m.vm.add(Item::FileReadHole, n as u64 - read);
     Ok(())
@@ -781,10 +873,9 @@ pub fn do_page_cache_readahead(
                 Owner::Cache(mapping.id, idx),
                 flags | if pooled { pg::POOLED } else { 0 },
             );
-            if added.len() == k
-                && pool::ensure_slot(m, f)
-                && add_to_page_cache_lru(m, mapping, f, idx)
-            {
+            // The slot is filled by read_into (the page is locked and not up to date: nobody
+            // looks into it before).
+            if added.len() == k && add_to_page_cache_lru(m, mapping, f, idx) {
                 added.push(f);
             } else {
                 p.reset_flags(0);
@@ -829,6 +920,68 @@ pub fn do_page_cache_readahead(
         }
     }
     read
+}
+
+/// `page_cache_async_ra`: queues the window `[start, start + nr)` of `mapping` (PG_readahead on
+/// `mark`) for the readahead worker and returns at once; the worker is started on first use.
+/// Where no worker can run (the manager is going away, or the thread cannot be started) the
+/// window is read here, synchronously.
+pub fn page_cache_async_ra(
+    m: &MmInner,
+    mapping: &Arc<AddressSpace>,
+    start: PgOff,
+    nr: u64,
+    mark: Option<PgOff>,
+) {
+    use super::readahead::{RaPush, RaRequest};
+    let req = RaRequest {
+        mapping: mapping.clone(),
+        start,
+        nr,
+        mark,
+    };
+    match m.ra.push(req) {
+        RaPush::Queued | RaPush::Dropped => {}
+        RaPush::Shutdown => {
+            do_page_cache_readahead(m, mapping, start, nr, mark);
+        }
+        RaPush::StartWorker => {
+            let me = m.self_ref.lock().as_ref().and_then(|w| w.upgrade());
+            let spawned = me.map(|me| {
+                std::thread::Builder::new()
+                    .name("usermm-ra".into())
+                    .spawn(move || ra_worker_main(me))
+            });
+            match spawned {
+                Some(Ok(t)) => m.ra.threads.lock().push(t),
+                Some(Err(e)) => {
+                    log::error!("starting the readahead worker: {e}; reading synchronously");
+                    m.ra.worker_failed();
+                    while let Some(r) = m.ra.try_pop() {
+                        do_page_cache_readahead(m, &r.mapping, r.start, r.nr, r.mark);
+                    }
+                }
+                None => {
+                    m.ra.worker_failed();
+                    while let Some(r) = m.ra.try_pop() {
+                        do_page_cache_readahead(m, &r.mapping, r.start, r.nr, r.mark);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The readahead worker (`usermm-ra`): reads queued windows until the manager goes away. A
+/// window of a file no longer in the file table (closed and forgotten) is skipped.
+fn ra_worker_main(m: Arc<MmInner>) {
+    while let Some(r) = m.ra.pop() {
+        if m.files.get(r.mapping.id).is_none() {
+            continue;
+        }
+        let n = do_page_cache_readahead(&m, &r.mapping, r.start, r.nr, r.mark);
+        m.vm.add(Item::FileRaAsync, n);
+    }
 }
 
 /// Removes locked page `f` from `mapping` if nobody else holds a reference (`__remove_mapping`
@@ -930,9 +1083,10 @@ pub fn file_read(
         };
         let p = &m.node.pages[f];
         if p.test_clear(pg::READAHEAD) {
+            // The next window is read in the background while this one is copied out.
             m.vm.inc(Item::FileRaHit);
             let w = ra.lock().on_marker(index.raw(), req, max);
-            do_page_cache_readahead(
+            page_cache_async_ra(
                 m,
                 mapping,
                 PgOff::new(w.start),

@@ -290,6 +290,8 @@ pub struct MmInner {
     pub(crate) files: super::file::FileTable,
     /// Flushers and dirty lists (`bdi_writeback`).
     pub(crate) wb: super::page_writeback::WbState,
+    /// Asynchronous readahead windows and their worker (readahead.rs).
+    pub(crate) ra: super::readahead::RaQueue,
     /// Event counters (`vm_event_states`, `/proc/vmstat`).
     pub(crate) vm: Counters,
     /// For threads started on demand (flushers).
@@ -376,6 +378,11 @@ impl Drop for MmHandle {
             self.inner.node.kswapd.cv.notify_all();
         }
         for t in self.threads.lock().drain(..) {
+            let _ = t.join();
+        }
+        self.inner.ra.shutdown();
+        let readers: Vec<_> = self.inner.ra.threads.lock().drain(..).collect();
+        for t in readers {
             let _ = t.join();
         }
         self.inner.wb.shutdown();
@@ -545,6 +552,7 @@ impl Mm {
             swap,
             files: Default::default(),
             wb: Default::default(),
+            ra: Default::default(),
             self_ref: Mutex::new(None),
             cfg,
         });

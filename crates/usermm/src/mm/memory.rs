@@ -887,6 +887,9 @@ fn oom(m: &MmInner, r: &RegionInner, idx: PgOff) -> Option<Fault> {
 /// window (512 KiB).
 const FILE_FAULT_AROUND: u64 = 128;
 
+/// Longest wait of a fault for a page under read I/O before it is deferred instead.
+const READ_IO_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// `MMAP_LOTSAMISS`: a file region whose read faults miss the page cache this much more often
 /// than they find pages there is read at random; its faults stop reading around.
 const MMAP_LOTSAMISS: u32 = 100;
@@ -904,8 +907,17 @@ fn filemap_fault_error(m: &MmInner, fm: &FileMap, index: PgOff, e: crate::Error)
 
 /// The page-cache page for file page `index` of a file region, read (with read-around) if
 /// absent, returned locked and up to date with a reference; None: retry the fault.
+///
+/// Sequential faults are read ahead asynchronously, as Linux's `do_sync_mmap_readahead` /
+/// `do_async_mmap_readahead` do: a miss reads its window synchronously and queues the next one
+/// with PG_readahead on its first page; fault-around stops before that page, so the fault on it
+/// queues the window after (`page_cache_async_ra`) and finds its own pages read meanwhile. A
+/// page still under the readahead worker's I/O is waited for (its page lock), never deferred.
 fn filemap_fault(m: &MmInner, fm: &FileMap, index: PgOff) -> std::result::Result<Pfn, Fault> {
     let a = &fm.mapping;
+    let window = (m.cfg.read_ahead_kb as u64 / 4)
+        .clamp(1, 512)
+        .next_power_of_two();
     let f = match filemap::find_get_page(m, a, index) {
         Ok(Some(f)) => {
             // do_async_mmap_readahead: a hit makes the region look less random.
@@ -915,13 +927,16 @@ fn filemap_fault(m: &MmInner, fm: &FileMap, index: PgOff) -> std::result::Result
         Ok(None) => {
             // do_sync_mmap_readahead: read around the fault (ra_pages, aligned), unless the
             // region's faults mostly miss (random access): then only the page itself. A miss
-            // exactly where the last read ended continues a sequential read: it always reads
-            // around (the pages fault-around mapped from the last window were used, unseen).
-            let window = (m.cfg.read_ahead_kb as u64 / 4)
-                .clamp(1, 512)
-                .next_power_of_two();
+            // exactly where the last read ended continues a sequential read: it reads the
+            // window from there and queues the next one.
+            // Sequential: where the last read ended, or right after a cached page (one of
+            // several threads each reading its own part of the file sequentially).
             let miss = fm.mmap_miss.load(Ordering::Relaxed);
-            let ra = if fm.ra_next.load(Ordering::Relaxed) == index.raw() {
+            let sequential = fm.ra_next.load(Ordering::Relaxed) == index.raw()
+                || (miss <= MMAP_LOTSAMISS
+                    && index.raw() > 0
+                    && matches!(a.peek(&m.vm, index - 1), Some(super::fs::Entry::Page(_))));
+            let ra = if sequential {
                 mmap_miss_sub(fm, 1);
                 window
             } else {
@@ -935,9 +950,18 @@ fn filemap_fault(m: &MmInner, fm: &FileMap, index: PgOff) -> std::result::Result
                     window
                 }
             };
-            let start = index.round_down(ra);
+            let start = if sequential {
+                index
+            } else {
+                index.round_down(ra)
+            };
             fm.ra_next.store((start + ra).raw(), Ordering::Relaxed);
             filemap::do_page_cache_readahead(m, a, start, ra, None);
+            if sequential && ra > 1 {
+                let next = start + ra;
+                fm.ra_next.store((next + ra).raw(), Ordering::Relaxed);
+                filemap::page_cache_async_ra(m, a, next, ra, Some(next));
+            }
             m.vm.inc(Item::Pgmajfault);
             match filemap::find_get_page(m, a, index) {
                 Ok(Some(f)) => f,
@@ -949,9 +973,25 @@ fn filemap_fault(m: &MmInner, fm: &FileMap, index: PgOff) -> std::result::Result
     };
     let p = &m.node.pages[f];
     if !p.trylock() {
-        filemap::put_page(&m.node, f);
-        m.vm.inc(Item::FaultDeferred);
-        return Err(Fault::Retry);
+        if p.test(pg::UPTODATE) {
+            filemap::put_page(&m.node, f);
+            m.vm.inc(Item::FaultDeferred);
+            return Err(Fault::Retry);
+        }
+        // Under read I/O (the readahead worker holds it for one window): wait, as
+        // `filemap_fault`'s `lock_folio_maybe_drop_mmap` does, for at most
+        // READ_IO_WAIT; a page held longer (a writer copying into it from a buffer that is
+        // itself faulting) is deferred like any other locked page.
+        let t0 = std::time::Instant::now();
+        let mut it = 0;
+        while !p.trylock() {
+            if t0.elapsed() > READ_IO_WAIT {
+                filemap::put_page(&m.node, f);
+                m.vm.inc(Item::FaultDeferred);
+                return Err(Fault::Retry);
+            }
+            crate::sync::backoff(&mut it);
+        }
     }
     if p.owner() != Owner::Cache(a.id, index) || !p.test(pg::UPTODATE) {
         p.unlock();
@@ -960,6 +1000,14 @@ fn filemap_fault(m: &MmInner, fm: &FileMap, index: PgOff) -> std::result::Result
     }
     if p.test_clear(pg::READAHEAD) {
         m.vm.inc(Item::FileRaHit);
+        // do_async_mmap_readahead: the marker starts a window of its own; the next window,
+        // in the background.
+        // Not for a region whose faults mostly miss (random access).
+        if fm.mmap_miss.load(Ordering::Relaxed) <= MMAP_LOTSAMISS {
+            let next = index + window;
+            fm.ra_next.store((next + window).raw(), Ordering::Relaxed);
+            filemap::page_cache_async_ra(m, a, next, window, Some(next));
+        }
     }
     Ok(f)
 }
@@ -1120,16 +1168,7 @@ fn do_shared_fault(
     } else {
         FILE_FAULT_AROUND
     };
-    let mut last = idx;
-    let mut j = idx + 1;
-    while j < r.end() && j - idx < win {
-        if !map_around_one(m, r, fm, j, write) {
-            break;
-        }
-        m.vm.inc(Item::FaultAround);
-        last = j;
-        j += 1;
-    }
+    let last = filemap_map_pages(m, r, fm, idx, win, write);
     if write {
         r.next_write.store(last.next().raw(), Ordering::Relaxed);
     }
@@ -1168,44 +1207,139 @@ fn map_file_page(
     true
 }
 
-/// One page of fault-around: only a cached, up-to-date, unlocked page not mapped anywhere, at
-/// an untouched entry inside the file. Never waits.
-fn map_around_one(m: &MmInner, r: &RegionInner, fm: &FileMap, j: PgOff, write: bool) -> bool {
+/// `filemap_map_pages` (fault-around): maps the cached pages after page `idx` of shared region
+/// `r`, fewer than `win` of them, and returns the last page mapped (`idx` if none). It stops at
+/// the first page that is beyond the end of the file, already has an entry, is not cached and
+/// up to date, is locked, is mapped in another view, or carries PG_readahead (its own fault
+/// queues the next window, as Linux's `filemap_map_pages` leaves such pages to fault). Never
+/// waits. With `write` the pages are dirtied first (a sequential writer's window).
+///
+/// One ioctl per run of pages consecutive in the pool (the view side is consecutive by
+/// construction): UFFDIO_COPY write-protected for clean pages (their first store is seen and
+/// dirties them; their slots are dropped in the next zap batch), UFFDIO_MOVE for dirty ones.
+fn filemap_map_pages(
+    m: &MmInner,
+    r: &RegionInner,
+    fm: &FileMap,
+    idx: PgOff,
+    win: u64,
+    write: bool,
+) -> PgOff {
     let a = &fm.mapping;
-    let index = fm.linear_page_index(j);
-    if index.next().byte_offset()
-        > a.size.load(Ordering::Acquire).div_ceil(PAGE_SIZE as u64) * PAGE_SIZE as u64
-    {
-        return false;
-    }
-    if r.pt.get(j) != Pte::None {
-        return false;
-    }
-    let Ok(Some(f)) = filemap::find_get_page(m, a, index) else {
-        return false;
-    };
-    let p = &m.node.pages[f];
-    let ok = p.trylock();
-    if !ok {
-        filemap::put_page(&m.node, f);
-        return false;
-    }
-    let usable =
-        p.owner() == Owner::Cache(a.id, index) && p.test(pg::UPTODATE) && !p.test(pg::MAPPED);
-    let mapped = usable
-        && match r.pt.try_lock(j) {
-            Some(mut g) if g.get() == Pte::None && map_file_page(m, r, a, j, f, write) => {
-                if p.test_clear(pg::READAHEAD) {
-                    m.vm.inc(Item::FileRaHit);
-                }
-                g.set(Pte::Frame(f));
-                true
-            }
-            _ => false,
+    let eof = a.size.load(Ordering::Acquire).div_ceil(PAGE_SIZE as u64);
+    let mut pages: Vec<(PgOff, Pfn)> = Vec::new();
+    let mut guards: Vec<PteGuard<'_>> = Vec::new();
+    let mut j = idx + 1;
+    while j < r.end() && j - idx < win {
+        let index = fm.linear_page_index(j);
+        if index.raw() >= eof || r.pt.get(j) != Pte::None {
+            break;
+        }
+        let Ok(Some(f)) = filemap::find_get_page(m, a, index) else {
+            break;
         };
-    p.unlock();
-    filemap::put_page(&m.node, f);
-    mapped
+        let p = &m.node.pages[f];
+        if !p.trylock() {
+            filemap::put_page(&m.node, f);
+            break;
+        }
+        let usable = p.owner() == Owner::Cache(a.id, index)
+            && p.test(pg::UPTODATE)
+            && !p.test(pg::MAPPED | pg::READAHEAD);
+        let g = if usable {
+            r.pt.try_lock(j).filter(|g| g.get() == Pte::None)
+        } else {
+            None
+        };
+        let Some(g) = g else {
+            p.unlock();
+            filemap::put_page(&m.node, f);
+            break;
+        };
+        pages.push((j, f));
+        guards.push(g);
+        j += 1;
+    }
+    if write {
+        for &(_, f) in &pages {
+            filemap::set_page_dirty(m, a, f);
+        }
+    }
+    let clean = |f: Pfn| !m.node.pages[f].test(pg::DIRTY);
+    let mut mapped = 0;
+    let runs: Vec<_> =
+        pool::runs(&pages, |x, y| y.1 == x.1.next() && clean(x.1) == clean(y.1)).collect();
+    for run in runs {
+        let run = &pages[run];
+        let (n, f0) = (run.len(), run[0].1);
+        let wp = clean(f0);
+        let dst = r.page_addr(run[0].0);
+        let src = m.pool.slots.addr() + f0.offset();
+        for &(_, f) in run {
+            pool::settle(m, f);
+        }
+        let res = if wp {
+            // Copy only what the slots hold (a lost slot stops the run; its fault finds out).
+            let present = m
+                .pool
+                .slots
+                .resident(f0.offset(), n * PAGE_SIZE)
+                .unwrap_or_default();
+            let have = present.iter().take_while(|&&b| b).count();
+            if have == 0 {
+                break;
+            }
+            let len = have * PAGE_SIZE;
+            m.retry_again(len, |d| {
+                m.mm.uffd.copy(dst + d, src + d, len - d, true, true)
+            })
+        } else {
+            let len = n * PAGE_SIZE;
+            m.retry_again(len, |d| {
+                m.mm.uffd.move_pages(dst + d, src + d, len - d, false, true)
+            })
+        };
+        let done = match res {
+            Ok(b) => b,
+            Err(e) => {
+                log::debug!(
+                    "fault-around of {n} pages of {} at {dst:#x}: {e}; stopped",
+                    a.name()
+                );
+                e.done
+            }
+        } / PAGE_SIZE;
+        let done = done.min(n);
+        for &(i, f) in &run[..done] {
+            let p = &m.node.pages[f];
+            if wp {
+                p.set(pg::WP);
+                pool::defer_zap(m, f);
+            }
+            p.set_mapped_at(r.id, i);
+            p.set(pg::MAPPED);
+        }
+        m.vm.add(Item::NrMapped, done as u64);
+        mapped += done;
+        if done < n {
+            break;
+        }
+    }
+    m.vm.add(Item::FaultAround, mapped as u64);
+    let last = if mapped == 0 {
+        idx
+    } else {
+        pages[mapped - 1].0
+    };
+    for (k, (&(_, f), mut g)) in pages.iter().zip(guards).enumerate() {
+        if k < mapped {
+            g.set(Pte::Frame(f));
+        }
+        drop(g);
+        m.node.pages[f].unlock();
+        filemap::put_page(&m.node, f);
+    }
+    last
 }
 
 /// First touch of a page of a private file region: a private anonymous copy of the file's page

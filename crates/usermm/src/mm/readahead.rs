@@ -5,6 +5,21 @@
 //! The window policy sits behind [`ReadaheadPolicy`] (one file per policy would be overkill for
 //! two small ones; both are here with one shared conformance test): [`Ondemand`] is Linux's,
 //! [`NoReadahead`] reads only what is asked (for random workloads and A/B runs).
+//!
+//! The asynchronous window ([`RaQueue`]): a read or fault that hits the PG_readahead marker
+//! queues the next window and goes on at once; one worker thread per manager (`usermm-ra`,
+//! started on first use by filemap.rs) reads the queued windows. The kernel submits the
+//! window's bios and returns (`page_cache_async_ra` -> `read_pages`); the worker is user
+//! space's equivalent, so the I/O of window N+1 overlaps the mapping and use of window N, and a
+//! fault waits only for its own page (on its page lock, as `filemap_fault` does).
+
+use std::collections::VecDeque;
+use std::thread::JoinHandle;
+
+use crate::sync::{Arc, Condvar, Mutex};
+
+use super::fs::AddressSpace;
+use super::page::PgOff;
 
 /// A window to read: pages `[start, start+size)`, with the marker `async_size` pages before its
 /// end (none when `async_size` is 0).
@@ -180,6 +195,106 @@ impl ReadaheadPolicy for NoReadahead {
             async_size: 0,
         };
         st.win
+    }
+}
+
+/// One queued asynchronous window: pages `[start, start + nr)` of `mapping`, PG_readahead on
+/// `mark`.
+#[derive(Debug)]
+pub struct RaRequest {
+    pub mapping: Arc<AddressSpace>,
+    pub start: PgOff,
+    pub nr: u64,
+    pub mark: Option<PgOff>,
+}
+
+/// Windows queued and not yet taken by the worker, at most; more are dropped (readahead is a
+/// hint: the access that needs a dropped window reads it synchronously).
+pub const RA_QUEUE_MAX: usize = 32;
+
+#[derive(Debug, Default)]
+struct RaQueueInner {
+    reqs: VecDeque<RaRequest>,
+    worker: bool,
+    shutdown: bool,
+}
+
+/// What [`RaQueue::push`] did with a window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RaPush {
+    /// Queued for the running worker.
+    Queued,
+    /// Queued; no worker runs yet: the caller starts one.
+    StartWorker,
+    /// The same window is queued already, or the queue is full: dropped.
+    Dropped,
+    /// The manager is going away: nothing is queued.
+    Shutdown,
+}
+
+/// The asynchronous readahead queue (module doc).
+#[derive(Debug, Default)]
+pub struct RaQueue {
+    q: Mutex<RaQueueInner>,
+    cv: Condvar,
+    pub(crate) threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl RaQueue {
+    /// Queues a window (see [`RaPush`]).
+    pub fn push(&self, req: RaRequest) -> RaPush {
+        let mut q = self.q.lock();
+        if q.shutdown {
+            return RaPush::Shutdown;
+        }
+        if q.reqs.len() >= RA_QUEUE_MAX
+            || q.reqs
+                .iter()
+                .any(|r| r.mapping.id == req.mapping.id && r.start == req.start)
+        {
+            return RaPush::Dropped;
+        }
+        q.reqs.push_back(req);
+        self.cv.notify_one();
+        if q.worker {
+            RaPush::Queued
+        } else {
+            q.worker = true;
+            RaPush::StartWorker
+        }
+    }
+
+    /// A worker could not be started: the next push tries again (queued windows wait for it).
+    pub fn worker_failed(&self) {
+        self.q.lock().worker = false;
+    }
+
+    /// The next window, waiting for one; None once the queue is shut down (queued windows are
+    /// dropped: their pages were never inserted).
+    pub fn pop(&self) -> Option<RaRequest> {
+        let mut q = self.q.lock();
+        loop {
+            if q.shutdown {
+                q.reqs.clear();
+                return None;
+            }
+            if let Some(r) = q.reqs.pop_front() {
+                return Some(r);
+            }
+            self.cv.wait(&mut q);
+        }
+    }
+
+    /// The next window if one is queued (the synchronous fallback's drain).
+    pub fn try_pop(&self) -> Option<RaRequest> {
+        self.q.lock().reqs.pop_front()
+    }
+
+    /// Stops the worker after the window it is reading (the manager is being dropped).
+    pub fn shutdown(&self) {
+        let mut q = self.q.lock();
+        q.shutdown = true;
+        self.cv.notify_all();
     }
 }
 
