@@ -1039,3 +1039,44 @@ fn dropping_a_manager_with_readahead_queued_does_not_hang() {
         );
     }
 }
+
+/// Four threads each write their own quarter of a new shared file mapping in order: each is
+/// taken for a sequential writer although they interleave (their write fault-around windows
+/// grow), and every word reaches the file.
+#[test]
+fn four_sequential_writers_of_one_mapping_grow_their_windows() {
+    const PAGES: u64 = 4096; // 16 MiB
+    let d = tmpdir();
+    let path = d.path().join("w4");
+    std::fs::File::create(&path)
+        .unwrap()
+        .set_len(PAGES * 4096)
+        .unwrap();
+    let m = mm(4 * MIB, Settings::default());
+    let len = (PAGES * 4096) as usize;
+    let r = m.map_file(&path, 0, len, MapKind::Shared).unwrap();
+    let v0 = m.vmstat();
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let r = &r;
+            s.spawn(move || {
+                for p in t * PAGES / 4..(t + 1) * PAGES / 4 {
+                    r.write_u64((p * 4096 + 16) as usize, p ^ 0x5a5a);
+                }
+            });
+        }
+    });
+    let v = m.vmstat().delta(&v0);
+    assert!(
+        v.val("pgfault") < PAGES / 8,
+        "{} faults for {PAGES} pages written by 4 sequential writers ({v})",
+        v.val("pgfault")
+    );
+    r.flush(0, len).unwrap();
+    let data = std::fs::read(&path).unwrap();
+    for p in 0..PAGES {
+        let at = (p * 4096 + 16) as usize;
+        let got = u64::from_ne_bytes(data[at..at + 8].try_into().unwrap());
+        assert_eq!(got, p ^ 0x5a5a, "file page {p}");
+    }
+}

@@ -342,15 +342,10 @@ fn do_anonymous_zero_page(m: &MmInner, r: &RegionInner, idx: PgOff) -> Option<Fa
 }
 
 /// The write fault-around window for a write fault at `idx`: doubled (up to
-/// `fault_around_max`) when the fault continues the region's sequential run, else 1.
+/// `fault_around_max`) when the fault continues one of the region's sequential write runs,
+/// else 1 ([`WriteStreams`](super::region::WriteStreams)).
 fn write_window(m: &MmInner, r: &RegionInner, idx: PgOff) -> u32 {
-    let w = if r.next_write.load(Ordering::Relaxed) == idx.raw() {
-        (r.write_win.load(Ordering::Relaxed) * 2).min(m.cfg.fault_around_max)
-    } else {
-        1
-    };
-    r.write_win.store(w, Ordering::Relaxed);
-    w
+    r.writes.window(idx, m.cfg.fault_around_max)
 }
 
 /// Write of a never-written page: fresh zeroed frames. A sequential run of write faults grows a
@@ -447,8 +442,7 @@ fn do_anonymous_page_win(
         k = e;
     }
     // Before the thread is woken: its next fault may reach another handler at once.
-    r.next_write
-        .store((idx + done.max(1) as u64).raw(), Ordering::Relaxed);
+    r.writes.advance(idx, idx + done.max(1) as u64);
     let flags = pg::UPTODATE | pg::DIRTY | pg::SWAPBACKED | pg::MAPPED;
     for k in 0..done {
         let f = frames[k];
@@ -1170,7 +1164,7 @@ fn do_shared_fault(
     };
     let last = filemap_map_pages(m, r, fm, idx, win, write);
     if write {
-        r.next_write.store(last.next().raw(), Ordering::Relaxed);
+        r.writes.advance(idx, last.next());
     }
     wake_pages(m, r, idx, last - idx + 1);
     Some(Fault::Done)

@@ -113,10 +113,8 @@ pub struct RegionInner {
     pub(crate) view: Mapping,
     pub(crate) pt: PageTable,
     pub(crate) dead: AtomicBool,
-    /// Next page index a sequential write run would fault (write fault-around detection).
-    pub(crate) next_write: AtomicU64,
-    /// Current write fault-around window (pages).
-    pub(crate) write_win: AtomicU32,
+    /// Sequential write runs in progress (write fault-around detection).
+    pub(crate) writes: WriteStreams,
     /// Page index of the last major fault (swap readahead detection).
     pub(crate) last_major: AtomicU64,
     /// Readahead pages used since the last major fault.
@@ -282,4 +280,98 @@ pub enum MapKind {
     /// `MAP_PRIVATE`: copy-on-write against the file; written pages are anonymous and go to
     /// swap when evicted.
     Private,
+}
+
+/// Write streams tracked per region (several threads each writing their own part in order).
+pub const WRITE_STREAMS: usize = 8;
+
+/// The sequential write runs of a region (write fault-around detection): per stream, the page
+/// its next write fault would be at and its current window. A fault where a stream expects one
+/// continues it (the window doubles); any other fault starts a stream with a window of 1 in the
+/// next slot round-robin. Approximate by design (racing faults may share or overwrite a slot):
+/// it only sizes windows.
+#[derive(Debug)]
+pub struct WriteStreams {
+    next: [AtomicU64; WRITE_STREAMS],
+    win: [AtomicU32; WRITE_STREAMS],
+    clock: AtomicU32,
+}
+
+impl Default for WriteStreams {
+    fn default() -> Self {
+        WriteStreams {
+            next: std::array::from_fn(|_| AtomicU64::new(u64::MAX)),
+            win: std::array::from_fn(|_| AtomicU32::new(1)),
+            clock: AtomicU32::new(0),
+        }
+    }
+}
+
+impl WriteStreams {
+    /// The window for a write fault at `idx`: doubled up to `max` when a stream continues at
+    /// `idx`, else 1 (a new stream, expecting `idx` until [`WriteStreams::advance`]).
+    pub fn window(&self, idx: PgOff, max: u32) -> u32 {
+        for k in 0..WRITE_STREAMS {
+            if self.next[k].load(Ordering::Relaxed) == idx.raw() {
+                let w = (self.win[k].load(Ordering::Relaxed) * 2).min(max).max(1);
+                self.win[k].store(w, Ordering::Relaxed);
+                return w;
+            }
+        }
+        let k = self.clock.fetch_add(1, Ordering::Relaxed) as usize % WRITE_STREAMS;
+        self.win[k].store(1, Ordering::Relaxed);
+        self.next[k].store(idx.raw(), Ordering::Relaxed);
+        1
+    }
+
+    /// The stream that faulted at `idx` continues at `next`.
+    pub fn advance(&self, idx: PgOff, next: PgOff) {
+        for k in 0..WRITE_STREAMS {
+            if self.next[k]
+                .compare_exchange(idx.raw(), next.raw(), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+            {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod write_stream_tests {
+    use super::*;
+
+    #[test]
+    fn interleaved_sequential_writers_each_grow_their_window() {
+        let w = WriteStreams::default();
+        let mut next = [0u64, 1000, 2000, 3000];
+        let mut last = [0u32; 4];
+        for _ in 0..6 {
+            for s in 0..4 {
+                let idx = PgOff::new(next[s]);
+                let win = w.window(idx, 64);
+                w.advance(idx, idx + win as u64);
+                next[s] += win as u64;
+                last[s] = win;
+            }
+        }
+        assert_eq!(last, [32; 4], "four interleaved streams");
+        // A write elsewhere starts over at 1; a stream's own next write goes on growing.
+        assert_eq!(w.window(PgOff::new(50_000), 64), 1);
+        assert_eq!(w.window(PgOff::new(next[0]), 64), 64);
+    }
+
+    #[test]
+    fn more_streams_than_slots_only_shrink_windows() {
+        let w = WriteStreams::default();
+        let n = WRITE_STREAMS as u64 + 3;
+        for round in 0..4u64 {
+            for s in 0..n {
+                let idx = PgOff::new(s * 10_000 + round);
+                let win = w.window(idx, 64);
+                assert!(win <= 64);
+                w.advance(idx, idx + 1);
+            }
+        }
+    }
 }
