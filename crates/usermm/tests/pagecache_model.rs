@@ -3,7 +3,8 @@
 //! 1 MiB budget, every read and load checked as it happens, then every file read back through
 //! the cache and on disk compared byte for byte with its shadow. A case that touched more pages
 //! than the budget holds must show eviction or writeback in the counters (so the test cannot
-//! pass by never leaving memory).
+//! pass by never leaving memory). A second property runs four threads of mapped loads and
+//! stores through two shared regions of one file at once, against per-thread shadows.
 
 use proptest::prelude::*;
 use usermm::{CachedFile, MapKind, Mm, MmConfig, Region, SwapConfig};
@@ -185,6 +186,137 @@ proptest! {
             let disk = std::fs::read(&paths[f]).unwrap();
             prop_assert_eq!(disk.len(), shadow[f].len(), "file {} length", f);
             prop_assert!(disk == shadow[f], "file {} contents", f);
+        }
+    }
+}
+
+/// One access of a thread in [`concurrent_mapped_access_across_two_regions`]: through region
+/// `region` (0 or 1), at the thread's word `slot` of page `page`; a store of `v` or a load.
+#[derive(Debug, Clone)]
+struct Access {
+    region: usize,
+    page: usize,
+    slot: usize,
+    store: Option<u64>,
+}
+
+const CPAGES: usize = 512; // 2 MiB, twice the budget
+const CTHREADS: usize = 4;
+
+/// A thread's accesses: random ones, or a sequential sweep of pages (the readahead and
+/// fault-around paths).
+fn accesses() -> impl Strategy<Value = Vec<Access>> {
+    let one = (
+        0..2usize,
+        0..CPAGES,
+        0..8usize,
+        proptest::option::of(any::<u64>()),
+    )
+        .prop_map(|(region, page, slot, store)| Access {
+            region,
+            page,
+            slot,
+            store,
+        });
+    prop_oneof![
+        proptest::collection::vec(one, 1..300),
+        (0..2usize, 0..CPAGES, 1..CPAGES, any::<bool>(), any::<u64>()).prop_map(
+            |(region, start, len, store, v)| (start..(start + len).min(CPAGES))
+                .map(|page| Access {
+                    region,
+                    page,
+                    slot: page % 8,
+                    store: store.then_some(v ^ page as u64),
+                })
+                .collect()
+        ),
+    ]
+}
+
+/// The word a thread's access names: thread `t` owns words `t`, `t + CTHREADS`, ... of every
+/// page, so threads share pages (and move them between the two views) but never words.
+fn word_of(t: usize, a: &Access) -> usize {
+    a.page * 4096 + (a.slot * CTHREADS + t) * 8
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    /// Concurrent mapped readers and writers across two shared regions of one file twice the
+    /// budget: every load sees the thread's last store to that word (or the file's original
+    /// word), whichever region it goes through; after both regions are flushed the file on disk
+    /// holds every thread's last stores and the original bytes elsewhere.
+    #[test]
+    fn concurrent_mapped_access_across_two_regions(
+        plans in proptest::collection::vec(accesses(), CTHREADS..=CTHREADS)
+    ) {
+        let d = tempfile::tempdir_in(std::env::var("TMPDIR").unwrap_or("/var/tmp".into())).unwrap();
+        let path = d.path().join("shared");
+        let original = bytes(0x5c, 0, CPAGES * 4096);
+        std::fs::write(&path, &original).unwrap();
+        let mm = Mm::new(MmConfig::new(1 << 20).swap(SwapConfig::Ram { size: 4 << 20 })).unwrap();
+        let len = CPAGES * 4096;
+        let regions: Vec<Region> = (0..2)
+            .map(|_| mm.map_file(&path, 0, len, MapKind::Shared).unwrap())
+            .collect();
+        let orig_word = |w: usize| u64::from_ne_bytes(original[w..w + 8].try_into().unwrap());
+        let results: Vec<Result<Vec<(usize, u64)>, String>> = std::thread::scope(|s| {
+            let hs: Vec<_> = plans
+                .iter()
+                .enumerate()
+                .map(|(t, plan)| {
+                    let regions = &regions;
+                    s.spawn(move || {
+                        let mut mine = std::collections::HashMap::new();
+                        for (k, a) in plan.iter().enumerate() {
+                            let w = word_of(t, a);
+                            let r = &regions[a.region];
+                            match a.store {
+                                Some(v) => {
+                                    r.write_u64(w, v);
+                                    mine.insert(w, v);
+                                }
+                                None => {
+                                    let want = mine.get(&w).copied().unwrap_or_else(|| orig_word(w));
+                                    let got = r.read_u64(w);
+                                    if got != want {
+                                        return Err(format!(
+                                            "thread {t} access {k} ({a:?}): word {w:#x} is {got:#x}, want {want:#x}"
+                                        ));
+                                    }
+                                }
+                            }
+                        }
+                        Ok(mine.into_iter().collect())
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let mut want = original.clone();
+        for r in results {
+            let stores = r.map_err(TestCaseError::fail)?;
+            for (w, v) in stores {
+                want[w..w + 8].copy_from_slice(&v.to_ne_bytes());
+            }
+        }
+        for r in &regions {
+            r.flush(0, len).unwrap();
+        }
+        prop_assert!(mm.peak_resident_bytes() <= 1 << 20);
+        let disk = std::fs::read(&path).unwrap();
+        prop_assert_eq!(disk.len(), want.len());
+        if disk != want {
+            let first = (0..want.len()).find(|&i| disk[i] != want[i]).unwrap();
+            prop_assert!(false, "file differs first at byte {:#x} (page {})", first, first / 4096);
+        }
+        // Both views read the final contents too.
+        for (i, r) in regions.iter().enumerate() {
+            for page in (0..CPAGES).step_by(7) {
+                let w = page * 4096 + 8 * (page % 512);
+                let w = w.min(len - 8) & !7;
+                let expect = u64::from_ne_bytes(want[w..w + 8].try_into().unwrap());
+                prop_assert_eq!(r.read_u64(w), expect, "region {} word {:#x}", i, w);
+            }
         }
     }
 }
