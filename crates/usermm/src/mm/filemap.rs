@@ -5,7 +5,9 @@
 //! `__test_set_page_writeback`, `test_clear_page_writeback`, `write_cache_pages`, a disk
 //! file's `a_ops->writepages`). The `address_space` type and its operations trait are in
 //! fs.rs, truncation in truncate.rs, in-memory files' swap in shmem.rs, the writeback error
-//! cursor in errseq.rs.
+//! cursor in errseq.rs. Also the readahead I/O: `do_page_cache_readahead` (synchronous, the
+//! `page_cache_ra_unbounded` of a window) and `page_cache_async_ra`, which queues a window for
+//! the `usermm-ra` worker (the queue and the window policies are in readahead.rs).
 //!
 //! A page-cache page's bytes live in its frame's pool slot, or, while PG_mapped, in the view of
 //! the shared file region that maps it; every access to the bytes holds the page lock, because
