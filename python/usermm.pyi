@@ -120,6 +120,12 @@ class Region:
         """Write back a shared file region's dirty pages and fdatasync (msync(MS_SYNC))."""
     def discard(self, offset: int = 0, length: Optional[int] = None) -> None:
         """Free [offset, offset+length) (4 KiB aligned; None = to the end): reads return zeros."""
+    def advise(self, advice: str, offset: int = 0, length: Optional[int] = None) -> None:
+        """madvise(2): "random", "sequential" or "normal" (how faults of the whole region read
+        ahead), or "willneed" (read [offset, offset+length) of a file region in the background)."""
+    @property
+    def access_pattern(self) -> str:
+        """The pattern set by advise: "normal", "random" or "sequential"."""
 
 def default() -> Manager:
     """The process-wide default Manager, created on first use from USERMM_BUDGET, USERMM_SWAP,

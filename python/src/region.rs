@@ -179,20 +179,56 @@ impl RegionBase {
     ) -> PyResult<()> {
         fork::check(self.pid, "Region")?;
         let r = self.region();
-        let offset = match offset.filter(|o| !o.is_none()) {
-            Some(o) => args::length("offset", o)?,
-            None => 0,
-        };
-        let len = match length.filter(|l| !l.is_none()) {
-            Some(l) => args::length("length", l)?,
-            None => r.len().checked_sub(offset).ok_or_else(|| {
-                invalid(format!(
-                    "discard offset {offset:#x} is past the end of the region ({:#x} bytes)",
-                    r.len()
-                ))
-            })?,
-        };
+        let (offset, len) = range_args(r, "discard", offset, length)?;
         py.detach(|| r.discard(offset, len)).map_err(mm_err)
+    }
+
+    /// Advice on how the region will be used (`madvise(2)`): "random" (faults read only their
+    /// own page, of the file and of swap), "sequential" (faults read whole windows ahead),
+    /// "normal" (read ahead by what the faults look like; the default), for the whole region;
+    /// or "willneed": start reading `[offset, offset + length)` of a file region into the page
+    /// cache in the background (`length=None`: to the end; nothing to do for anonymous memory).
+    #[pyo3(signature = (advice, offset = None, length = None), text_signature = "($self, advice, offset=0, length=None)")]
+    fn advise(
+        &self,
+        py: Python<'_>,
+        advice: &str,
+        offset: Option<&Bound<'_, PyAny>>,
+        length: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        fork::check(self.pid, "Region")?;
+        let r = self.region();
+        let pattern = match advice {
+            "normal" => usermm::AccessPattern::Normal,
+            "random" => usermm::AccessPattern::Random,
+            "sequential" => usermm::AccessPattern::Sequential,
+            "willneed" => {
+                let (offset, len) = range_args(r, "willneed", offset, length)?;
+                return py.detach(|| r.willneed(offset, len)).map_err(mm_err);
+            }
+            other => {
+                return Err(invalid(format!(
+                    "advice {other:?} is unknown: use \"normal\", \"random\", \"sequential\" or \"willneed\""
+                )))
+            }
+        };
+        if offset.is_some_and(|o| !o.is_none()) || length.is_some_and(|l| !l.is_none()) {
+            return Err(invalid(format!(
+                "advice {advice:?} applies to the whole region: give no offset or length"
+            )));
+        }
+        r.set_access_pattern(pattern);
+        Ok(())
+    }
+
+    /// The access pattern set by `advise`: "normal", "random" or "sequential".
+    #[getter]
+    fn access_pattern(&self) -> &'static str {
+        match self.region().access_pattern() {
+            usermm::AccessPattern::Random => "random",
+            usermm::AccessPattern::Sequential => "sequential",
+            _ => "normal",
+        }
     }
 
     /// Writes back the dirty pages of `[offset, offset + length)` of a shared file region and
@@ -207,19 +243,7 @@ impl RegionBase {
     ) -> PyResult<()> {
         fork::check(self.pid, "Region")?;
         let r = self.region();
-        let offset = match offset.filter(|o| !o.is_none()) {
-            Some(o) => args::length("offset", o)?,
-            None => 0,
-        };
-        let len = match length.filter(|l| !l.is_none()) {
-            Some(l) => args::length("length", l)?,
-            None => r.len().checked_sub(offset).ok_or_else(|| {
-                invalid(format!(
-                    "flush offset {offset:#x} is past the end of the region ({:#x} bytes)",
-                    r.len()
-                ))
-            })?,
-        };
+        let (offset, len) = range_args(r, "flush", offset, length)?;
         py.detach(|| r.flush(offset, len)).map_err(mm_err)
     }
 
@@ -359,4 +383,27 @@ unsafe extern "C" fn region_getbuffer(
     }
     err.restore(py);
     -1
+}
+
+/// `offset` (default 0) and `length` (default: to the end of `r`) of a range operation `op`.
+fn range_args(
+    r: &usermm::Region,
+    op: &str,
+    offset: Option<&Bound<'_, PyAny>>,
+    length: Option<&Bound<'_, PyAny>>,
+) -> PyResult<(usize, usize)> {
+    let offset = match offset.filter(|o| !o.is_none()) {
+        Some(o) => args::length("offset", o)?,
+        None => 0,
+    };
+    let len = match length.filter(|l| !l.is_none()) {
+        Some(l) => args::length("length", l)?,
+        None => r.len().checked_sub(offset).ok_or_else(|| {
+            invalid(format!(
+                "{op} offset {offset:#x} is past the end of the region ({:#x} bytes)",
+                r.len()
+            ))
+        })?,
+    };
+    Ok((offset, len))
 }

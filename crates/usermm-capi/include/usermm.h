@@ -68,6 +68,19 @@
 // fault managed memory in like any access.
 #define USERMM_UFFD_FULL 1
 
+// `usermm_advise`: the region will be accessed in no particular order (MADV_NORMAL).
+#define USERMM_ADVICE_NORMAL 0
+
+// `usermm_advise`: random access; faults read only their own page (MADV_RANDOM).
+#define USERMM_ADVICE_RANDOM 1
+
+// `usermm_advise`: sequential access; faults read whole windows ahead (MADV_SEQUENTIAL).
+#define USERMM_ADVICE_SEQUENTIAL 2
+
+// `usermm_advise`: the range will be needed soon; a file mapping's range is read into the
+// page cache in the background (MADV_WILLNEED).
+#define USERMM_ADVICE_WILLNEED 3
+
 // A memory manager (opaque).
 typedef struct usermm_mm usermm_mm;
 
@@ -266,6 +279,18 @@ void *usermm_map_file(struct usermm_mm *mm,
 int usermm_flush(struct usermm_mm *mm,
                  void *addr,
                  size_t len);
+
+// madvise(2) for a mapping of `mm` (usermm_mmap, usermm_map_anon, usermm_map_file):
+// USERMM_ADVICE_NORMAL / _RANDOM / _SEQUENTIAL set how faults of the whole mapping read ahead
+// (of the file, and of swap); USERMM_ADVICE_WILLNEED starts reading `[addr, addr+len)` of a
+// file mapping in the background (4 KiB aligned; nothing to do for anonymous memory).
+//
+// # Safety
+// `mm` is NULL or a live handle.
+int usermm_advise(struct usermm_mm *mm,
+                  void *addr,
+                  size_t len,
+                  int advice);
 
 // Writes back every dirty file page of `mm` and fdatasyncs its files (sync(2)); returns the
 // first writeback error not yet reported to this manager's syncs.

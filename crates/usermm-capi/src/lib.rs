@@ -724,21 +724,79 @@ pub unsafe extern "C" fn usermm_flush(mm: *mut usermm_mm, addr: *mut c_void, len
         if addr.is_null() {
             return Err(Failure::invalid("address is NULL"));
         }
-        let a = addr as usize;
-        let v = m.space.find(a).ok_or_else(|| {
-            Failure::new(
-                USERMM_ERR_NOT_FOUND,
-                format!("{a:#x} is not a mapping of this manager"),
-            )
-        })?;
-        let off = a - v.start;
-        if off.checked_add(len).is_none_or(|e| e > v.len) {
-            return Err(Failure::invalid(format!(
-                "range {a:#x}+{len:#x} goes past the end of its mapping ({:#x}+{:#x})",
-                v.start, v.len
-            )));
-        }
+        let (v, off) = mapping_range(m, addr as usize, len)?;
         v.region.flush(off, len)?;
+        Ok(())
+    })
+}
+
+/// The mapping of `m` holding `a` and the offset of `a` in it, with `[a, a+len)` inside it.
+fn mapping_range(
+    m: &usermm_mm,
+    a: usize,
+    len: usize,
+) -> Result<(usermm_vma::VmaInfo, usize), Failure> {
+    let v = m.space.find(a).ok_or_else(|| {
+        Failure::new(
+            USERMM_ERR_NOT_FOUND,
+            format!("{a:#x} is not a mapping of this manager"),
+        )
+    })?;
+    let off = a - v.start;
+    if off.checked_add(len).is_none_or(|e| e > v.len) {
+        return Err(Failure::invalid(format!(
+            "range {a:#x}+{len:#x} goes past the end of its mapping ({:#x}+{:#x})",
+            v.start, v.len
+        )));
+    }
+    Ok((v, off))
+}
+
+/// `usermm_advise`: the region will be accessed in no particular order (MADV_NORMAL).
+pub const USERMM_ADVICE_NORMAL: c_int = 0;
+/// `usermm_advise`: random access; faults read only their own page (MADV_RANDOM).
+pub const USERMM_ADVICE_RANDOM: c_int = 1;
+/// `usermm_advise`: sequential access; faults read whole windows ahead (MADV_SEQUENTIAL).
+pub const USERMM_ADVICE_SEQUENTIAL: c_int = 2;
+/// `usermm_advise`: the range will be needed soon; a file mapping's range is read into the
+/// page cache in the background (MADV_WILLNEED).
+pub const USERMM_ADVICE_WILLNEED: c_int = 3;
+
+/// madvise(2) for a mapping of `mm` (usermm_mmap, usermm_map_anon, usermm_map_file):
+/// USERMM_ADVICE_NORMAL / _RANDOM / _SEQUENTIAL set how faults of the whole mapping read ahead
+/// (of the file, and of swap); USERMM_ADVICE_WILLNEED starts reading `[addr, addr+len)` of a
+/// file mapping in the background (4 KiB aligned; nothing to do for anonymous memory).
+///
+/// # Safety
+/// `mm` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn usermm_advise(
+    mm: *mut usermm_mm,
+    addr: *mut c_void,
+    len: usize,
+    advice: c_int,
+) -> c_int {
+    status(|| {
+        let m = manager(mm)?;
+        if addr.is_null() {
+            return Err(Failure::invalid("address is NULL"));
+        }
+        let pattern = match advice {
+            USERMM_ADVICE_NORMAL => Some(mm::AccessPattern::Normal),
+            USERMM_ADVICE_RANDOM => Some(mm::AccessPattern::Random),
+            USERMM_ADVICE_SEQUENTIAL => Some(mm::AccessPattern::Sequential),
+            USERMM_ADVICE_WILLNEED => None,
+            other => {
+                return Err(Failure::invalid(format!(
+                    "advice {other} is unknown: use USERMM_ADVICE_NORMAL (0), _RANDOM (1), _SEQUENTIAL (2) or _WILLNEED (3)"
+                )))
+            }
+        };
+        let (v, off) = mapping_range(m, addr as usize, len)?;
+        match pattern {
+            Some(p) => v.region.set_access_pattern(p),
+            None => v.region.willneed(off, len)?,
+        }
         Ok(())
     })
 }

@@ -41,7 +41,7 @@ pub use mm::file::CachedFile;
 #[cfg(not(loom))]
 pub use mm::handler::StuckFault;
 #[cfg(not(loom))]
-pub use mm::region::{MapKind, Region};
+pub use mm::region::{AccessPattern, MapKind, Region};
 #[cfg(not(loom))]
 pub use mm::{
     EnvManager, Health, Mm, MmConfig, UffdInfo, Watermarks, DEFAULT_BUDGET, MAX_HANDLER_THREADS,

@@ -261,3 +261,31 @@ fn write_after_swap_in_is_never_lost() {
     }
     assert_consistent(&mm);
 }
+
+/// A region declared random (`AccessPattern::Random`, MADV_RANDOM) reads back only the pages
+/// it faults on, even sequentially; declared sequential, scattered faults still read ahead.
+#[test]
+fn declared_access_pattern_decides_swap_readahead() {
+    init_log();
+    let (mm, r) = swapped_out(21);
+    let pages = r.len() / PAGE;
+    r.set_access_pattern(usermm::AccessPattern::Random);
+    let before = mm.vmstat();
+    for p in 0..pages / 2 {
+        assert_eq!(r.read_u64(p * PAGE), pattern(21, p as u64, 0), "page {p}");
+    }
+    let d = mm.vmstat().delta(&before);
+    assert_eq!(d.val("swap_ra"), 0, "a random region read ahead\n{d}");
+    assert_eq!(d.val("pgmajfault"), (pages / 2) as u64, "{d}");
+
+    r.set_access_pattern(usermm::AccessPattern::Sequential);
+    let before = mm.vmstat();
+    for p in (pages / 2..pages).step_by(37) {
+        assert_eq!(r.read_u64(p * PAGE), pattern(21, p as u64, 0), "page {p}");
+    }
+    let d = mm.vmstat().delta(&before);
+    assert!(
+        d.val("swap_ra") > 0,
+        "a sequential region read nothing ahead\n{d}"
+    );
+}

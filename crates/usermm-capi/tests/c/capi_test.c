@@ -340,6 +340,17 @@ static void test_handle(void) {
         CHECK(usermm_sync(mm) == USERMM_OK, "sync after a private store");
         CHECK(pread(ffd, &w, 8, 4096) == 8 && w == pattern(512), "private store stays private");
         CHECK(usermm_flush(mm, sh, (32 << 20) + 4096) == USERMM_ERR_INVALID, "flush past the end");
+        CHECK(usermm_advise(mm, sh, 32 << 20, USERMM_ADVICE_RANDOM) == USERMM_OK, "advise random");
+        CHECK(sh[512 * 3000] == pattern(512 * 3000), "a word after MADV_RANDOM");
+        CHECK(usermm_advise(mm, sh, 32 << 20, USERMM_ADVICE_SEQUENTIAL) == USERMM_OK, "advise sequential");
+        CHECK(usermm_advise(mm, sh, 1 << 20, USERMM_ADVICE_WILLNEED) == USERMM_OK, "advise willneed");
+        CHECK(sh[512 * 100] == pattern(512 * 100), "a word after MADV_WILLNEED");
+        CHECK(usermm_advise(mm, sh, 4096, 9) == USERMM_ERR_INVALID && strstr(usermm_last_error(), "9"),
+              "unknown advice is named");
+        CHECK(usermm_advise(mm, (char *)sh + 1, 4096, USERMM_ADVICE_WILLNEED) == USERMM_ERR_INVALID,
+              "unaligned willneed");
+        CHECK(usermm_advise(mm, sh, (32 << 20) + 4096, USERMM_ADVICE_WILLNEED) == USERMM_ERR_INVALID,
+              "willneed past the end");
         CHECK(usermm_unmap(mm, sh) == USERMM_OK && usermm_unmap(mm, pr) == USERMM_OK, "unmap files");
     }
     CHECK(usermm_map_file(mm, "/nonexistent/x", 0, 4096, 1) == NULL &&

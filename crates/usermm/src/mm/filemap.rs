@@ -855,10 +855,14 @@ pub fn do_page_cache_readahead(
             continue;
         }
         let mut frames = Vec::with_capacity(run.len());
-        // Readahead must not push the working set out: no direct reclaim for it beyond one batch.
+        // As many frames as the allocator gives (direct reclaim included); fails only when
+        // nothing can be freed.
         if !page_alloc::alloc_pages(m, run.len(), &mut frames) {
             break;
         }
+        // Fewer frames than pages (memory is short): the rest of the run is read next round.
+        i = run[0] + frames.len() as u64;
+        run.truncate(frames.len());
         let mut added = Vec::with_capacity(frames.len());
         for (k, &f) in frames.iter().enumerate() {
             let idx = run[0] + k as u64;

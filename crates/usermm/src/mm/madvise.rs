@@ -1,44 +1,81 @@
-//! Discarding ranges of a region. Mirrors `mm/madvise.c` (`MADV_DONTNEED` semantics of
-//! `Region::discard`) and the zap side of `mm/memory.c` (`zap_page_range`), which unmapping a
-//! whole region uses too.
+//! Advice on ranges of a region. Mirrors `mm/madvise.c`: `MADV_DONTNEED` semantics of
+//! `Region::discard`, `MADV_RANDOM` / `MADV_SEQUENTIAL` / `MADV_NORMAL` as
+//! `Region::set_access_pattern` (the region is one VMA, so the pattern is the whole region's),
+//! `MADV_WILLNEED` as `Region::willneed` (`madvise_willneed` -> `vfs_fadvise` ->
+//! `force_page_cache_readahead`), and the zap side of `mm/memory.c` (`zap_page_range`), which
+//! unmapping a whole region uses too.
 
 use crate::error::{RegionError, Result};
 use crate::sys::{Advice, PAGE_SIZE};
 use crate::vmstat::Item;
 
+use super::filemap;
 use super::page::pg;
 use super::page::PgOff;
 use super::pgtable::Pte;
-use super::region::{Region, RegionInner};
+use super::region::{AccessPattern, Region, RegionInner};
 use super::MmInner;
 use crate::conv::Narrow;
+use crate::sync::Ordering;
 
 impl Region {
+    /// Declares how the program will access this region (`MADV_RANDOM`, `MADV_SEQUENTIAL`,
+    /// `MADV_NORMAL`): see [`AccessPattern`]. Applies to the whole region.
+    pub fn set_access_pattern(&self, p: AccessPattern) {
+        self.r.pattern.store(p.code(), Ordering::Relaxed);
+    }
+
+    /// The access pattern declared with [`Region::set_access_pattern`] (`Normal` by default).
+    pub fn access_pattern(&self) -> AccessPattern {
+        self.r.access_pattern()
+    }
+
+    /// `MADV_WILLNEED`: starts reading the file pages of `[off, off+len)` of a file region
+    /// into the page cache in the background and returns at once (4 KiB aligned). At most half
+    /// the budget is read ahead per call, so the advice cannot push the working set out. For
+    /// an anonymous region it does nothing (its swapped-out pages come back at their faults,
+    /// with swap readahead).
+    pub fn willneed(&self, off: usize, len: usize) -> Result<()> {
+        check_range(self, "willneed", off, len)?;
+        let Some(fm) = &self.r.file else {
+            return Ok(());
+        };
+        let m = &self.h.inner;
+        let first = fm.linear_page_index(PgOff::of_offset(off));
+        let cap = (u64::from(m.node.frames.nr()) / 2).max(1);
+        let nr = ((len / PAGE_SIZE) as u64).min(cap);
+        if nr > 0 {
+            filemap::page_cache_async_ra(m, &fm.mapping, first, nr, None);
+        }
+        Ok(())
+    }
+
     /// Frees the memory and swap space of `[off, off+len)` (4 KiB aligned); reads of it then
     /// return zeros (anonymous) or the file's contents (file regions). Like `MADV_DONTNEED`.
     pub fn discard(&self, off: usize, len: usize) -> Result<()> {
-        if !off.is_multiple_of(PAGE_SIZE) || !len.is_multiple_of(PAGE_SIZE) {
-            return Err(RegionError::Unaligned {
-                op: "discard",
-                off,
-                len,
-            }
-            .into());
-        }
-        if off.checked_add(len).is_none_or(|e| e > self.len()) {
-            return Err(RegionError::PastEnd {
-                op: "discard",
-                off,
-                len,
-                size: self.len(),
-            }
-            .into());
-        }
+        check_range(self, "discard", off, len)?;
         let m = &self.h.inner;
         let first = PgOff::of_offset(off);
         zap_page_range(m, &self.r, first, first + (len / PAGE_SIZE) as u64, true);
         Ok(())
     }
+}
+
+/// `[off, off+len)` must be 4 KiB aligned and inside the region.
+fn check_range(r: &Region, op: &'static str, off: usize, len: usize) -> Result<()> {
+    if !off.is_multiple_of(PAGE_SIZE) || !len.is_multiple_of(PAGE_SIZE) {
+        return Err(RegionError::Unaligned { op, off, len }.into());
+    }
+    if off.checked_add(len).is_none_or(|e| e > r.len()) {
+        return Err(RegionError::PastEnd {
+            op,
+            off,
+            len,
+            size: r.len(),
+        }
+        .into());
+    }
+    Ok(())
 }
 
 /// `zap_page_range`: frees every page in `[from, to)`: frames back to the allocator, slots back to the device,

@@ -18,7 +18,7 @@ use super::page::{pg, Owner, Pfn, PgOff, SwapEntry};
 use super::page_alloc;
 use super::pgtable::{Pte, PteGuard};
 use super::pool;
-use super::region::{FileMap, RegionInner};
+use super::region::{AccessPattern, FileMap, RegionInner};
 use super::rmap::unmap_file_page;
 use super::swap_state;
 use super::MmInner;
@@ -907,7 +907,12 @@ fn filemap_fault_error(m: &MmInner, fm: &FileMap, index: PgOff, e: crate::Error)
 /// with PG_readahead on its first page; fault-around stops before that page, so the fault on it
 /// queues the window after (`page_cache_async_ra`) and finds its own pages read meanwhile. A
 /// page still under the readahead worker's I/O is waited for (its page lock), never deferred.
-fn filemap_fault(m: &MmInner, fm: &FileMap, index: PgOff) -> std::result::Result<Pfn, Fault> {
+fn filemap_fault(
+    m: &MmInner,
+    r: &RegionInner,
+    fm: &FileMap,
+    index: PgOff,
+) -> std::result::Result<Pfn, Fault> {
     let a = &fm.mapping;
     let window = (m.cfg.read_ahead_kb as u64 / 4)
         .clamp(1, 512)
@@ -926,11 +931,16 @@ fn filemap_fault(m: &MmInner, fm: &FileMap, index: PgOff) -> std::result::Result
             // Sequential: where the last read ended, or right after a cached page (one of
             // several threads each reading its own part of the file sequentially).
             let miss = fm.mmap_miss.load(Ordering::Relaxed);
-            let sequential = fm.ra_next.load(Ordering::Relaxed) == index.raw()
+            let pattern = r.access_pattern();
+            let sequential = pattern == AccessPattern::Sequential
+                || fm.ra_next.load(Ordering::Relaxed) == index.raw()
                 || (miss <= MMAP_LOTSAMISS
                     && index.raw() > 0
                     && matches!(a.peek(&m.vm, index - 1), Some(super::fs::Entry::Page(_))));
-            let ra = if sequential {
+            let ra = if pattern == AccessPattern::Random {
+                // VM_RAND_READ: only the page itself.
+                1
+            } else if sequential {
                 mmap_miss_sub(fm, 1);
                 window
             } else {
@@ -944,7 +954,7 @@ fn filemap_fault(m: &MmInner, fm: &FileMap, index: PgOff) -> std::result::Result
                     window
                 }
             };
-            let start = if sequential {
+            let start = if sequential || ra == 1 {
                 index
             } else {
                 index.round_down(ra)
@@ -996,8 +1006,10 @@ fn filemap_fault(m: &MmInner, fm: &FileMap, index: PgOff) -> std::result::Result
         m.vm.inc(Item::FileRaHit);
         // do_async_mmap_readahead: the marker starts a window of its own; the next window,
         // in the background.
-        // Not for a region whose faults mostly miss (random access).
-        if fm.mmap_miss.load(Ordering::Relaxed) <= MMAP_LOTSAMISS {
+        // Not for a region whose faults mostly miss (random access) or declared random.
+        if fm.mmap_miss.load(Ordering::Relaxed) <= MMAP_LOTSAMISS
+            && r.access_pattern() != AccessPattern::Random
+        {
             let next = index + window;
             fm.ra_next.store((next + window).raw(), Ordering::Relaxed);
             filemap::page_cache_async_ra(m, a, next, window, Some(next));
@@ -1126,7 +1138,7 @@ fn do_shared_fault(
     if beyond_eof(m, r, fm, idx) {
         return Some(Fault::Done);
     }
-    let f = match filemap_fault(m, fm, index) {
+    let f = match filemap_fault(m, r, fm, index) {
         Ok(f) => f,
         Err(fault) => return Some(fault),
     };
@@ -1343,7 +1355,7 @@ fn do_cow_fault(m: &MmInner, r: &Arc<RegionInner>, fm: &FileMap, idx: PgOff) -> 
         return Some(Fault::Done);
     }
     let index = fm.linear_page_index(idx);
-    let f = match filemap_fault(m, fm, index) {
+    let f = match filemap_fault(m, r, fm, index) {
         Ok(f) => f,
         Err(fault) => return Some(fault),
     };

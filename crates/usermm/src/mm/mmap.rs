@@ -110,6 +110,7 @@ fn new_region(mm: &Mm, len: usize, file: Option<FileMap>, noreserve: bool) -> Re
             pt: PageTable::new(npages_all),
             dead: AtomicBool::new(false),
             writes: Default::default(),
+            pattern: AtomicU32::new(0),
             last_major: AtomicU64::new(u64::MAX),
             ra_hits: AtomicU32::new(0),
             ra_win: AtomicU32::new(0),

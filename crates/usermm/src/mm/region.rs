@@ -121,6 +121,9 @@ pub struct RegionInner {
     pub(crate) ra_hits: AtomicU32,
     /// Last readahead window.
     pub(crate) ra_win: AtomicU32,
+    /// The access pattern the program declared ([`AccessPattern`], `VM_RAND_READ` /
+    /// `VM_SEQ_READ`), as its `u32` code.
+    pub(crate) pattern: AtomicU32,
     /// The file a file-backed region maps.
     pub(crate) file: Option<FileMap>,
     /// Faults in 2 MiB units where aligned (anonymous regions of a `thp` manager).
@@ -269,6 +272,47 @@ fn region_range(e: crate::sys::SysError) -> Error {
             RegionError::OutOfRange { off, len, size }.into()
         }
         other => Error::io("copying region memory", other),
+    }
+}
+
+/// How a program says it will access a region (`madvise` `MADV_NORMAL` / `MADV_RANDOM` /
+/// `MADV_SEQUENTIAL`, which set the VMA's `VM_RAND_READ` / `VM_SEQ_READ`). It decides how much
+/// a fault reads ahead: of the file for a file region, of swap for any region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AccessPattern {
+    /// Read ahead by what the faults look like (sequential runs read ahead, a region whose
+    /// faults mostly miss reads only the faulting page).
+    #[default]
+    Normal,
+    /// Faults read only their own page: no file read-around or asynchronous readahead, no
+    /// swap readahead.
+    Random,
+    /// Every miss reads a whole window and queues the next one; swap faults read ahead as if
+    /// sequential.
+    Sequential,
+}
+
+impl AccessPattern {
+    pub(crate) fn code(self) -> u32 {
+        match self {
+            AccessPattern::Normal => 0,
+            AccessPattern::Random => 1,
+            AccessPattern::Sequential => 2,
+        }
+    }
+    pub(crate) fn from_code(c: u32) -> AccessPattern {
+        match c {
+            1 => AccessPattern::Random,
+            2 => AccessPattern::Sequential,
+            _ => AccessPattern::Normal,
+        }
+    }
+}
+
+impl RegionInner {
+    /// The declared access pattern.
+    pub(crate) fn access_pattern(&self) -> AccessPattern {
+        AccessPattern::from_code(self.pattern.load(Ordering::Relaxed))
     }
 }
 

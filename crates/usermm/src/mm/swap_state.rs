@@ -20,7 +20,7 @@ use super::fs::{as_flags, AddressSpace, AddressSpaceOps, Host};
 use super::page::{pg, MappingId, Owner, Pfn, PgOff, SwapEntry};
 use super::pgtable::{Pte, PteGuard};
 use super::pool;
-use super::region::RegionInner;
+use super::region::{AccessPattern, RegionInner};
 use super::MmInner;
 
 /// Slots per swap-cache address space (`SWAP_ADDRESS_SPACE_SHIFT` = 14: 64 MiB each, as Linux
@@ -162,12 +162,18 @@ pub(crate) fn try_to_free_swap(m: &MmInner, f: Pfn) {
 /// window), at most `max` pages (`1 << page_cluster`).
 pub(crate) fn swapin_window(r: &RegionInner, idx: PgOff, max: u32) -> u32 {
     let last = r.last_major.swap(idx.raw(), Ordering::Relaxed);
-    let seq = last != u64::MAX && {
-        let last = PgOff::new(last);
-        idx == last.next()
-            || idx.next() == last
-            || idx > last && idx - last <= 2 * u64::from(r.ra_win.load(Ordering::Relaxed))
-    };
+    let pattern = r.access_pattern();
+    if pattern == AccessPattern::Random {
+        // VM_RAND_READ: swap_vma_readahead reads only the faulting page.
+        return 1;
+    }
+    let seq = pattern == AccessPattern::Sequential
+        || last != u64::MAX && {
+            let last = PgOff::new(last);
+            idx == last.next()
+                || idx.next() == last
+                || idx > last && idx - last <= 2 * u64::from(r.ra_win.load(Ordering::Relaxed))
+        };
     let hits = r.ra_hits.swap(0, Ordering::Relaxed);
     let win = swapin_nr_pages(hits, seq, r.ra_win.load(Ordering::Relaxed), max);
     r.ra_win.store(win, Ordering::Relaxed);
