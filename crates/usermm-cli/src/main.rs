@@ -213,8 +213,9 @@ enum BenchCmd {
     /// A shared file mapping of SIZE walked by --threads threads: sequential write (one word
     /// per 64 bytes, then msync) of a new file, cold sequential read, or random 8-byte reads or
     /// writes of random pages of a written file; on usermm's page cache and/or the kernel's
-    /// (mmap(2) in a memory cgroup of the same budget; its randread runs with default readahead
-    /// and with MADV_RANDOM and the better counts). Medians per pattern and engine.
+    /// (mmap(2) in a memory cgroup of the same budget). randread runs on each engine with
+    /// default readahead and with MADV_RANDOM, and the better counts. Medians per pattern and
+    /// engine.
     MmapFile {
         /// File size [default: 4x the budget].
         #[arg(long)]

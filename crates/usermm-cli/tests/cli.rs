@@ -507,6 +507,20 @@ fn mmap_file_every_pattern_on_usermm() {
         } else {
             assert!(vm["pgpgin"].as_u64().unwrap() > 0, "{pat}: {vm}");
         }
+        if pat == "randread" {
+            // As on the kernel: default readahead, then the region declared random, whose
+            // faults read only their pages.
+            let passes = r["passes"].as_array().unwrap();
+            let variants: Vec<_> = passes.iter().map(|p| p["variant"].clone()).collect();
+            assert_eq!(variants, ["readahead", "madv_random"], "{r}");
+            let rvm = &passes[1]["vmstat"];
+            let read = rvm["pgpgin"].as_u64().unwrap() / 4;
+            assert!(
+                read > 0 && read <= 3000,
+                "{read} pages read for 3000 random reads: {rvm}"
+            );
+            assert_eq!(rvm["file_ra_async"], 0, "{rvm}");
+        }
     }
     let s = &v["summary"]["patterns"];
     for pat in ["seqwrite", "seqread", "randread", "randwrite"] {
