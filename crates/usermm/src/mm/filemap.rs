@@ -960,14 +960,10 @@ pub fn page_cache_async_ra(
             });
             match spawned {
                 Some(Ok(t)) => m.ra.threads.lock().push(t),
-                Some(Err(e)) => {
-                    log::error!("starting the readahead worker: {e}; reading synchronously");
-                    m.ra.worker_failed();
-                    while let Some(r) = m.ra.try_pop() {
-                        do_page_cache_readahead(m, &r.mapping, r.start, r.nr, r.mark);
+                failed => {
+                    if let Some(Err(e)) = failed {
+                        log::error!("starting the readahead worker: {e}; reading synchronously");
                     }
-                }
-                None => {
                     m.ra.worker_failed();
                     while let Some(r) = m.ra.try_pop() {
                         do_page_cache_readahead(m, &r.mapping, r.start, r.nr, r.mark);
@@ -979,10 +975,15 @@ pub fn page_cache_async_ra(
 }
 
 /// The readahead worker (`usermm-ra`): reads queued windows until the manager goes away. A
-/// window of a file no longer in the file table (closed and forgotten) is skipped.
+/// window of a file no longer in the file table (closed and forgotten, its id perhaps reused
+/// by another file since) is skipped: its pages would name that other file.
 fn ra_worker_main(m: Arc<MmInner>) {
     while let Some(r) = m.ra.pop() {
-        if m.files.get(r.mapping.id).is_none() {
+        if !m
+            .files
+            .get(r.mapping.id)
+            .is_some_and(|a| Arc::ptr_eq(&a, &r.mapping))
+        {
             continue;
         }
         let n = do_page_cache_readahead(&m, &r.mapping, r.start, r.nr, r.mark);

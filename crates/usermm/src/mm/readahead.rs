@@ -250,7 +250,7 @@ impl RaQueue {
         if q.reqs.len() >= RA_QUEUE_MAX
             || q.reqs
                 .iter()
-                .any(|r| r.mapping.id == req.mapping.id && r.start == req.start)
+                .any(|r| Arc::ptr_eq(&r.mapping, &req.mapping) && r.start == req.start)
         {
             return RaPush::Dropped;
         }
