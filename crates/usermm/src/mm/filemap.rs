@@ -772,21 +772,12 @@ fn read_into_slots(
     frames: &[Pfn],
 ) -> io::Result<()> {
     let n = frames.len();
-    // Which slots hold a page (recycled, or populated by the caller): one mincore per run.
-    let mut present = vec![false; n];
     for &f in frames {
         pool::settle(m, f);
         m.node.pages[f].clear(pg::POOLED);
     }
-    for r in pool::runs(frames, |a, b| b == a.next()) {
-        if let Ok(v) = m
-            .pool
-            .slots
-            .resident(frames[r.start].offset(), r.len() * PAGE_SIZE)
-        {
-            present[r].copy_from_slice(&v);
-        }
-    }
+    // Which slots hold a page (recycled, or populated by the caller).
+    let present = pool::slots_present(m, frames);
     let Some(file) = mapping.file() else {
         // In-memory file: new pages are zeros.
         return fill_frames(m, frames, &present, 0, n, None);

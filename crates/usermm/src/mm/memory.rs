@@ -906,7 +906,8 @@ fn filemap_fault_error(m: &MmInner, fm: &FileMap, index: PgOff, e: crate::Error)
 /// `do_async_mmap_readahead` do: a miss reads its window synchronously and queues the next one
 /// with PG_readahead on its first page; fault-around stops before that page, so the fault on it
 /// queues the window after (`page_cache_async_ra`) and finds its own pages read meanwhile. A
-/// page still under the readahead worker's I/O is waited for (its page lock), never deferred.
+/// page still under the readahead worker's I/O is waited for (its page lock, at most
+/// READ_IO_WAIT) instead of being deferred.
 fn filemap_fault(
     m: &MmInner,
     r: &RegionInner,
@@ -925,11 +926,11 @@ fn filemap_fault(
         }
         Ok(None) => {
             // do_sync_mmap_readahead: read around the fault (ra_pages, aligned), unless the
-            // region's faults mostly miss (random access): then only the page itself. A miss
-            // exactly where the last read ended continues a sequential read: it reads the
-            // window from there and queues the next one.
-            // Sequential: where the last read ended, or right after a cached page (one of
-            // several threads each reading its own part of the file sequentially).
+            // region's faults mostly miss (random access) or it is declared random: then only
+            // the page itself. A sequential miss (the region is declared sequential, or the
+            // miss is where the last read ended, or right after a cached page: one of several
+            // threads each reading its own part) reads the window from there and queues the
+            // next one.
             let miss = fm.mmap_miss.load(Ordering::Relaxed);
             let pattern = r.access_pattern();
             let sequential = pattern == AccessPattern::Sequential
@@ -976,26 +977,14 @@ fn filemap_fault(
         Err(e) => return Err(filemap_fault_error(m, fm, index, e)),
     };
     let p = &m.node.pages[f];
-    if !p.trylock() {
-        if p.test(pg::UPTODATE) {
-            filemap::put_page(&m.node, f);
-            m.vm.inc(Item::FaultDeferred);
-            return Err(Fault::Retry);
-        }
-        // Under read I/O (the readahead worker holds it for one window): wait, as
-        // `filemap_fault`'s `lock_folio_maybe_drop_mmap` does, for at most
-        // READ_IO_WAIT; a page held longer (a writer copying into it from a buffer that is
-        // itself faulting) is deferred like any other locked page.
-        let t0 = std::time::Instant::now();
-        let mut it = 0;
-        while !p.trylock() {
-            if t0.elapsed() > READ_IO_WAIT {
-                filemap::put_page(&m.node, f);
-                m.vm.inc(Item::FaultDeferred);
-                return Err(Fault::Retry);
-            }
-            crate::sync::backoff(&mut it);
-        }
+    // A page not up to date is under read I/O (the readahead worker holds it for one window):
+    // wait, as `filemap_fault`'s `lock_folio_maybe_drop_mmap` does, for at most READ_IO_WAIT;
+    // a page held longer (a writer copying into it from a buffer that is itself faulting), or
+    // locked while up to date, is deferred.
+    if !p.trylock() && (p.test(pg::UPTODATE) || !p.lock_for(READ_IO_WAIT)) {
+        filemap::put_page(&m.node, f);
+        m.vm.inc(Item::FaultDeferred);
+        return Err(Fault::Retry);
     }
     if p.owner() != Owner::Cache(a.id, index) || !p.test(pg::UPTODATE) {
         p.unlock();
@@ -1273,9 +1262,7 @@ fn filemap_map_pages(
     }
     let clean = |f: Pfn| !m.node.pages[f].test(pg::DIRTY);
     let mut mapped = 0;
-    let runs: Vec<_> =
-        pool::runs(&pages, |x, y| y.1 == x.1.next() && clean(x.1) == clean(y.1)).collect();
-    for run in runs {
+    for run in pool::runs(&pages, |x, y| y.1 == x.1.next() && clean(x.1) == clean(y.1)) {
         let run = &pages[run];
         let (n, f0) = (run.len(), run[0].1);
         let wp = clean(f0);

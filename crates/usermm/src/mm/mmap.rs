@@ -14,7 +14,7 @@ use super::madvise::zap_page_range;
 use super::page::PgOff;
 use super::page::MAX_REGION_PAGES;
 use super::pgtable::PageTable;
-use super::region::{FileMap, MapKind, Region, RegionInner};
+use super::region::{AccessPattern, FileMap, MapKind, Region, RegionInner};
 use super::Mm;
 use crate::conv::Narrow;
 
@@ -110,7 +110,7 @@ fn new_region(mm: &Mm, len: usize, file: Option<FileMap>, noreserve: bool) -> Re
             pt: PageTable::new(npages_all),
             dead: AtomicBool::new(false),
             writes: Default::default(),
-            pattern: AtomicU32::new(0),
+            pattern: AtomicU32::new(AccessPattern::Normal.code()),
             last_major: AtomicU64::new(u64::MAX),
             ra_hits: AtomicU32::new(0),
             ra_win: AtomicU32::new(0),

@@ -342,6 +342,19 @@ impl Page {
             backoff(&mut it);
         }
     }
+    /// `lock_page` for at most `timeout`: true if locked. For waiters that must not sit behind a
+    /// holder that could itself be waiting for them.
+    pub fn lock_for(&self, timeout: std::time::Duration) -> bool {
+        let t0 = std::time::Instant::now();
+        let mut it = 0;
+        while !self.trylock() {
+            if t0.elapsed() > timeout {
+                return false;
+            }
+            backoff(&mut it);
+        }
+        true
+    }
     /// `unlock_page`.
     #[inline]
     pub fn unlock(&self) {

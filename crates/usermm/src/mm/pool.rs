@@ -169,30 +169,33 @@ pub fn slot_present(m: &MmInner, f: Pfn) -> bool {
         .is_ok_and(|v| v[0])
 }
 
-/// [`pooled_and_present`] for a batch, with one mincore per run of consecutive frames.
-pub fn pooled_batch(m: &MmInner, frames: &[Pfn]) -> Vec<bool> {
+/// Whether each frame's pool slot holds a page, whatever its flags say: one mincore per run of
+/// consecutive frames (a failed mincore counts as empty).
+pub fn slots_present(m: &MmInner, frames: &[Pfn]) -> Vec<bool> {
     let mut out = vec![false; frames.len()];
     for run in runs(frames, |a, b| b == a.next()) {
-        let (k, e) = (run.start, run.end);
-        let res = m
+        if let Ok(v) = m
             .pool
             .slots
-            .resident(frames[k].offset(), (e - k) * PAGE_SIZE)
-            .unwrap_or_else(|_| vec![false; e - k]);
-        for j in k..e {
-            let p = &m.node.pages[frames[j]];
-            if p.test(pg::POOLED) {
-                if res[j - k] {
-                    out[j] = true;
-                } else {
-                    m.vm.inc(Item::PoolSlotLost);
-                    log::warn!(
-                        "frame {} is marked pooled but its pool slot is empty",
-                        frames[j]
-                    );
-                    p.clear(pg::POOLED);
-                }
-            }
+            .resident(frames[run.start].offset(), run.len() * PAGE_SIZE)
+        {
+            out[run].copy_from_slice(&v);
+        }
+    }
+    out
+}
+
+/// [`pooled_and_present`] for a batch, with one mincore per run of consecutive frames.
+pub fn pooled_batch(m: &MmInner, frames: &[Pfn]) -> Vec<bool> {
+    let mut out = slots_present(m, frames);
+    for (j, &f) in frames.iter().enumerate() {
+        let p = &m.node.pages[f];
+        if !p.test(pg::POOLED) {
+            out[j] = false;
+        } else if !out[j] {
+            m.vm.inc(Item::PoolSlotLost);
+            log::warn!("frame {f} is marked pooled but its pool slot is empty");
+            p.clear(pg::POOLED);
         }
     }
     out
