@@ -188,6 +188,15 @@ fn environment(cmd: &RunCmd) -> Result<Plan, Fail> {
             .map_err(|e| usage(format!("--set {s}: {e}")))?;
         list.push(s.clone());
     }
+    if settings.is_new(usermm::Switch::FaultPath) {
+        return Err(usage(
+            "fault_path=sigbus is not available under `usermm run`: the program's heap is \
+             managed memory, so a fault can interrupt malloc itself, and the kernel's own \
+             accesses (read(2) into a buffer not resident) would fail with EFAULT; drop the \
+             setting (run uses fault_path=handler)"
+                .into(),
+        ));
+    }
     let mut env = vec![
         ("USERMM_BUDGET", budget.to_string()),
         ("USERMM_SWAP", swap.clone()),

@@ -375,7 +375,9 @@ fn kernel_engine_runs_in_a_cgroup_with_swap_and_tears_down() {
 
 /// `bench mmap-file --engine usermm,kernel`: every pattern on both engines alternately, two
 /// threads; randread runs on each engine with its default readahead and with MADV_RANDOM and the
-/// better one counts; both stay within the budget; medians and ratios per pattern.
+/// better one counts; both stay within the budget; medians and ratios per pattern. (16 MiB:
+/// at 8 MiB the kernel's memcg v1 OOM-killed the random writer of a shared mapping on a loaded
+/// machine, its dirty pages outrunning writeback.)
 #[test]
 fn mmap_file_every_pattern_on_both_engines() {
     need_kernel_engine!();
@@ -391,13 +393,13 @@ fn mmap_file_every_pattern_on_both_engines() {
         "--threads",
         "2",
         "--size",
-        "32M",
+        "64M",
         "--budget",
-        "8M",
+        "16M",
         "--swap",
         "ram",
         "--swap-size",
-        "16M",
+        "32M",
         "--ops",
         "2000",
         "--time-limit",
@@ -414,7 +416,7 @@ fn mmap_file_every_pattern_on_both_engines() {
         assert_eq!(r["engine"], engine, "runs alternate engines");
         let peak = r["peak_resident_bytes"].as_u64().unwrap();
         assert!(
-            peak > 0 && peak <= 8 << 20,
+            peak > 0 && peak <= 16 << 20,
             "{pat} on {engine}: peak {peak} above the budget"
         );
         let passes = r["passes"].as_array().unwrap();

@@ -69,6 +69,22 @@ fn bad_values_and_settings_are_errors_naming_them() {
             &[],
             &["USERMM_PRELOAD_THRESHOLD", "big"],
         ),
+        // Faults served on the faulting thread cannot serve a program whose heap is managed.
+        (
+            &[],
+            &["--set", "fault_path=sigbus"],
+            &[
+                "fault_path=sigbus",
+                "usermm run",
+                "EFAULT",
+                "fault_path=handler",
+            ],
+        ),
+        (
+            &[("USERMM_SET", "fault_path=sigbus")],
+            &[],
+            &["fault_path=sigbus", "usermm run"],
+        ),
         (
             &[],
             &["--set", "laptop_mode=sometimes"],

@@ -160,7 +160,7 @@ fn manager() -> Option<Mm> {
     // One way to make a process's default manager (Mm::from_env), shared with the C ABI and
     // Python: USERMM_SWAP=file:PATH reaches every process of the program (children, exec'd
     // programs); the first manager holds PATH, the others swap to a temporary file.
-    let made = Mm::from_env().map(|e| {
+    let made = refuse_self_served().and_then(|()| Mm::from_env()).map(|e| {
         *SWAP_NOTE.lock() = e.swap_note;
         e.mm
     });
@@ -176,6 +176,24 @@ fn manager() -> Option<Mm> {
             STATE.store(2, Ordering::Release);
             None
         }
+    }
+}
+
+/// `fault_path=sigbus` cannot serve a program whose heap is managed: a fault may interrupt
+/// malloc, and the fault path allocates. `usermm run` refuses it up front; this catches a
+/// USERMM_SET given by hand.
+fn refuse_self_served() -> usermm::Result<()> {
+    let set = std::env::var("USERMM_SET").unwrap_or_default();
+    match usermm::Settings::parse(&set) {
+        Ok(s) if s.is_new(usermm::Switch::FaultPath) => {
+            Err(usermm::Error::from(usermm::ConfigError::Unsupported {
+                what: "USERMM_SET=fault_path=sigbus under usermm run".into(),
+                why: "the program's heap is managed memory and a fault may interrupt malloc; \
+                      use fault_path=handler"
+                    .into(),
+            }))
+        }
+        _ => Ok(()),
     }
 }
 

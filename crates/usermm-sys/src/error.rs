@@ -48,6 +48,8 @@ pub enum Syscall {
     /// `poll(2)` on the userfaultfd.
     UffdPoll,
     Eventfd,
+    /// Installing or reading the SIGBUS handler of the faulting-thread fault path.
+    Sigaction,
 }
 
 impl fmt::Display for Syscall {
@@ -84,6 +86,7 @@ impl fmt::Display for Syscall {
             Syscall::UffdRead => "read of userfaultfd messages",
             Syscall::UffdPoll => "poll of the userfaultfd",
             Syscall::Eventfd => "eventfd",
+            Syscall::Sigaction => "sigaction(SIGBUS)",
         })
     }
 }

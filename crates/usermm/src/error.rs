@@ -127,6 +127,9 @@ pub enum ConfigError {
     NoValue { item: String },
     #[error("laptop_mode={value:?}: use on or off")]
     LaptopMode { value: String },
+    /// A setting this front end cannot honour; `why` says why and what to use instead.
+    #[error("{what} is not supported: {why}")]
+    Unsupported { what: String, why: String },
     #[error("{switch}={value:?}: use old ({old}) or new ({new})")]
     SwitchValue {
         switch: &'static str,
@@ -241,6 +244,15 @@ pub enum UffdError {
     NoMove,
     #[error("this kernel's userfaultfd lacks write-protect mode (Linux 5.7+)")]
     NoWriteProtect,
+    /// `fault_path=sigbus` on a userfaultfd without `UFFD_FEATURE_SIGBUS` (Linux 4.14+).
+    #[error("fault_path=sigbus: this kernel's userfaultfd lacks UFFD_FEATURE_SIGBUS (Linux 4.14+); use fault_path=handler")]
+    NoSigbus,
+    /// `fault_path=sigbus`: the SIGBUS handler could not be installed.
+    #[error("fault_path=sigbus: {source}")]
+    Sigbus {
+        #[source]
+        source: SysError,
+    },
 }
 
 macro_rules! invalid_from {

@@ -51,6 +51,12 @@ pub enum Switch {
     /// Linux 6.1's multi-gen LRU (new, `lru_gen=on`; `CONFIG_LRU_GEN`, `/sys/kernel/mm/lru_gen/
     /// enabled`). Not a seed commit: off by default (see [`SwitchInfo::default`]).
     LruGen,
+    /// Who serves a fault: the handler threads reading the userfaultfd (old, `handler`), or
+    /// the faulting thread itself in a SIGBUS handler (new, `sigbus`; `UFFD_FEATURE_SIGBUS`,
+    /// ExtMem's design). Not a seed commit: `handler` by default, because under `sigbus` a
+    /// kernel-mode access (`read(2)` into a page not resident) fails with EFAULT
+    /// (docs/fault_path.md).
+    FaultPath,
 }
 
 /// Static description of one switch.
@@ -144,6 +150,15 @@ pub const SWITCHES: &[SwitchInfo] = &[
         old: "off",
         new: "on",
         what: "page replacement: two-list active/inactive LRU (off) or the multi-gen LRU (on)",
+        default: Behaviour::Old,
+    },
+    SwitchInfo {
+        switch: Switch::FaultPath,
+        name: "fault_path",
+        seed: "issue 13",
+        old: "handler",
+        new: "sigbus",
+        what: "who serves a fault: handler threads reading the userfaultfd, or the faulting thread in a SIGBUS handler",
         default: Behaviour::Old,
     },
 ];
@@ -319,14 +334,17 @@ mod tests {
     #[test]
     fn defaults_are_new() {
         let s = Settings::default();
-        assert!(SWITCHES
-            .iter()
-            .all(|i| s.get(i.switch) == i.default
-                && (i.switch == Switch::LruGen || s.is_new(i.switch))));
+        assert!(SWITCHES.iter().all(|i| s.get(i.switch) == i.default
+            && (matches!(i.switch, Switch::LruGen | Switch::FaultPath) || s.is_new(i.switch))));
         assert_eq!(
             s.get(Switch::LruGen),
             Behaviour::Old,
             "lru_gen is off by default"
+        );
+        assert_eq!(
+            s.get(Switch::FaultPath),
+            Behaviour::Old,
+            "faults are served by handler threads by default"
         );
         assert!(!s.laptop_mode);
     }

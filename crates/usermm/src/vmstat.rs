@@ -84,6 +84,7 @@ items! {
     FaultDeferred = "fault_deferred",
     HandlerSpinHit = "handler_spin_hit",
     HandlerWakeup = "handler_wakeup",
+    FaultSelfServed = "fault_self_served",
     NrDirtied = "nr_dirtied",
     NrWritten = "nr_written",
     NrVmscanWrite = "nr_vmscan_write",

@@ -119,9 +119,9 @@ fn check_page(
     Ok(())
 }
 
-fn run(initial: Vec<u32>, ops: Vec<Op>, lru_gen: bool) -> Result<(), TestCaseError> {
+fn run(initial: Vec<u32>, ops: Vec<Op>, lru_gen: bool, sigbus: bool) -> Result<(), TestCaseError> {
     let budget = 2 * MIB;
-    let mm: Mm = mm_ram_lru_gen(budget, 40 * MIB, lru_gen);
+    let mm: Mm = mm_ram_mode(budget, 40 * MIB, lru_gen, sigbus);
     let mut regions: Vec<Region> = initial
         .iter()
         .map(|&n| mm.map_anon(n as usize * PAGE).unwrap())
@@ -270,8 +270,10 @@ proptest! {
         ops in proptest::collection::vec(op(), 1..400),
         // The replacement policy: the two-list LRU or the multi-gen LRU.
         lru_gen in any::<bool>(),
+        // The fault path: handler threads or the faulting thread itself (fault_path=sigbus).
+        sigbus in any::<bool>(),
     ) {
         init_log();
-        run(initial, ops, lru_gen)?;
+        run(initial, ops, lru_gen, sigbus)?;
     }
 }

@@ -27,8 +27,13 @@ struct Setup {
     private: Vec<Region>,
 }
 
-fn setup(threads: usize, shared_mib: &[u64], private_each: usize, lru_gen: bool) -> Arc<Setup> {
-    let mm = mm_ram_lru_gen(BUDGET, 128 * MIB, lru_gen);
+fn setup(
+    threads: usize,
+    shared_mib: &[u64],
+    private_each: usize,
+    (lru_gen, sigbus): (bool, bool),
+) -> Arc<Setup> {
+    let mm = mm_ram_mode(BUDGET, 128 * MIB, lru_gen, sigbus);
     let shared = shared_mib
         .iter()
         .map(|&m| mm.map_anon((m * MIB) as usize).unwrap())
@@ -130,22 +135,22 @@ fn run_threads(
 
 /// 24 threads; 4 shared regions of 8 MiB (every page written by every thread) plus a 1.5 MiB
 /// private region each: 68 MiB with an 8 MiB budget. Write once, verify twice.
-/// Over both replacement policies (`lru_gen=off`, `on`).
+/// Over both replacement policies (`lru_gen=off`, `on`) and both fault paths.
 #[test]
 fn many_threads_write_then_verify() {
-    for lru_gen in LRU_GEN {
-        many_threads_write_then_verify_with(lru_gen);
+    for mode in MODES {
+        many_threads_write_then_verify_with(mode);
     }
 }
 
-fn many_threads_write_then_verify_with(lru_gen: bool) {
+fn many_threads_write_then_verify_with(mode: (bool, bool)) {
     init_log();
     const T: usize = 24;
     with_watchdog(
         120,
         "24 threads over 68 MiB with an 8 MiB budget",
         move || {
-            let s = setup(T, &[8, 8, 8, 8], 1536 << 10, lru_gen);
+            let s = setup(T, &[8, 8, 8, 8], 1536 << 10, mode);
             run_threads(&s, T, |s, t, b| {
                 b.wait();
                 pass(s, t, 1, true, 1);
@@ -171,22 +176,22 @@ fn many_threads_write_then_verify_with(lru_gen: bool) {
 
 /// Like above but every round rewrites the data (pages that came back from swap are written
 /// again), so stale swap copies would show up as old values.
-/// Over both replacement policies (`lru_gen=off`, `on`).
+/// Over both replacement policies (`lru_gen=off`, `on`) and both fault paths.
 #[test]
 fn many_threads_rewrite_rounds() {
-    for lru_gen in LRU_GEN {
-        many_threads_rewrite_rounds_with(lru_gen);
+    for mode in MODES {
+        many_threads_rewrite_rounds_with(mode);
     }
 }
 
-fn many_threads_rewrite_rounds_with(lru_gen: bool) {
+fn many_threads_rewrite_rounds_with(mode: (bool, bool)) {
     init_log();
     const T: usize = 16;
     with_watchdog(
         120,
         "16 threads rewriting 40 MiB with an 8 MiB budget",
         move || {
-            let s = setup(T, &[8, 8], 1536 << 10, lru_gen);
+            let s = setup(T, &[8, 8], 1536 << 10, mode);
             run_threads(&s, T, |s, t, b| {
                 for round in 1..=3u64 {
                     b.wait();
@@ -255,19 +260,19 @@ fn sixty_four_threads_fault_at_once_on_one_region() {
 
 /// Threads read untouched memory, write it, discard it and write it again concurrently in a
 /// shared region while others stream through their own: mixed fault types at once.
-/// Over both replacement policies (`lru_gen=off`, `on`).
+/// Over both replacement policies (`lru_gen=off`, `on`) and both fault paths.
 #[test]
 fn mixed_faults_with_concurrent_discard() {
-    for lru_gen in LRU_GEN {
-        mixed_faults_with_concurrent_discard_with(lru_gen);
+    for mode in MODES {
+        mixed_faults_with_concurrent_discard_with(mode);
     }
 }
 
-fn mixed_faults_with_concurrent_discard_with(lru_gen: bool) {
+fn mixed_faults_with_concurrent_discard_with(mode: (bool, bool)) {
     init_log();
     const T: usize = 16;
     with_watchdog(120, "mixed faults with discard", move || {
-        let mm = mm_ram_lru_gen(BUDGET, 64 * MIB, lru_gen);
+        let mm = mm_ram_mode(BUDGET, 64 * MIB, mode.0, mode.1);
         let r = Arc::new(mm.map_anon(32 * MIB as usize).unwrap());
         let slice = r.len() / PAGE / T; // 512 pages each
         let barrier = Arc::new(AbortBarrier::new(T));

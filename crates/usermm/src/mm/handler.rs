@@ -54,7 +54,9 @@ impl HandlerState {
             shutdown_efd,
             spinners: AtomicU32::new(0),
             refaults: RefaultTrack::default(),
-            slots: (0..handlers).map(|_| HandlerSlot::default()).collect(),
+            slots: (0..handlers + SELF_SLOTS)
+                .map(|_| HandlerSlot::default())
+                .collect(),
             epoch: Instant::now(),
             stuck_after_ms: AtomicU64::new(STUCK_FAULT_AFTER.as_millis().sat_u64()),
         }
@@ -107,9 +109,8 @@ impl RefaultTrack {
     }
 }
 
-/// Serves one fault message, through the tripwire.
-fn serve(m: &MmInner, msg: &Msg) -> Fault {
-    let (addr, flags, tid) = (msg.fault_address(), msg.fault_flags(), msg.fault_tid());
+/// Serves one fault of thread `tid` at `addr` (uffd fault `flags`), through the tripwire.
+fn serve(m: &MmInner, addr: usize, flags: u64, tid: u32) -> Fault {
     inject::maybe_panic(addr);
     let n = m.handlers.refaults.note(tid, addr);
     if n >= REFAULT_TRIP {
@@ -130,10 +131,9 @@ fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
 /// asleep. The fault is served once more (the entries' locks were released by unwinding); a
 /// second panic poisons the page, so the toucher gets SIGBUS instead of waiting forever. Both
 /// are logged and counted (`handler_panic`), and [`Mm::health`](super::Mm::health) reports them.
-fn serve_guarded(m: &MmInner, msg: &Msg) -> Fault {
+pub(crate) fn serve_guarded(m: &MmInner, addr: usize, flags: u64, tid: u32) -> Fault {
     use std::panic::{catch_unwind, AssertUnwindSafe};
-    let addr = msg.fault_address();
-    let p = match catch_unwind(AssertUnwindSafe(|| serve(m, msg))) {
+    let p = match catch_unwind(AssertUnwindSafe(|| serve(m, addr, flags, tid))) {
         Ok(f) => return f,
         Err(p) => p,
     };
@@ -144,7 +144,7 @@ fn serve_guarded(m: &MmInner, msg: &Msg) -> Fault {
     );
     match catch_unwind(AssertUnwindSafe(|| {
         inject::maybe_panic(addr);
-        handle_fault(m, addr, msg.fault_flags())
+        handle_fault(m, addr, flags)
     })) {
         Ok(f) => f,
         Err(p) => {
@@ -191,6 +191,24 @@ pub struct HandlerSlot {
     busy_addr: AtomicUsize,
     deferred_since: AtomicU64,
     deferred_addr: AtomicUsize,
+}
+
+/// Watchdog slots for faults served on the faulting thread (`fault_path=sigbus`, mm/fault.rs),
+/// after the handler threads' slots, shared by thread id modulo their number: a thread whose
+/// fault is deferred behind a locked page records it in its slot, so the watchdog sees it.
+pub const SELF_SLOTS: usize = 16;
+
+impl HandlerSlot {
+    /// Records a deferred fault at `addr` (fault_path=sigbus: the faulting thread's own slot).
+    pub(crate) fn defer(&self, h: &HandlerState, addr: usize) {
+        self.deferred_addr.store(addr, Ordering::Relaxed);
+        self.deferred_since.store(since(h), Ordering::Release);
+    }
+
+    /// The deferred fault of this slot was served.
+    pub(crate) fn clear_deferred(&self) {
+        self.deferred_since.store(0, Ordering::Release);
+    }
 }
 
 /// Faults outstanding longer than this are reported by the watchdog (log, `fault_stuck`,
@@ -271,7 +289,7 @@ pub fn handler_main(m: Arc<MmInner>, slot: usize) {
     let serve_one = |msg: &Msg| -> Fault {
         me.busy_addr.store(msg.fault_address(), Ordering::Relaxed);
         me.busy_since.store(since(&m.handlers), Ordering::Release);
-        let f = serve_guarded(&m, msg);
+        let f = serve_guarded(&m, msg.fault_address(), msg.fault_flags(), msg.fault_tid());
         me.busy_since.store(0, Ordering::Release);
         f
     };
@@ -318,7 +336,7 @@ pub fn handler_main(m: Arc<MmInner>, slot: usize) {
         if !deferred.is_empty() {
             let before = deferred.len();
             deferred.retain(|(msg, _)| {
-                let f = catch_retry(&m, msg);
+                let f = catch_retry(&m, msg.fault_address(), msg.fault_flags());
                 f == Fault::Retry
             });
             publish_deferred(&deferred);
@@ -374,20 +392,17 @@ pub fn handler_main(m: Arc<MmInner>, slot: usize) {
 
 /// A deferred fault served again (behind the same panic guard, without the tripwire: the thread
 /// has not faulted again, it is still waiting for this answer).
-fn catch_retry(m: &MmInner, msg: &Msg) -> Fault {
+pub(crate) fn catch_retry(m: &MmInner, addr: usize, flags: u64) -> Fault {
     use std::panic::{catch_unwind, AssertUnwindSafe};
-    match catch_unwind(AssertUnwindSafe(|| {
-        handle_fault(m, msg.fault_address(), msg.fault_flags())
-    })) {
+    match catch_unwind(AssertUnwindSafe(|| handle_fault(m, addr, flags))) {
         Ok(f) => f,
         Err(p) => {
             m.vm.inc(Item::HandlerPanic);
             log::error!(
-                "fault handler panicked serving deferred {:#x}: {}; the page is poisoned (SIGBUS)",
-                msg.fault_address(),
+                "fault handler panicked serving deferred {addr:#x}: {}; the page is poisoned (SIGBUS)",
                 panic_text(&*p)
             );
-            poison_after_panic(m, msg.fault_address());
+            poison_after_panic(m, addr);
             Fault::Done
         }
     }

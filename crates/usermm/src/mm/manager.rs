@@ -368,6 +368,7 @@ pub(crate) struct MmHandle {
 
 impl Drop for MmHandle {
     fn drop(&mut self) {
+        super::fault::disable(&self.inner);
         // Closed files' dirty pages reach their files before the manager goes.
         super::file::writeback_all(&self.inner);
         self.inner.handlers.shutdown.store(true, Ordering::Release);
@@ -497,7 +498,16 @@ impl Mm {
             | uffd::feature::POISON
             | uffd::feature::PAGEFAULT_FLAG_WP
             | uffd::feature::THREAD_ID;
+        let self_served = cfg.settings.is_new(crate::Switch::FaultPath);
+        let wanted = if self_served {
+            wanted | uffd::feature::SIGBUS
+        } else {
+            wanted
+        };
         let uffd = Uffd::open(wanted, cfg.uffd_policy).map_err(UffdError::Open)?;
+        if self_served && !uffd.has(uffd::feature::SIGBUS) {
+            return Err(UffdError::NoSigbus.into());
+        }
         if !uffd.has(uffd::feature::MOVE) {
             return Err(UffdError::NoMove.into());
         }
@@ -589,6 +599,9 @@ impl Mm {
             .spawn(move || vmscan::kswapd_main(m))
             .map_err(|e| spawn_failed("kswapd", e))?;
         h.threads.lock().push(t);
+        if self_served {
+            super::fault::enable(&inner)?;
+        }
         drop(inner);
         Ok(Mm { h })
     }

@@ -76,6 +76,14 @@ pub fn handle_fault(m: &MmInner, addr: usize, flags: u64) -> Fault {
     }
 }
 
+/// Whether `addr` is in one of `m`'s regions (`Some`), and if so whether its page is poisoned
+/// (true: the access must raise SIGBUS, not be served; fault_path=sigbus, mm/fault.rs).
+pub(crate) fn owns(m: &MmInner, addr: usize) -> Option<bool> {
+    let t = m.mm.regions.read();
+    let r = t.find(addr)?;
+    Some(r.pt.get(PgOff::of_offset(addr - r.view.addr())) == Pte::Poison)
+}
+
 fn handle_pte_fault(
     m: &MmInner,
     r: &Arc<RegionInner>,
@@ -264,6 +272,9 @@ fn wake(m: &MmInner, r: &RegionInner, idx: PgOff) {
 /// UFFDIO_WAKE over `n` pages of `r` from page `idx`. It fails only on a usermm bug: logged with
 /// the address and counted (`mm_warn`), as `warn_on` does.
 fn wake_pages(m: &MmInner, r: &RegionInner, idx: PgOff, n: u64) {
+    if m.mm.faults_self_served() {
+        return;
+    }
     if let Err(e) = m.mm.uffd.wake(r.page_addr(idx), n.usize() * PAGE_SIZE) {
         m.vm.inc(Item::MmWarn);
         log::error!("UFFDIO_WAKE at {:#x}: {e}", r.page_addr(idx));

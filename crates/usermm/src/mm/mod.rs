@@ -8,7 +8,8 @@
 //! `mm/workingset.c`), `memory` (fault handling, `mm/memory.c`), `swap_state`
 //! (swap cache and readahead, `mm/swap_state.c`), `vmscan` (reclaim and kswapd, `mm/vmscan.c`), `page_alloc` (`__alloc_pages`, `mm/page_alloc.c`),
 //! `page_io` (swap device reads and writes, `mm/page_io.c`),
-//! `handler` (the userfaultfd reader threads), `region` (the region types, `vm_area_struct`),
+//! `handler` (the userfaultfd reader threads), `fault` (the faulting thread serving its own fault,
+//! `fault_path=sigbus`, `arch/x86/mm/fault.c`), `region` (the region types, `vm_area_struct`),
 //! `mmap` (creating and tearing down regions, `mm/mmap.c`), `madvise` (discard, `mm/madvise.c`),
 //! `filemap` (the page cache, `mm/filemap.c`), `file` (cached files and file regions),
 //! `readahead` (`mm/readahead.c`), `page_writeback` (dirty throttling and flushers), `pool`
@@ -31,6 +32,8 @@ pub mod zap;
 // the model checker explores it with loom's primitives; see tests/loom_page.rs.
 #[cfg(not(loom))]
 pub mod errseq;
+#[cfg(not(loom))]
+pub(crate) mod fault;
 #[cfg(not(loom))]
 pub mod file;
 #[cfg(not(loom))]

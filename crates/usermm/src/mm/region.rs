@@ -43,6 +43,14 @@ impl MmStruct {
             huge_zero_used: AtomicBool::new(false),
         }
     }
+
+    /// Whether faults are served on the faulting threads (`fault_path=sigbus`, mm/fault.rs):
+    /// the userfaultfd raises SIGBUS instead of queueing messages, so no thread ever sleeps
+    /// on it and nothing needs waking.
+    pub(crate) fn faults_self_served(&self) -> bool {
+        self.uffd.has(crate::sys::uffd::feature::SIGBUS)
+    }
+
     /// The live region `id` (the rmap's way from a page to its mapping).
     pub(crate) fn region(&self, id: RegionId) -> Option<Arc<RegionInner>> {
         self.regions.read().get(id).cloned()

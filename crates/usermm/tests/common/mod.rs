@@ -43,15 +43,26 @@ pub const LRU_GEN: [bool; 2] = [false, true];
 
 /// [`mm_ram`] with the replacement policy chosen (`lru_gen=on|off`).
 pub fn mm_ram_lru_gen(budget: u64, swap: u64, lru_gen: bool) -> Mm {
-    let b = if lru_gen {
-        Behaviour::New
-    } else {
-        Behaviour::Old
-    };
+    mm_ram_mode(budget, swap, lru_gen, false)
+}
+
+/// The (replacement policy, fault path) pairs the stress tests run over: both policies with
+/// the handler threads, and the two-list LRU with faults served on the faulting thread
+/// (`fault_path=sigbus`).
+pub const MODES: [(bool, bool); 3] = [(false, false), (true, false), (false, true)];
+
+/// [`mm_ram`] with the replacement policy (`lru_gen=on|off`) and the fault path
+/// (`fault_path=sigbus|handler`) chosen.
+pub fn mm_ram_mode(budget: u64, swap: u64, lru_gen: bool, sigbus: bool) -> Mm {
+    let b = |on: bool| if on { Behaviour::New } else { Behaviour::Old };
     Mm::new(
         MmConfig::new(budget)
             .swap(SwapConfig::Ram { size: swap })
-            .settings(Settings::default().with(Switch::LruGen, b)),
+            .settings(
+                Settings::default()
+                    .with(Switch::LruGen, b(lru_gen))
+                    .with(Switch::FaultPath, b(sigbus)),
+            ),
     )
     .expect("creating a memory manager")
 }
