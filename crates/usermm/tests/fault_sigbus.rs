@@ -153,6 +153,47 @@ fn faults_served_on_the_faulting_thread_and_other_sigbus_chained() {
         assert!(mm.peak_resident_bytes() <= budget, "{vm}");
         assert_consistent(&mm);
 
+        // A shared file mapping four times the budget written by four threads (write faults
+        // served in place, the writers throttled in the fault above the dirty limits as
+        // Linux's fault_dirty_shared_page does), flushed, then checked on disk.
+        let fpath = dir.path().join("written");
+        let flen = (4 * budget) as usize;
+        std::fs::write(&fpath, vec![0u8; flen]).unwrap();
+        let fr = Arc::new(mm.map_file(&fpath, 0, flen, MapKind::Shared).unwrap());
+        let hs: Vec<_> = (0..4)
+            .map(|t| {
+                let fr = fr.clone();
+                std::thread::spawn(move || {
+                    for p in (t..flen / PAGE).step_by(4) {
+                        for w in [0, 511] {
+                            fr.write_u64(p * PAGE + w * 8, pattern(7, p as u64, w as u64));
+                        }
+                    }
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().expect("a writer panicked");
+        }
+        fr.flush(0, flen).unwrap();
+        drop(fr);
+        let disk = std::fs::read(&fpath).unwrap();
+        for p in 0..flen / PAGE {
+            for w in [0usize, 511] {
+                let o = p * PAGE + w * 8;
+                let got = u64::from_ne_bytes(disk[o..o + 8].try_into().unwrap());
+                assert_eq!(
+                    got,
+                    pattern(7, p as u64, w as u64),
+                    "file page {p} word {w}"
+                );
+            }
+        }
+        eprintln!(
+            "mapped writers: dirty_throttle {}",
+            mm.vmstat().val("dirty_throttle")
+        );
+
         // Not usermm's: a SIGBUS beyond the end of a file the program mapped itself reaches
         // the program's handler through usermm's.
         let before = SEEN_COUNT.load(Ordering::SeqCst);

@@ -74,12 +74,32 @@ fn bytes(seed: u8, off: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// A 1 MiB manager with 4 MiB of RAM swap, its faults served by handler threads or, with
+/// `sigbus`, on the faulting threads (`fault_path=sigbus`).
+fn small_mm(sigbus: bool) -> Mm {
+    let b = if sigbus {
+        usermm::Behaviour::New
+    } else {
+        usermm::Behaviour::Old
+    };
+    Mm::new(
+        MmConfig::new(1 << 20)
+            .swap(SwapConfig::Ram { size: 4 << 20 })
+            .settings(usermm::Settings::default().with(usermm::Switch::FaultPath, b)),
+    )
+    .unwrap()
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
     #[test]
-    fn page_cache_matches_a_shadow(ops in proptest::collection::vec(op(), 1..250)) {
+    fn page_cache_matches_a_shadow(
+        ops in proptest::collection::vec(op(), 1..250),
+        // Faults served by handler threads or on the faulting thread (fault_path=sigbus).
+        sigbus in any::<bool>(),
+    ) {
         let d = tempfile::tempdir_in(std::env::var("TMPDIR").unwrap_or("/var/tmp".into())).unwrap();
-        let mm = Mm::new(MmConfig::new(1 << 20).swap(SwapConfig::Ram { size: 4 << 20 })).unwrap();
+        let mm = small_mm(sigbus);
         let paths: Vec<_> = (0..2).map(|i| d.path().join(format!("f{i}"))).collect();
         let files: Vec<CachedFile> = paths.iter().map(|p| mm.open(p).unwrap()).collect();
         let mut shadow: Vec<Vec<u8>> = vec![Vec::new(), Vec::new()];
@@ -247,13 +267,14 @@ proptest! {
     /// holds every thread's last stores and the original bytes elsewhere.
     #[test]
     fn concurrent_mapped_access_across_two_regions(
-        plans in proptest::collection::vec(accesses(), CTHREADS..=CTHREADS)
+        plans in proptest::collection::vec(accesses(), CTHREADS..=CTHREADS),
+        sigbus in any::<bool>(),
     ) {
         let d = tempfile::tempdir_in(std::env::var("TMPDIR").unwrap_or("/var/tmp".into())).unwrap();
         let path = d.path().join("shared");
         let original = bytes(0x5c, 0, CPAGES * 4096);
         std::fs::write(&path, &original).unwrap();
-        let mm = Mm::new(MmConfig::new(1 << 20).swap(SwapConfig::Ram { size: 4 << 20 })).unwrap();
+        let mm = small_mm(sigbus);
         let len = CPAGES * 4096;
         let regions: Vec<Region> = (0..2)
             .map(|_| mm.map_file(&path, 0, len, MapKind::Shared).unwrap())

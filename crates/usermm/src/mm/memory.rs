@@ -65,7 +65,16 @@ pub fn handle_fault(m: &MmInner, addr: usize, flags: u64) -> Fault {
             return Fault::Done;
         }
         let res = match (r.pt.get(idx), &r.file) {
-            (_, Some(fm)) if fm.shared => do_shared_fault(m, &r, fm, idx, write, wp),
+            (_, Some(fm)) if fm.shared => {
+                let f = do_shared_fault(m, &r, fm, idx, write, wp);
+                if write && f == Some(Fault::Done) && m.mm.faults_self_served() {
+                    // fault_dirty_shared_page: the thread that dirtied the pages waits for
+                    // writeback if it took the node past the dirty limits, as Linux's writer
+                    // does; a handler thread serving many faults cannot.
+                    super::page_writeback::balance_dirty_pages(m, &fm.mapping);
+                }
+                f
+            }
             (Pte::None, Some(fm)) => do_cow_fault(m, &r, fm, idx),
             (pte, _) => handle_pte_fault(m, &r, idx, pte, write, wp),
         };

@@ -198,6 +198,16 @@ pub fn balance_dirty_pages_ratelimited(m: &MmInner, mapping: &AddressSpace) {
     if skip {
         return;
     }
+    balance_dirty_pages(m, mapping);
+}
+
+/// `balance_dirty_pages` without the ratelimit: for a write fault on a shared file mapping
+/// served on the faulting thread (`fault_dirty_shared_page`), which dirties a whole
+/// fault-around window at once.
+pub(crate) fn balance_dirty_pages(m: &MmInner, mapping: &AddressSpace) {
+    if mapping.is_memory() {
+        return;
+    }
     let dirty = nr_dirty(&m.vm);
     if dirty < 64 {
         return;
