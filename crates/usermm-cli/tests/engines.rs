@@ -438,7 +438,7 @@ fn mmap_file_every_pattern_on_both_engines() {
             let want = if pat.starts_with("rand") {
                 2000
             } else {
-                (32 << 20) / 64
+                (64 << 20) / 64
             };
             // A random pass may stop at the time limit on a slow kernel configuration.
             let ops = p["ops"].as_u64().unwrap();
@@ -449,7 +449,7 @@ fn mmap_file_every_pattern_on_both_engines() {
             assert!(p["vmstat"]["pgfault"].as_u64().unwrap() > 0, "{p}");
         }
         if engine == "kernel" {
-            assert_eq!(r["setup"]["limit_bytes"], 8 << 20);
+            assert_eq!(r["setup"]["limit_bytes"], 16 << 20);
             assert_torn_down(&r["setup"]);
         }
     }

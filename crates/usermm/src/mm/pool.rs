@@ -247,17 +247,20 @@ thread_local! {
 }
 
 /// Runs `f` with this thread's bounce buffer (512 pages, unregistered, reused so its pages stay
-/// populated): device reads land there, then UFFDIO_COPY places them.
+/// populated): device reads land there, then UFFDIO_COPY places them. Under
+/// `fault_path=sigbus` every faulting thread has one (its readahead windows' worth resident,
+/// outside the budget). Re-entered on the same thread (a fault served in a signal handler that
+/// interrupted a holder), it uses a temporary buffer instead.
 pub(crate) fn with_bounce<R>(pages: usize, f: impl FnOnce(&Mapping) -> R) -> R {
     assert!(pages <= 512);
-    BOUNCE.with(|b| {
-        let mut b = b.borrow_mut();
-        if b.is_none() {
-            let m = Mapping::anon(512 * PAGE_SIZE, 0).expect("mapping a 2 MiB bounce buffer");
-            let _ = m.advise(0, m.len(), Advice::NoHugePage);
-            *b = Some(m);
-        }
-        f(b.as_ref().expect("bounce buffer"))
+    let new = || {
+        let m = Mapping::anon(512 * PAGE_SIZE, 0).expect("mapping a 2 MiB bounce buffer");
+        let _ = m.advise(0, m.len(), Advice::NoHugePage);
+        m
+    };
+    BOUNCE.with(|b| match b.try_borrow_mut() {
+        Ok(mut b) => f(b.get_or_insert_with(new)),
+        Err(_) => f(&new()),
     })
 }
 
