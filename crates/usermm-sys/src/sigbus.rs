@@ -20,8 +20,8 @@
 //! default is restored and the signal takes effect as it would have without usermm. A handler
 //! installed after ours replaces it; [`installed`] tells whether ours is still in place.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use crate::error::{Result, SysError, Syscall};
 
@@ -32,24 +32,19 @@ pub type FaultHook = fn(addr: usize, write: bool, protection: bool) -> bool;
 
 /// The hook as an address (0: none yet).
 static HOOK: AtomicUsize = AtomicUsize::new(0);
-/// The disposition SIGBUS had before ours, read once at installation.
-static PREV: OnceLock<PrevAction> = OnceLock::new();
+/// The disposition SIGBUS had before ours (its handler, and whether it takes siginfo), read
+/// whenever ours is (re)installed: a handler that replaced ours is chained once ours is back.
+static PREV_HANDLER: AtomicUsize = AtomicUsize::new(libc::SIG_DFL);
+static PREV_SIGINFO: AtomicBool = AtomicBool::new(false);
 static INSTALL: Mutex<()> = Mutex::new(());
-
-/// The earlier disposition, copied out of its `sigaction`.
-#[derive(Clone, Copy)]
-struct PrevAction {
-    handler: usize,
-    siginfo: bool,
-}
 
 /// x86 page-fault error code bits (`arch/x86/include/asm/trap_pf.h`).
 const X86_PF_PROT: u64 = 1 << 0;
 const X86_PF_WRITE: u64 = 1 << 1;
 
 /// Installs the process-wide SIGBUS handler that calls `hook` for `BUS_ADRERR` faults. Once
-/// per process; later calls with the same hook are no-ops and reinstall the handler if
-/// something replaced it. Only x86-64 reports whether a fault was a write; elsewhere this
+/// per process; later calls are no-ops while it is in place, and reinstall it (chaining to
+/// the replacement) if a handler installed since replaced it. Only x86-64 reports whether a fault was a write; elsewhere this
 /// fails (the caller keeps the handler-thread path).
 pub fn install(hook: FaultHook) -> Result<()> {
     if !cfg!(target_arch = "x86_64") {
@@ -64,15 +59,11 @@ pub fn install(hook: FaultHook) -> Result<()> {
     if installed() {
         return Ok(());
     }
-    if PREV.get().is_none() {
-        let old = current()?;
-        let prev = PrevAction {
-            handler: old.sa_sigaction,
-            siginfo: old.sa_flags & libc::SA_SIGINFO != 0,
-        };
-        // Not ours (checked above), so this is the program's (or the Rust runtime's) handler.
-        let _ = PREV.set(prev);
-    }
+    // Not ours (checked above): the program's (or the Rust runtime's) handler. The flag is
+    // stored first: a chain racing with this sees the old handler with at worst the new flag.
+    let old = current()?;
+    PREV_SIGINFO.store(old.sa_flags & libc::SA_SIGINFO != 0, Ordering::Release);
+    PREV_HANDLER.store(old.sa_sigaction, Ordering::Release);
     // SAFETY: an all-zero sigaction is a valid value to fill in.
     let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
     act.sa_sigaction = on_sigbus as *const () as usize;
@@ -147,11 +138,9 @@ fn error_code(_ctx: *mut libc::c_void) -> u64 {
 
 /// Hands a SIGBUS that is not ours to the disposition it had before usermm.
 fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void, code: i32) {
-    let prev = PREV.get().copied().unwrap_or(PrevAction {
-        handler: libc::SIG_DFL,
-        siginfo: false,
-    });
-    match prev.handler {
+    let handler = PREV_HANDLER.load(Ordering::Acquire);
+    let siginfo = PREV_SIGINFO.load(Ordering::Acquire);
+    match handler {
         libc::SIG_DFL | libc::SIG_IGN => {
             // SAFETY: an all-zero sigaction with SIG_DFL (0) restores the default action.
             let dfl: libc::sigaction = unsafe { std::mem::zeroed() };
@@ -164,7 +153,7 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void, c
                 unsafe { libc::raise(sig) };
             }
         }
-        h if prev.siginfo => {
+        h if siginfo => {
             // SAFETY: the program installed `h` with SA_SIGINFO, so this is its signature.
             let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
                 unsafe { std::mem::transmute(h) };

@@ -252,5 +252,25 @@ fn faults_served_on_the_faulting_thread_and_other_sigbus_chained() {
             libc::close(fds[1]);
         }
         assert!(mm.health().is_ok(), "{:?}", mm.health());
+
+        // A SIGBUS handler installed after the manager replaces usermm's: health says so.
+        // A new self-serving manager installs usermm's again, chaining to that one.
+        install_program_handler();
+        assert!(mm.health().sigbus_handler_replaced, "{:?}", mm.health());
+        assert!(!mm.health().is_ok());
+        let mm2 = Mm::new(
+            MmConfig::new(budget)
+                .swap(SwapConfig::Ram { size: 16 * MIB })
+                .settings(Settings::default().with(Switch::FaultPath, usermm::Behaviour::New)),
+        )
+        .unwrap();
+        assert!(!mm.health().sigbus_handler_replaced && mm2.health().is_ok());
+        let r2 = mm2.map_anon(PAGE * 4).unwrap();
+        r2.write_u64(PAGE, 9);
+        assert_eq!(r2.read_u64(PAGE), 9);
+        let before = SEEN_COUNT.load(Ordering::SeqCst);
+        let a = touch_beyond_eof_of_own_mapping(dir.path());
+        assert_eq!(SEEN_COUNT.load(Ordering::SeqCst), before + 1);
+        assert_eq!(SEEN_ADDR.load(Ordering::SeqCst), a);
     });
 }

@@ -348,15 +348,19 @@ pub struct Health {
     /// "Already resolved" answers that found no page mapped and resolved again
     /// (`fault_stale_unmapped`).
     pub stale_answers: u64,
+    /// `fault_path=sigbus` only: usermm's SIGBUS handler is no longer the process's (a handler
+    /// installed after the manager replaced it), so this manager's faults reach that handler.
+    pub sigbus_handler_replaced: bool,
 }
 
 impl Health {
-    /// No panic, no stuck fault, no tripwire.
+    /// No panic, no stuck fault, no tripwire, usermm's SIGBUS handler in place.
     pub fn is_ok(&self) -> bool {
         self.handler_panics == 0
             && self.stuck_faults.is_empty()
             && self.stuck_reported == 0
             && self.refault_tripwires == 0
+            && !self.sigbus_handler_replaced
     }
 }
 
@@ -628,6 +632,7 @@ impl Mm {
             stuck_reported: m.vm.get(Item::FaultStuck),
             refault_tripwires: m.vm.get(Item::FaultRefaultTripwire),
             stale_answers: m.vm.get(Item::FaultStaleUnmapped),
+            sigbus_handler_replaced: m.mm.faults_self_served() && !crate::sys::sigbus::installed(),
         }
     }
 
