@@ -346,6 +346,49 @@ pub fn set_page_dirty(m: &MmInner, mapping: &Arc<AddressSpace>, f: Pfn) {
     page_writeback::account_mapping_dirtied(m, mapping);
 }
 
+/// The first half of `clear_page_dirty_for_io` for a batch of locked pages: write-protects
+/// the ones mapped writable, one `UFFDIO_WRITEPROTECT` per run of pages consecutive in one
+/// view (one TLB flush per run, not per page: with the writer running on the other vCPU each
+/// flush is an IPI). A run that fails is left to the per-page call, which retries and logs.
+fn write_protect_mapped(m: &MmInner, locked: &[(PgOff, Pfn)]) {
+    let views: Vec<Option<(Arc<RegionInner>, usize)>> = locked
+        .iter()
+        .map(|&(_, f)| {
+            let p = &m.node.pages[f];
+            if !p.test(pg::MAPPED) || p.test(pg::WP) {
+                return None;
+            }
+            match page_loc(m, f) {
+                Loc::View(r, o) => Some((r, o)),
+                Loc::Pool(_) => None,
+            }
+        })
+        .collect();
+    let ks: Vec<usize> = (0..locked.len()).collect();
+    let next = |a: usize, b: usize| match (&views[a], &views[b]) {
+        (Some((ra, oa)), Some((rb, ob))) => Arc::ptr_eq(ra, rb) && oa + PAGE_SIZE == *ob,
+        _ => false,
+    };
+    for run in pool::runs(&ks, next) {
+        let Some((r, o)) = &views[run.start] else {
+            continue;
+        };
+        if run.len() < 2 {
+            continue;
+        }
+        let len = run.len() * PAGE_SIZE;
+        if m.mm
+            .uffd
+            .writeprotect(r.view.addr() + o, len, true, true)
+            .is_ok()
+        {
+            for k in run {
+                m.node.pages[locked[k].1].set(pg::WP);
+            }
+        }
+    }
+}
+
 /// `clear_page_dirty_for_io`: write-protects the page where it is mapped (so the next store is
 /// seen and redirties it), then clears PG_dirty. The DIRTY mark stays until writeback starts.
 pub(crate) fn clear_page_dirty_for_io(m: &MmInner, mapping: &AddressSpace, f: Pfn) -> bool {
@@ -578,21 +621,22 @@ pub fn write_cache_pages(
             break;
         }
         next = PgOff::new(found[found.len() - 1].0 + 1);
-        let mut batch = Vec::with_capacity(found.len());
+        let mut locked = Vec::with_capacity(found.len());
         for &(i, v) in &found {
             let i = PgOff::new(i);
             let Entry::Page(f) = Entry::decode(v) else {
                 continue;
             };
-            let locked = if sync {
-                lock_page_in(m, mapping, f, i, false)
+            // WB_SYNC_ALL waits for each page lock; WB_SYNC_NONE skips locked pages.
+            if lock_page_in(m, mapping, f, i, !sync) {
+                locked.push((i, f));
             } else {
-                lock_page_in(m, mapping, f, i, true)
-            };
-            if !locked {
                 put_page(&m.node, f);
-                continue;
             }
+        }
+        write_protect_mapped(m, &locked);
+        let mut batch = Vec::with_capacity(locked.len());
+        for (i, f) in locked {
             if !clear_page_dirty_for_io(m, mapping, f) {
                 // Cleaned meanwhile: drop a stale TOWRITE mark.
                 if sync {
