@@ -122,6 +122,30 @@ fn c_maps_four_times_the_budget_and_reads_it_back() {
     );
 }
 
+/// The same through the default manager with `USERMM_SET=fault_path=sigbus`: every fault is
+/// served on the C program's own thread (a SIGBUS handler), none by a handler thread.
+#[test]
+fn c_faults_served_on_the_faulting_thread() {
+    let exe = capi_test("capi_test_big_sigbus", false);
+    let (o, text) = run(
+        &exe,
+        "big",
+        &[
+            ("USERMM_BUDGET", "32M"),
+            ("USERMM_SWAP", "ram"),
+            ("USERMM_SET", "fault_path=sigbus"),
+        ],
+    );
+    assert_passed(&o, &text, 15);
+    let served: u64 = text
+        .split("fault_self_served ")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no fault_self_served in {text}"));
+    assert!(served > 0, "{text}");
+}
+
 #[test]
 fn c_static_library_with_swap_file() {
     let exe = capi_test("capi_test_static", true);

@@ -3,6 +3,7 @@
  *
  *   capi_test big       usermm_mmap 4x the default manager's budget (USERMM_BUDGET), write a
  *                       pattern, read it back, check the counters and the peak resident memory
+ *                       (also run with USERMM_SET=fault_path=sigbus)
  *   capi_test bad       bad input to every call: NULL pointers, zero lengths, unaligned
  *                       addresses, unknown flags, MAP_SHARED, fds, MAP_FIXED, unknown names
  *   capi_test handle    the handle API: create, map, discard, vmstat, unmap, destroy
@@ -99,8 +100,9 @@ static void test_big(void) {
     CHECK(stat_of(mm, "nr_regions") == 0, "region left after munmap");
     CHECK(stat_of(mm, "committed_bytes") == 0, "commit left after munmap");
     printf("big: %zu MiB through a %" PRIu64 " MiB budget, pswpout %" PRIu64 " pswpin %" PRIu64
-           " peak resident %" PRIu64 " MiB\n",
-           len >> 20, budget >> 20, st.pswpout, st.pswpin, st.peak_resident_bytes >> 20);
+           " peak resident %" PRIu64 " MiB, fault_self_served %" PRIu64 "\n",
+           len >> 20, budget >> 20, st.pswpout, st.pswpin, st.peak_resident_bytes >> 20,
+           stat_of(mm, "fault_self_served"));
 }
 
 static void test_bad(void) {
