@@ -197,11 +197,12 @@ fn shared_file_region_writes_reach_the_file() {
     );
 }
 
-/// Closing a file does not write it back: its pages stay cached (a reopen reads them without
-/// I/O) and the flushers, a sync or the manager's teardown write them; a closed file that was
-/// unlinked causes no error.
+/// The last close of a file writes its dirty pages back (as NFS's and FUSE's `->flush` do:
+/// usermm writes through the descriptor it is about to close) without an fdatasync; its pages
+/// stay cached (a reopen reads them without I/O); a closed file that was unlinked causes no
+/// error, and the teardown leaves the file as written.
 #[test]
-fn closed_files_stay_cached_and_reach_disk_at_teardown() {
+fn closed_files_stay_cached_and_reach_disk_at_last_close() {
     let d = tmpdir();
     let path = d.path().join("closed");
     let mut cfg = MmConfig::new(16 * MIB).swap(SwapConfig::Ram { size: 16 * MIB });
@@ -211,9 +212,15 @@ fn closed_files_stay_cached_and_reach_disk_at_teardown() {
     let m = Mm::new(cfg).unwrap();
     let mut data = vec![0u8; 2 << 20];
     pattern(5, &mut data);
+    let v0 = m.vmstat();
     m.open(&path).unwrap().write_at(0, &data).unwrap();
     let v = m.vmstat();
-    assert_eq!(v.val("nr_dirty"), 512, "close does not write back: {v}");
+    assert_eq!(v.val("nr_dirty"), 0, "the last close wrote back: {v}");
+    assert_eq!(v.delta(&v0).val("nr_written"), 512, "{v}");
+    assert!(
+        std::fs::read(&path).unwrap() == data,
+        "the file holds the data after its last close"
+    );
     let before = m.vmstat().val("pgpgin");
     let mut back = vec![0u8; 2 << 20];
     m.open(&path).unwrap().read_at(0, &mut back).unwrap();
@@ -264,6 +271,220 @@ fn private_file_region_leaves_the_file_alone() {
     // Discarded private pages read the file again.
     r.discard(0, 4096).unwrap();
     assert_eq!(r.read_u64(0), word(4096));
+}
+
+/// Linux's MAP_PRIVATE: until a page of a private region is first written there, the region
+/// shows the file's page as it is now, so later writes to the file (buffered `write_at`, stores
+/// through a shared region of the same file) show in it; after its first store the page is the
+/// region's own copy and the file's later writes no longer show. Checked on a file 4x the budget
+/// (pages read, evicted and read again) under both fault paths, and the file on disk holds the
+/// shared and buffered writes only.
+#[test]
+fn private_region_shows_later_file_writes_until_first_written() {
+    const PAGES: u64 = 2048; // 8 MiB, 4x the budget
+    let word_of = |page: u64, gen: u64| (gen << 40) | (page << 8) | 0x5a;
+    for path_kind in common::FAULT_PATHS {
+        let d = tmpdir();
+        let path = d.path().join("private-visibility");
+        write_pattern_file(&path, PAGES);
+        let m = mm(
+            2 * MIB,
+            Settings::default().with(Switch::FaultPath, path_kind),
+        );
+        let f = m.open(&path).unwrap();
+        let len = (PAGES * 4096) as usize;
+        let r = f.map(0, len, MapKind::Private).unwrap();
+        let s = f.map(0, len, MapKind::Shared).unwrap();
+        let file_word = |page: u64| {
+            let mut w = [0u8; 8];
+            pattern(page * 4096 + 16, &mut w);
+            u64::from_ne_bytes(w)
+        };
+        let at = |page: u64| (page * 4096 + 16) as usize;
+        // What the private region must show at each page's word, and what the file holds.
+        let mut file: Vec<u64> = (0..PAGES).map(file_word).collect();
+        let mut own: Vec<Option<u64>> = vec![None; PAGES as usize];
+        let check =
+            |r: &usermm::Region, file: &[u64], own: &[Option<u64>], page: u64, what: &str| {
+                let want = own[page as usize].unwrap_or(file[page as usize]);
+                assert_eq!(
+                    r.read_u64(at(page)),
+                    want,
+                    "{path_kind:?}: private page {page} after {what}"
+                );
+            };
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        for step in 0..6000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let page = x % PAGES;
+            match (x >> 32) % 6 {
+                // Read it in the private region (maps the cache page write-protected).
+                0 | 1 => check(&r, &file, &own, page, "a read"),
+                // A buffered write to the file.
+                2 => {
+                    let v = word_of(page, step);
+                    f.write_at(at(page) as u64, &v.to_ne_bytes()).unwrap();
+                    file[page as usize] = v;
+                    check(&r, &file, &own, page, "write_at");
+                }
+                // A store through the shared region of the same file.
+                3 => {
+                    let v = word_of(page, step) | 1 << 63;
+                    s.write_u64(at(page), v);
+                    file[page as usize] = v;
+                    check(&r, &file, &own, page, "a shared store");
+                    assert_eq!(s.read_u64(at(page)), v);
+                }
+                // The private region's own store: its page is a copy from now on.
+                4 => {
+                    let v = !word_of(page, step);
+                    r.write_u64(at(page), v);
+                    own[page as usize] = Some(v);
+                    check(&r, &file, &own, page, "a private store");
+                }
+                _ => assert_eq!(
+                    s.read_u64(at(page)),
+                    file[page as usize],
+                    "{path_kind:?}: shared page {page}"
+                ),
+            }
+        }
+        for page in 0..PAGES {
+            check(&r, &file, &own, page, "the run");
+        }
+        let v = m.vmstat();
+        assert!(
+            v.val("pgpgin") > PAGES * 4 && v.val("pswpout") > 0,
+            "{path_kind:?}: pages were evicted and read again ({} KiB read, {} swapped out)",
+            v.val("pgpgin"),
+            v.val("pswpout")
+        );
+        m.settle(std::time::Duration::from_secs(2));
+        let bad = m.audit();
+        assert!(bad.is_empty(), "{path_kind:?}: {bad:?}");
+        f.sync().unwrap();
+        drop((r, s, f));
+        let disk = std::fs::read(&path).unwrap();
+        for page in 0..PAGES {
+            let o = at(page);
+            let got = u64::from_ne_bytes(disk[o..o + 8].try_into().unwrap());
+            assert_eq!(
+                got, file[page as usize],
+                "{path_kind:?}: page {page} on disk (private stores must not reach the file)"
+            );
+        }
+    }
+}
+
+/// Truncation takes a private region's pages past the new end, its own copies included
+/// (`truncate_pagecache`'s even_cows): a kernel-mode access there fails with EFAULT (SIGBUS for a
+/// program's own load), until the file grows again, which reads zeros; pages before the end keep
+/// the region's copies.
+#[test]
+fn truncation_takes_a_private_regions_pages_past_the_end() {
+    let d = tmpdir();
+    let path = d.path().join("private-trunc");
+    std::fs::write(&path, vec![3u8; 8 * 4096]).unwrap();
+    let m = full_mode_mm();
+    let f = m.open(&path).unwrap();
+    let r = f.map(0, 8 * 4096, MapKind::Private).unwrap();
+    for page in 0..8 {
+        r.write_u64(page * 4096, 100 + page as u64);
+    }
+    f.set_len(2 * 4096).unwrap();
+    assert_eq!(r.read_u64(0), 100);
+    assert_eq!(r.read_u64(4096), 101);
+    efault_until_grown(&f, r.as_ptr() as usize + 5 * 4096, 8 * 4096);
+    m.settle(std::time::Duration::from_secs(2));
+    let bad = m.audit();
+    assert!(bad.is_empty(), "{bad:?}");
+}
+
+/// Descriptors of this process open on `path`.
+fn fds_on(path: &std::path::Path) -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|l| l == path)
+        .count()
+}
+
+/// A file's descriptor lives as long as its users (open handles and regions): the last one
+/// writes the dirty pages back and closes it, so dropping every handle and region leaves no
+/// descriptor behind (3000 files in turn leave the descriptor count where it was). The clean
+/// pages stay cached: a reopen of the unchanged file reads nothing from disk, and a file
+/// changed while closed (same size, new bytes) is read again, never served stale.
+#[test]
+fn a_closed_file_keeps_no_descriptor_and_its_pages_serve_a_reopen() {
+    let d = tmpdir();
+    let path = d.path().join("closed-fd");
+    let m = mm(8 * MIB, Settings::default());
+    let mut data = vec![0u8; MIB as usize];
+    pattern(0, &mut data);
+    let f = m.open(&path).unwrap();
+    f.write_at(0, &data).unwrap();
+    let r = f.map(0, MIB as usize, MapKind::Shared).unwrap();
+    r.write_u64(8192, 77);
+    data[8192..8200].copy_from_slice(&77u64.to_ne_bytes());
+    drop(f);
+    assert_eq!(fds_on(&path), 1, "the region keeps the file open");
+    drop(r);
+    assert_eq!(fds_on(&path), 0, "the last user closed the file");
+    assert!(
+        std::fs::read(&path).unwrap() == data,
+        "the last close wrote the dirty pages back"
+    );
+    // Reopened unchanged: served from the cached pages.
+    let v0 = m.vmstat();
+    let f = m.open(&path).unwrap();
+    let mut b = vec![0u8; MIB as usize];
+    assert_eq!(f.read_at(0, &mut b).unwrap(), b.len());
+    assert!(b == data, "reopen reads what was written");
+    assert_eq!(
+        m.vmstat().delta(&v0).val("pgpgin"),
+        0,
+        "cached pages reused"
+    );
+    drop(f);
+    assert_eq!(fds_on(&path), 0);
+    // Changed behind usermm's back while closed: the same size, other bytes.
+    let mut other = vec![0u8; MIB as usize];
+    pattern(12345, &mut other);
+    std::fs::write(&path, &other).unwrap();
+    let f = m.open(&path).unwrap();
+    assert_eq!(f.read_at(0, &mut b).unwrap(), b.len());
+    assert!(b == other, "a file changed while closed is read again");
+    let r = m
+        .map_file(&path, 0, MIB as usize, MapKind::Private)
+        .unwrap();
+    assert_eq!(
+        r.read_u64(4096),
+        u64::from_ne_bytes(other[4096..4104].try_into().unwrap())
+    );
+    drop((f, r));
+    // Many files in turn: no descriptor accumulates.
+    let before = std::fs::read_dir("/proc/self/fd").unwrap().count();
+    for i in 0..3000 {
+        let p = d.path().join(format!("many-{i}"));
+        let f = m.open(&p).unwrap();
+        f.write_at(0, &[i as u8; 100]).unwrap();
+        let r = f.map(0, 4096, MapKind::Shared).unwrap();
+        r.write_u64(8, i);
+        drop((f, r));
+    }
+    let after = std::fs::read_dir("/proc/self/fd").unwrap().count();
+    assert!(
+        after <= before + 2,
+        "{before} descriptors before 3000 files were opened and closed, {after} after"
+    );
+    let got = std::fs::read(d.path().join("many-2999")).unwrap();
+    assert_eq!(got.len(), 100);
+    assert_eq!(u64::from_ne_bytes(got[8..16].try_into().unwrap()), 2999);
+    m.settle(std::time::Duration::from_secs(2));
+    let bad = m.audit();
+    assert!(bad.is_empty(), "{bad:?}");
 }
 
 #[test]
@@ -633,7 +854,7 @@ fn beyond_eof_is_sigbus_until_the_file_grows() {
     let m = full_mode_mm();
     let f = m.open(&path).unwrap();
     let r = f.map(0, 4 * 4096, MapKind::Shared).unwrap();
-    efault_until_grown(&f, r.as_ptr() as usize + 2 * 4096);
+    efault_until_grown(&f, r.as_ptr() as usize + 2 * 4096, 4 * 4096);
     r.write_u64(3 * 4096, 9);
     r.flush(0, r.len()).unwrap();
     assert_eq!(std::fs::read(&path).unwrap()[3 * 4096], 9);
@@ -646,12 +867,12 @@ fn full_mode_mm() -> Mm {
     Mm::new(cfg).unwrap()
 }
 
-/// A kernel-mode read of `at`, beyond the end of `f`'s one-page file, fails with EFAULT until
-/// the file grows to four pages; then it reads zeros.
-fn efault_until_grown(f: &usermm::CachedFile, at: usize) {
+/// A kernel-mode read of `at`, beyond the end of file `f`, fails with EFAULT until
+/// the file grows to `grown` bytes; then it reads zeros.
+fn efault_until_grown(f: &usermm::CachedFile, at: usize, grown: u64) {
     let e = usermm_sys::kernel_read_u64(at).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EFAULT), "{e}");
-    f.set_len(4 * 4096).unwrap();
+    f.set_len(grown).unwrap();
     assert_eq!(
         usermm_sys::kernel_read_u64(at).unwrap(),
         0,
@@ -678,7 +899,7 @@ fn a_grown_file_reaches_its_regions_after_region_ids_were_reused() {
         anon.push(a);
     }
     let r = f.map(0, 4 * 4096, MapKind::Shared).unwrap();
-    efault_until_grown(&f, r.as_ptr() as usize + 2 * 4096);
+    efault_until_grown(&f, r.as_ptr() as usize + 2 * 4096, 4 * 4096);
     for (round, a) in anon.iter().enumerate() {
         assert_eq!(
             a.read_u64(2 * 4096),

@@ -1,5 +1,6 @@
 //! Property test of the page cache against a shadow copy: random write_at / read_at / set_len /
-//! sync / map / store / load / flush / unmap sequences on two files of up to 2 MiB each with a
+//! sync / map / store / load / flush / unmap sequences, through shared and private (MAP_PRIVATE:
+//! the file shows until a page's first store there) regions, on two files of up to 2 MiB each with a
 //! 1 MiB budget, every read and load checked as it happens, then every file read back through
 //! the cache and on disk compared byte for byte with its shadow. A case that touched more pages
 //! than the budget holds must show eviction or writeback in the counters (so the test cannot
@@ -50,6 +51,23 @@ enum Op {
     Flush {
         f: usize,
     },
+    /// A private region of file `f` (MAP_PRIVATE): shows the file until a page is first stored
+    /// to there, then that page is its own.
+    MapPrivate {
+        f: usize,
+    },
+    UnmapPrivate {
+        f: usize,
+    },
+    PStore {
+        f: usize,
+        word: usize,
+        v: u64,
+    },
+    PLoad {
+        f: usize,
+        word: usize,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -64,7 +82,11 @@ fn op() -> impl Strategy<Value = Op> {
         1 => f.clone().prop_map(|f| Op::Unmap { f }),
         4 => (f.clone(), 0..MAP_LEN / 8, any::<u64>()).prop_map(|(f, word, v)| Op::Store { f, word, v }),
         3 => (f.clone(), 0..MAP_LEN / 8).prop_map(|(f, word)| Op::Load { f, word }),
-        1 => f.prop_map(|f| Op::Flush { f }),
+        1 => f.clone().prop_map(|f| Op::Flush { f }),
+        1 => f.clone().prop_map(|f| Op::MapPrivate { f }),
+        1 => f.clone().prop_map(|f| Op::UnmapPrivate { f }),
+        3 => (f.clone(), 0..MAP_LEN / 8, any::<u64>()).prop_map(|(f, word, v)| Op::PStore { f, word, v }),
+        3 => (f, 0..MAP_LEN / 8).prop_map(|(f, word)| Op::PLoad { f, word }),
     ]
 }
 
@@ -104,6 +126,9 @@ proptest! {
         let files: Vec<CachedFile> = paths.iter().map(|p| mm.open(p).unwrap()).collect();
         let mut shadow: Vec<Vec<u8>> = vec![Vec::new(), Vec::new()];
         let mut maps: Vec<Option<Region>> = vec![None, None];
+        // Private regions and the pages they own (copied at their first store there).
+        let mut pmaps: Vec<Option<Region>> = vec![None, None];
+        let mut own: Vec<std::collections::HashMap<usize, Vec<u8>>> = vec![Default::default(); 2];
         let mut touched = std::collections::HashSet::new();
         let mut touch = |f: usize, off: u64, len: usize| {
             for pg in off / 4096..(off + len as u64).div_ceil(4096) {
@@ -123,6 +148,11 @@ proptest! {
                 }
                 Op::Store { f, word, .. } | Op::Load { f, word }
                     if maps[*f].is_some() && word * 8 + 8 <= shadow[*f].len() =>
+                {
+                    touch(*f, (*word * 8) as u64, 8)
+                }
+                Op::PStore { f, word, .. } | Op::PLoad { f, word }
+                    if pmaps[*f].is_some() && word * 8 + 8 <= shadow[*f].len() =>
                 {
                     touch(*f, (*word * 8) as u64, 8)
                 }
@@ -151,6 +181,9 @@ proptest! {
                 Op::SetLen { f, len } => {
                     files[f].set_len(len).unwrap();
                     shadow[f].resize(len as usize, 0);
+                    // Truncation takes a private region's pages wholly past the end, its own
+                    // copies included (truncate_pagecache's even_cows).
+                    own[f].retain(|&pg, _| pg * 4096 < len.div_ceil(4096) as usize * 4096);
                 }
                 Op::Sync { f } => files[f].sync().unwrap(),
                 Op::Map { f } => {
@@ -182,6 +215,45 @@ proptest! {
                         r.flush(0, MAP_LEN).unwrap();
                     }
                 }
+                Op::MapPrivate { f } => {
+                    if pmaps[f].is_none() {
+                        pmaps[f] = Some(files[f].map(0, MAP_LEN, MapKind::Private).unwrap());
+                    }
+                }
+                Op::UnmapPrivate { f } => {
+                    pmaps[f] = None;
+                    own[f].clear();
+                }
+                Op::PStore { f, word, v } => {
+                    let off = word * 8;
+                    if let Some(r) = &pmaps[f] {
+                        if off + 8 <= shadow[f].len() {
+                            r.write_u64(off, v);
+                            let pg = off / 4096;
+                            let file = &shadow[f];
+                            let page = own[f].entry(pg).or_insert_with(|| {
+                                let mut b = vec![0u8; 4096];
+                                let end = file.len().min(pg * 4096 + 4096);
+                                b[..end - pg * 4096].copy_from_slice(&file[pg * 4096..end]);
+                                b
+                            });
+                            page[off % 4096..off % 4096 + 8].copy_from_slice(&v.to_ne_bytes());
+                        }
+                    }
+                }
+                Op::PLoad { f, word } => {
+                    let off = word * 8;
+                    if let Some(r) = &pmaps[f] {
+                        if off + 8 <= shadow[f].len() {
+                            let src = match own[f].get(&(off / 4096)) {
+                                Some(page) => &page[off % 4096..off % 4096 + 8],
+                                None => &shadow[f][off..off + 8],
+                            };
+                            let want = u64::from_ne_bytes(src.try_into().unwrap());
+                            prop_assert_eq!(r.read_u64(off), want, "private load at {}", off);
+                        }
+                    }
+                }
             }
         }
         // Everything read back through the cache (evicted pages come back from disk).
@@ -200,7 +272,12 @@ proptest! {
             let left = vm.val("pgsteal_file") + vm.val("pgsteal_anon") + vm.val("nr_written");
             prop_assert!(left > 0, "{} pages touched in a 256-page budget, nothing evicted or written:\n{}", touched.len(), vm);
         }
+        // Quiet first: the flushers, kswapd and the readahead worker hold frames mid-operation.
+        mm.settle(std::time::Duration::from_secs(2));
+        let bad = mm.audit();
+        prop_assert!(bad.is_empty(), "{:?}", bad);
         drop(maps);
+        drop(pmaps);
         drop(files);
         for f in 0..2 {
             let disk = std::fs::read(&paths[f]).unwrap();

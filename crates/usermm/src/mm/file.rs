@@ -19,7 +19,7 @@ use crate::error::{Error, FileError, Result};
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering, RwLock};
 
 use super::filemap::{self, FileRaState};
-use super::fs::{AddressSpace, Host};
+use super::fs::{AddressSpace, FileStamp, Host};
 use super::page::{IdTable, MappingId, PgOff};
 use super::{Mm, MmHandle, MmInner};
 
@@ -55,7 +55,14 @@ impl FileTable {
         self.0.read().all()
     }
     /// `iget`: the address space of the file at `path`, shared by every open of that inode.
-    pub(crate) fn iget(&self, path: &Path, create: bool) -> Result<Arc<AddressSpace>> {
+    /// A closed file's cached pages are reused when the file is as it was left at close
+    /// ([`FileStamp`]); otherwise the inode gets a new address space and the old one comes
+    /// back second, for the caller to evict (outside the table lock).
+    pub(crate) fn iget(
+        &self,
+        path: &Path,
+        create: bool,
+    ) -> Result<(Arc<AddressSpace>, Option<Arc<AddressSpace>>)> {
         let (file, direct) = open_file(path, create).map_err(|e| {
             Error::io(
                 format!(
@@ -88,20 +95,49 @@ impl FileTable {
         }
         let key = (md.dev(), md.ino());
         let mut t = self.0.write();
+        let mut stale = None;
         if let Some(&id) = t.by_inode.get(&key) {
             let a = t.get(id).expect("inode table names a live mapping").clone();
-            a.users.fetch_add(1, Ordering::AcqRel);
-            return Ok(a);
+            let Host::File {
+                file: fd,
+                closed,
+                direct: was_direct,
+                ..
+            } = &a.host
+            else {
+                unreachable!("the inode table holds files only");
+            };
+            let mut fd = fd.write();
+            if fd.is_some() {
+                a.users.fetch_add(1, Ordering::AcqRel);
+                return Ok((a.clone(), None));
+            }
+            // Closed: reuse its pages only if nobody changed the file since.
+            let left = closed.lock().take();
+            if left == Some(FileStamp::of(&md)) && *was_direct == direct {
+                *fd = Some(Arc::new(file));
+                a.users.fetch_add(1, Ordering::AcqRel);
+                return Ok((a.clone(), None));
+            }
+            log::debug!(
+                "{}: changed since it was closed ({left:?} -> {:?}); its cached pages are dropped",
+                path.display(),
+                FileStamp::of(&md)
+            );
+            drop(fd);
+            t.by_inode.remove(&key);
+            stale = Some(a);
         }
         let a = t.by_id.insert(|id| {
             Arc::new(AddressSpace::new(
                 id,
                 Host::File {
-                    file,
+                    file: RwLock::new(Some(Arc::new(file))),
                     path: path.to_path_buf(),
                     direct,
                     dev: md.dev(),
                     ino: md.ino(),
+                    closed: Mutex::new(None),
                 },
                 md.len(),
                 0,
@@ -110,7 +146,7 @@ impl FileTable {
         });
         a.users.store(1, Ordering::Release);
         t.by_inode.insert(key, a.id);
-        Ok(a)
+        Ok((a.clone(), stale))
     }
     /// A new in-memory file's address space.
     pub(crate) fn new_memory(&self, name: &str) -> Arc<AddressSpace> {
@@ -141,10 +177,23 @@ impl FileTable {
             return;
         }
         if let Host::File { dev, ino, .. } = &a.host {
-            t.by_inode.remove(&(*dev, *ino));
+            // The inode may have a newer address space by now (the file changed while closed).
+            if t.by_inode.get(&(*dev, *ino)) == Some(&a.id) {
+                t.by_inode.remove(&(*dev, *ino));
+            }
         }
         t.by_id.remove(a.id);
     }
+}
+
+/// [`FileTable::iget`], evicting the pages of a closed file that changed since its close.
+pub(crate) fn iget(m: &MmInner, path: &Path, create: bool) -> Result<Arc<AddressSpace>> {
+    let (a, stale) = m.files.iget(path, create)?;
+    if let Some(old) = stale {
+        super::truncate::evict_all(m, &old);
+        m.files.forget_if_unused(&old);
+    }
+    Ok(a)
 }
 
 /// Opens `path` read-write (creating it when `create`), with O_DIRECT when possible.
@@ -158,19 +207,21 @@ fn open_file(path: &Path, create: bool) -> io::Result<(File, bool)> {
     }
 }
 
-/// `iput`: drops a user; the last one writes the mapping back and evicts its pages.
-/// A file's pages outlive its last close, as the kernel's inode cache keeps them: dirty pages
-/// are written by the flushers (or `Mm::sync`, or at teardown), clean ones leave through
-/// reclaim, and the mapping is forgotten when its last page goes ([`FileTable::forget_if_unused`]). An
-/// unlinked file's pages are dropped at once (nobody can read them again); an in-memory file
-/// goes with its last handle.
+/// `iput`: drops a user (an open [`CachedFile`] or a file region). The last one writes the
+/// file's dirty pages back and closes its descriptor ([`release_file`]); its clean pages
+/// outlive the close, as the kernel's inode cache keeps them, leave through reclaim, and the
+/// mapping is forgotten when its last page goes ([`FileTable::forget_if_unused`]); a reopen of
+/// the unchanged file finds them. An unlinked file's pages are dropped at once (nobody can
+/// read them again); an in-memory file goes with its last handle.
 pub(crate) fn put_mapping(m: &MmInner, a: &Arc<AddressSpace>) {
     if a.users.fetch_sub(1, Ordering::AcqRel) != 1 {
         return;
     }
     if let Some(f) = a.file() {
         let unlinked = f.metadata().is_ok_and(|md| md.nlink() == 0);
+        drop(f);
         if !unlinked {
+            release_file(m, a);
             m.files.forget_if_unused(a);
             return;
         }
@@ -187,6 +238,46 @@ pub(crate) fn put_mapping(m: &MmInner, a: &Arc<AddressSpace>) {
     super::truncate::evict_all(m, a);
     let mut t = m.files.0.write();
     t.by_id.remove(a.id);
+}
+
+/// The last user of file `a` is gone: its dirty pages are written back (WB_SYNC_ALL, without
+/// waiting for the disk: the kernel has the data once the writes return) and its descriptor is
+/// closed, so nothing of a closed file keeps a descriptor open, as no `struct file` outlives
+/// its last close. A page that fails to write keeps the descriptor open: the flushers retry it
+/// and a later sync reports the error (errseq). A reopen meanwhile keeps the descriptor.
+fn release_file(m: &MmInner, a: &Arc<AddressSpace>) {
+    if let Err(e) = filemap::write_cache_pages(m, a, PgOff::ZERO, PgOff::MAX, true, i64::MAX) {
+        log::warn!(
+            "writeback of {} at its last close: {e}; kept open",
+            a.name()
+        );
+        return;
+    }
+    if a.tagged(&m.vm, super::radix_tree::Mark::Dirty) {
+        log::warn!(
+            "{} still has dirty pages at its last close; kept open",
+            a.name()
+        );
+        return;
+    }
+    let Host::File { file, closed, .. } = &a.host else {
+        return;
+    };
+    // Under the table lock: a reopen (iget) either took a user before (kept open) or comes
+    // after and finds the descriptor closed.
+    let _t = m.files.0.write();
+    if a.users.load(Ordering::Acquire) != 0 {
+        return;
+    }
+    let mut fd = file.write();
+    if let Some(f) = fd.as_ref() {
+        match f.metadata() {
+            Ok(md) => *closed.lock() = Some(FileStamp::of(&md)),
+            // Never reused without a stamp: a reopen starts afresh.
+            Err(e) => log::debug!("stat of {} at close: {e}", a.name()),
+        }
+    }
+    *fd = None;
 }
 
 /// Writes back every closed file's dirty pages (manager teardown).
@@ -232,7 +323,7 @@ impl std::fmt::Debug for CachedFile {
 impl Mm {
     /// Opens `path` (created if missing) for buffered I/O through the page cache.
     pub fn open(&self, path: impl AsRef<Path>) -> Result<CachedFile> {
-        let a = self.inner().files.iget(path.as_ref(), true)?;
+        let a = iget(self.inner(), path.as_ref(), true)?;
         Ok(self.cached(a))
     }
 

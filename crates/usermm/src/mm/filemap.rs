@@ -10,7 +10,7 @@
 //! the `usermm-ra` worker (the queue and the window policies are in readahead.rs).
 //!
 //! A page-cache page's bytes live in its frame's pool slot, or, while PG_mapped, in the view of
-//! the shared file region that maps it; every access to the bytes holds the page lock, because
+//! the file region that maps it (shared, or private until its first store there); every access to the bytes holds the page lock, because
 //! mapping and unmapping move them.
 
 use std::fs::File;
@@ -294,8 +294,10 @@ pub(crate) fn copy_from_page(m: &MmInner, f: Pfn, off: usize, buf: &mut [u8]) {
 }
 
 /// Copies `buf` into locked page `f` at `off`.
-/// A page mapped write-protected (clean) is unprotected first and dirtied: the store would
-/// otherwise be a write-protect fault on a page whose lock the caller holds.
+/// A page mapped write-protected (clean) in a shared region is unprotected first and dirtied:
+/// the store would otherwise be a write-protect fault on a page whose lock the caller holds. A
+/// page mapped in a private region is taken back from it first (that region must not be able
+/// to store into the cache page; its next access maps the new contents).
 pub(crate) fn copy_to_page(
     m: &MmInner,
     mapping: &Arc<AddressSpace>,
@@ -303,6 +305,9 @@ pub(crate) fn copy_to_page(
     off: usize,
     buf: &[u8],
 ) {
+    if matches!(page_loc(m, f), Loc::View(r, _) if r.file.as_ref().is_some_and(|fm| !fm.shared)) {
+        super::rmap::unmap_file_page(m, f);
+    }
     let r = match page_loc(m, f) {
         Loc::Pool(o) => m.pool.slots.write_bytes(o + off, buf),
         Loc::View(r, o) => {
@@ -455,8 +460,13 @@ pub(crate) fn end_page_writeback(m: &MmInner, mapping: &AddressSpace, f: Pfn, in
 /// calls as their locations allow, extending the file only to i_size.
 fn write_run(m: &MmInner, mapping: &AddressSpace, run: &[(PgOff, Pfn)]) -> io::Result<()> {
     let Some(file) = mapping.file() else {
+        if mapping.is_file() {
+            // Closed: it had no dirty page at its last close and nothing can dirty one since.
+            return Err(closed_error(mapping));
+        }
         return Ok(());
     };
+    let file = &*file;
     let direct = matches!(mapping.host, Host::File { direct: true, .. });
     let end = run[run.len() - 1].0.next().byte_offset();
     let _eof = (end > mapping.size.load(Ordering::Acquire)).then(|| mapping.eof_lock.lock());
@@ -690,6 +700,11 @@ pub fn sync_range(
     Ok(())
 }
 
+/// I/O on a file whose last user closed it.
+fn closed_error(mapping: &AddressSpace) -> io::Error {
+    io::Error::other(format!("{} was closed by its last user", mapping.name()))
+}
+
 /// `data_pages`' fallback when lseek(SEEK_DATA/SEEK_HOLE) fails: every page counts as data
 /// (read as before holes were detected); logged, never silent.
 fn lseek_failed(e: impl std::fmt::Display, n: usize) -> Vec<bool> {
@@ -823,9 +838,14 @@ fn read_into_slots(
     // Which slots hold a page (recycled, or populated by the caller).
     let present = pool::slots_present(m, frames);
     let Some(file) = mapping.file() else {
+        if mapping.is_file() {
+            // Closed meanwhile (a readahead window queued before the last close).
+            return Err(closed_error(mapping));
+        }
         // In-memory file: new pages are zeros.
         return fill_frames(m, frames, &present, 0, n, None);
     };
+    let file = &*file;
     let direct = matches!(mapping.host, Host::File { direct: true, .. });
     let data = data_pages(file, start, n);
     let ks: Vec<usize> = (0..n).collect();
@@ -866,6 +886,10 @@ pub fn do_page_cache_readahead(
     nr: u64,
     mark: Option<PgOff>,
 ) -> u64 {
+    if mapping.is_file() && mapping.file().is_none() {
+        // Closed by its last user after this window was queued: nobody wants the pages.
+        return 0;
+    }
     let eof = PgOff::new(
         mapping
             .size
@@ -1230,31 +1254,36 @@ pub fn cached_bytes(mapping: &AddressSpace) -> u64 {
     mapping.nrpages.load(Ordering::Relaxed) * PAGE_SIZE as u64
 }
 
-/// `pagecache_isize_extended`: the file grew from `old` to `new` bytes, so pages of shared
-/// regions that faulted beyond the old end (SIGBUS markers) become accessible again.
-pub(crate) fn pagecache_isize_extended(m: &MmInner, mapping: &AddressSpace, old: u64, new: u64) {
-    let regions: Vec<Arc<RegionInner>> = {
-        // An id names a region only while that region maps this file: ids are reused.
-        let maps_this = |r: &Arc<RegionInner>| {
-            r.file
-                .as_ref()
-                .is_some_and(|fm| std::ptr::eq(&*fm.mapping, mapping))
-        };
-        let mut l = mapping.i_mmap.lock();
-        // A reused id may have been pushed twice (its old and its new region).
-        l.sort_unstable();
-        l.dedup();
-        let live: Vec<_> = l
-            .iter()
-            .filter_map(|&id| m.mm.region(id).filter(maps_this))
-            .collect();
-        l.retain(|id| live.iter().any(|r| r.id == *id));
-        live
+/// The live regions mapping `mapping` (its `i_mmap`), pruning ids of dropped ones.
+pub(crate) fn i_mmap_regions(m: &MmInner, mapping: &AddressSpace) -> Vec<Arc<RegionInner>> {
+    // An id names a region only while that region maps this file: ids are reused.
+    let maps_this = |r: &Arc<RegionInner>| {
+        r.file
+            .as_ref()
+            .is_some_and(|fm| std::ptr::eq(&*fm.mapping, mapping))
     };
+    let mut l = mapping.i_mmap.lock();
+    // A reused id may have been pushed twice (its old and its new region).
+    l.sort_unstable();
+    l.dedup();
+    let live: Vec<_> = l
+        .iter()
+        .filter_map(|&id| m.mm.region(id).filter(maps_this))
+        .collect();
+    l.retain(|id| live.iter().any(|r| r.id == *id));
+    live
+}
+
+/// `pagecache_isize_extended`: the file grew from `old` to `new` bytes, so pages of the regions
+/// mapping it that faulted beyond the old end (SIGBUS markers) become accessible again.
+pub(crate) fn pagecache_isize_extended(m: &MmInner, mapping: &AddressSpace, old: u64, new: u64) {
+    let regions = i_mmap_regions(m, mapping);
     let ps = PAGE_SIZE as u64;
     for r in regions {
         let Some(fm) = &r.file else { continue };
-        let first = PgOff::new((old / ps).saturating_sub(fm.pgoff.raw()));
+        // Only pages wholly past the old end carry beyond-EOF markers (a marker inside it is a
+        // lost page, which stays poisoned).
+        let first = PgOff::new(old.div_ceil(ps).saturating_sub(fm.pgoff.raw()));
         let last = PgOff::new(new.div_ceil(ps).saturating_sub(fm.pgoff.raw())).min(r.end());
         let mut used = Vec::new();
         r.pt.for_each_used(first, last, |i, p| {

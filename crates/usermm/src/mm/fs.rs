@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use crate::error::Result;
-use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, Mutex, MutexGuard, Ordering};
+use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, Mutex, MutexGuard, Ordering, RwLock};
 use crate::vmstat::{Counters, Item};
 
 use super::errseq::ErrSeq;
@@ -68,16 +68,43 @@ impl LockSite {
 pub enum Host {
     /// A file on a filesystem, read and written with O_DIRECT when `direct`.
     File {
-        file: File,
+        /// The open descriptor while the file has users; closed when the last one goes (its
+        /// dirty pages written back first), as an inode outlives its last `struct file`. The
+        /// clean pages stay cached under (`dev`, `ino`) for a reopen that finds the file as
+        /// it was left (`closed`).
+        file: RwLock<Option<Arc<File>>>,
         path: PathBuf,
         direct: bool,
         dev: u64,
         ino: u64,
+        /// What the file looked like when its descriptor was closed (None while open).
+        closed: Mutex<Option<FileStamp>>,
     },
     /// An in-memory file (tmpfs-like): no backing file; pages go to swap when evicted.
     Memory { name: String },
     /// One of the swap cache's spaces.
     Swap,
+}
+
+/// A file's size, modification and change times: equal stamps at close and at reopen mean
+/// nobody wrote the file meanwhile (a write, truncation or replacement by a new inode with the
+/// same number changes the change time), so its cached pages are still its contents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStamp {
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl FileStamp {
+    pub(crate) fn of(md: &std::fs::Metadata) -> FileStamp {
+        use std::os::unix::fs::MetadataExt;
+        FileStamp {
+            len: md.len(),
+            mtime: (md.mtime(), md.mtime_nsec()),
+            ctime: (md.ctime(), md.ctime_nsec()),
+        }
+    }
 }
 
 /// A tree entry: a frame, or (in-memory files) the swap slot of an evicted page.
@@ -130,8 +157,8 @@ pub struct AddressSpace {
     pub(crate) io_lock: Mutex<()>,
     /// The errseq cursor of `Mm::sync`.
     pub(crate) sync_cursor: AtomicU64,
-    /// Shared regions mapping this file (`i_mmap`), to clear their beyond-EOF markers when the
-    /// file grows.
+    /// Regions mapping this file, shared and private (`i_mmap`): their beyond-EOF markers are
+    /// cleared when the file grows, their pages past a truncation are unmapped.
     pub(crate) i_mmap: Mutex<Vec<RegionId>>,
     /// Orders i_size growth against the cut-back after a whole-page write past the end of
     /// file, so the cut never drops a page written beyond the size it read.
@@ -235,11 +262,18 @@ impl AddressSpace {
         matches!(self.host, Host::Memory { .. })
     }
 
-    pub(crate) fn file(&self) -> Option<&File> {
+    /// The file's open descriptor: None for other kinds, and for a file whose last user
+    /// closed it (it has no dirty pages then; nothing of it is read or written until a reopen).
+    pub(crate) fn file(&self) -> Option<Arc<File>> {
         match &self.host {
-            Host::File { file, .. } => Some(file),
+            Host::File { file, .. } => file.read().clone(),
             _ => None,
         }
+    }
+
+    /// A mapping of a file on a filesystem (open or closed).
+    pub(crate) fn is_file(&self) -> bool {
+        matches!(self.host, Host::File { .. })
     }
 
     /// The device id of the backing file (the flusher it belongs to); 0 for memory.

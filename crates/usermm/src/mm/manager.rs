@@ -773,8 +773,8 @@ impl Mm {
                     if m.node.frames.is_free(f) {
                         bad.push(format!("region {} page {i}: frame {f} is free", r.id));
                     }
-                    // A page-cache page mapped in a shared file region is named by its
-                    // file (address space, page offset), not by the region.
+                    // A page-cache page mapped in a file region (shared, or private before
+                    // its first store) is named by its file (address space, page offset).
                     let want = match &r.file {
                         Some(fm) if pg_.test(pg::PAGECACHE) => {
                             Owner::Cache(fm.mapping.id, fm.linear_page_index(i))

@@ -75,7 +75,15 @@ pub fn handle_fault(m: &MmInner, addr: usize, flags: u64) -> Fault {
                 }
                 f
             }
-            (Pte::None, Some(fm)) => do_cow_fault(m, &r, fm, idx),
+            // A private file region: reads map the page-cache page itself, write-protected,
+            // so later writes to the file show until the page is first written (as Linux's
+            // do_read_fault); the first write copies it (do_cow_fault / do_wp_page).
+            (Pte::None, Some(fm)) if write => do_cow_fault(m, &r, fm, idx),
+            (Pte::None, Some(fm)) => do_file_map_fault(m, &r, fm, idx, false),
+            (Pte::Frame(f), Some(fm)) if m.node.pages[f].test(pg::PAGECACHE) => {
+                do_file_frame_fault(m, &r, fm, idx, f, wp)
+            }
+            (Pte::Poison, Some(_)) => repoison(m, &r, idx),
             (pte, _) => handle_pte_fault(m, &r, idx, pte, write, wp),
         };
         if let Some(f) = res {
@@ -1074,76 +1082,117 @@ fn do_shared_fault(
     write: bool,
     wp: bool,
 ) -> Option<Fault> {
+    match r.pt.get(idx) {
+        Pte::Frame(f) => do_file_frame_fault(m, r, fm, idx, f, wp),
+        Pte::Poison => repoison(m, r, idx),
+        _ => do_file_map_fault(m, r, fm, idx, write),
+    }
+}
+
+/// A fault on page `idx` of a file region whose entry names page-cache page `f`: the page was
+/// mapped meanwhile (wake), lost from the view (poisoned if it has no other copy), unmapped
+/// meanwhile (look again), or, for a write-protect fault, its first store: a shared region
+/// dirties it (`do_page_mkwrite`), a private one copies it (`do_wp_page` breaking COW).
+fn do_file_frame_fault(
+    m: &MmInner,
+    r: &Arc<RegionInner>,
+    fm: &FileMap,
+    idx: PgOff,
+    f: Pfn,
+    wp: bool,
+) -> Option<Fault> {
     let a = &fm.mapping;
     let index = fm.linear_page_index(idx);
-    match r.pt.get(idx) {
-        Pte::Frame(f) => {
-            let p = &m.node.pages[f];
-            if !p.trylock() {
-                m.vm.inc(Item::FaultDeferred);
-                return Some(Fault::Retry);
-            }
-            let mut g = r.pt.lock(idx);
-            if g.get() != Pte::Frame(f) {
-                drop(g);
-                p.unlock();
-                return None;
-            }
-            if p.test(pg::MAPPED) && !wp && !view_present(r, idx) {
-                note_stale(m, r, idx, Pte::Frame(f));
-                if !pool::slot_present(m, f) {
-                    // The only copy of the page is gone: never hand out zeros or stale data
-                    // for a file page; the access raises SIGBUS.
-                    log::error!(
-                        "file page {} of {} lost from its mapping at {:#x}: poisoned",
-                        index,
-                        a.name(),
-                        r.page_addr(idx)
-                    );
-                    if !pool::ensure_slot(m, f) {
-                        // Logged by ensure_slot; a slot that cannot be refilled is a WARN_ON.
-                        m.vm.inc(Item::MmWarn);
-                    }
-                    g.set(Pte::Poison);
-                    m.vm.warn_on(
-                        m.mm.uffd.poison(r.page_addr(idx), PAGE_SIZE, false),
-                        "UFFDIO_POISON",
-                    );
-                }
-                p.clear(pg::MAPPED | pg::WP);
-                m.vm.sub(Item::NrMapped, 1);
-            }
-            if !p.test(pg::MAPPED) {
-                if g.get() == Pte::Frame(f) {
-                    g.set(Pte::None);
-                }
-                drop(g);
-                p.unlock();
-                return None;
-            }
-            if wp {
-                if p.test(pg::WP) {
-                    // page_mkwrite: the first store to a clean page dirties it.
-                    filemap::set_page_dirty(m, a, f);
-                    p.clear(pg::WP);
-                    m.vm.inc(Item::WpFault);
-                    m.vm.inc(Item::Pgfault);
-                }
-                if let Err(e) =
-                    m.mm.uffd
-                        .writeprotect(r.page_addr(idx), PAGE_SIZE, false, true)
-                {
-                    log::error!("UFFDIO_WRITEPROTECT clear at {:#x}: {e}", r.page_addr(idx));
-                }
-            }
-            drop(g);
-            p.unlock();
-            wake(m, r, idx);
-            return Some(Fault::Done);
-        }
-        Pte::Poison => return repoison(m, r, idx),
-        _ => {}
+    let p = &m.node.pages[f];
+    if !p.trylock() {
+        m.vm.inc(Item::FaultDeferred);
+        return Some(Fault::Retry);
     }
+    let mut g = r.pt.lock(idx);
+    if g.get() != Pte::Frame(f) || !p.test(pg::PAGECACHE) {
+        drop(g);
+        p.unlock();
+        return None;
+    }
+    if p.test(pg::MAPPED) && !wp && !view_present(r, idx) {
+        note_stale(m, r, idx, Pte::Frame(f));
+        if !pool::slot_present(m, f) {
+            // The only copy of the page is gone: never hand out zeros or stale data
+            // for a file page; the access raises SIGBUS.
+            log::error!(
+                "file page {} of {} lost from its mapping at {:#x}: poisoned",
+                index,
+                a.name(),
+                r.page_addr(idx)
+            );
+            if !pool::ensure_slot(m, f) {
+                // Logged by ensure_slot; a slot that cannot be refilled is a WARN_ON.
+                m.vm.inc(Item::MmWarn);
+            }
+            g.set(Pte::Poison);
+            m.vm.warn_on(
+                m.mm.uffd.poison(r.page_addr(idx), PAGE_SIZE, false),
+                "UFFDIO_POISON",
+            );
+        }
+        p.clear(pg::MAPPED | pg::WP);
+        m.vm.sub(Item::NrMapped, 1);
+    }
+    if !p.test(pg::MAPPED) {
+        if g.get() == Pte::Frame(f) {
+            g.set(Pte::None);
+        }
+        drop(g);
+        p.unlock();
+        return None;
+    }
+    if wp && !fm.shared {
+        // The first store to a page-cache page mapped in a private region: take the page back
+        // to the cache and give the region its own copy (do_cow_fault, which finds the page
+        // again; a racing read fault that maps it meanwhile only sends this write round again).
+        super::rmap::unmap_file_page_at(m, r, idx, f);
+        g.set(Pte::None);
+        drop(g);
+        p.unlock();
+        return do_cow_fault(m, r, fm, idx);
+    }
+    if wp {
+        if p.test(pg::WP) {
+            // page_mkwrite: the first store to a clean page dirties it.
+            filemap::set_page_dirty(m, a, f);
+            p.clear(pg::WP);
+            m.vm.inc(Item::WpFault);
+            m.vm.inc(Item::Pgfault);
+        }
+        if let Err(e) =
+            m.mm.uffd
+                .writeprotect(r.page_addr(idx), PAGE_SIZE, false, true)
+        {
+            log::error!("UFFDIO_WRITEPROTECT clear at {:#x}: {e}", r.page_addr(idx));
+        }
+    }
+    drop(g);
+    p.unlock();
+    wake(m, r, idx);
+    Some(Fault::Done)
+}
+
+/// A fault on an unmapped page of a file region (`do_read_fault` / `do_shared_fault`): the
+/// page-cache page is found or read (`filemap_fault`), taken from any other view that maps it,
+/// and mapped here, followed by the cached pages after it (fault-around). In a shared region a
+/// clean page is mapped write-protected so its first store is seen and dirties it, and a write
+/// dirties its page; in a private region (reads only: writes copy) every page is mapped
+/// write-protected, so its first store copies it.
+fn do_file_map_fault(
+    m: &MmInner,
+    r: &Arc<RegionInner>,
+    fm: &FileMap,
+    idx: PgOff,
+    write: bool,
+) -> Option<Fault> {
+    let a = &fm.mapping;
+    let index = fm.linear_page_index(idx);
+    debug_assert!(fm.shared || !write, "a private region's writes copy");
     if beyond_eof(m, r, fm, idx) {
         return Some(Fault::Done);
     }
@@ -1163,7 +1212,7 @@ fn do_shared_fault(
         filemap::put_page(&m.node, f);
         return None;
     }
-    if !map_file_page(m, r, a, idx, f, write) {
+    if !map_file_page(m, r, a, idx, f, write, !fm.shared) {
         drop(g);
         p.unlock();
         filemap::put_page(&m.node, f);
@@ -1191,9 +1240,10 @@ fn do_shared_fault(
     Some(Fault::Done)
 }
 
-/// Maps locked page-cache page `f` at page `idx` of shared region `r` (its pte locked and
-/// None by the caller): dirtied and moved in when `dirty_it` or already dirty, else copied in
-/// write-protected so its first store is seen. False if it could not be mapped.
+/// Maps locked page-cache page `f` at page `idx` of file region `r` (its pte locked and None
+/// by the caller): dirtied and moved in when `dirty_it` or already dirty, else copied in
+/// write-protected so its first store is seen; always write-protected with `private` (a
+/// private region's first store copies the page). False if it could not be mapped.
 fn map_file_page(
     m: &MmInner,
     r: &RegionInner,
@@ -1201,19 +1251,20 @@ fn map_file_page(
     idx: PgOff,
     f: Pfn,
     dirty_it: bool,
+    private: bool,
 ) -> bool {
     let p = &m.node.pages[f];
     if dirty_it {
         filemap::set_page_dirty(m, a, f);
     }
     let dst = r.page_addr(idx);
-    let clean = !p.test(pg::DIRTY);
-    let res = place_from_slot(m, f, dst, clean, true);
+    let wp = private || !p.test(pg::DIRTY);
+    let res = place_from_slot(m, f, dst, wp, true);
     if let Err(e) = res {
         log::error!("mapping file page {f} of {} at {dst:#x}: {e}", a.name());
         return false;
     }
-    if clean {
+    if wp {
         p.set(pg::WP);
     }
     p.set_mapped_at(r.id, idx);
@@ -1222,7 +1273,7 @@ fn map_file_page(
     true
 }
 
-/// `filemap_map_pages` (fault-around): maps the cached pages after page `idx` of shared region
+/// `filemap_map_pages` (fault-around): maps the cached pages after page `idx` of file region
 /// `r`, fewer than `win` of them, and returns the last page mapped (`idx` if none). It stops at
 /// the first page that is beyond the end of the file, already has an entry, is not cached and
 /// up to date, is locked, is mapped in another view, or carries PG_readahead (its own fault
@@ -1230,8 +1281,9 @@ fn map_file_page(
 /// waits. With `write` the pages are dirtied first (a sequential writer's window).
 ///
 /// One ioctl per run of pages consecutive in the pool (the view side is consecutive by
-/// construction): UFFDIO_COPY write-protected for clean pages (their first store is seen and
-/// dirties them; their slots are dropped in the next zap batch), UFFDIO_MOVE for dirty ones.
+/// construction): UFFDIO_COPY write-protected for clean pages and for every page of a private
+/// region (their first store is seen: it dirties them, or copies them in a private region;
+/// their slots are dropped in the next zap batch), UFFDIO_MOVE for dirty ones.
 fn filemap_map_pages(
     m: &MmInner,
     r: &RegionInner,
@@ -1280,7 +1332,8 @@ fn filemap_map_pages(
             filemap::set_page_dirty(m, a, f);
         }
     }
-    let clean = |f: Pfn| !m.node.pages[f].test(pg::DIRTY);
+    // A private region maps every page write-protected (its first store copies the page).
+    let clean = |f: Pfn| !fm.shared || !m.node.pages[f].test(pg::DIRTY);
     let mut mapped = 0;
     for run in pool::runs(&pages, |x, y| y.1 == x.1.next() && clean(x.1) == clean(y.1)) {
         let run = &pages[run];
@@ -1355,8 +1408,9 @@ fn filemap_map_pages(
     last
 }
 
-/// First touch of a page of a private file region: a private anonymous copy of the file's page
-/// (copy-on-write done eagerly at first touch; later it is an ordinary anonymous page).
+/// The first write to a page of a private file region (`do_cow_fault`): a private anonymous copy
+/// of the file's page, mapped writable; from then on it is an ordinary anonymous page, and later
+/// writes to the file no longer show there.
 fn do_cow_fault(m: &MmInner, r: &Arc<RegionInner>, fm: &FileMap, idx: PgOff) -> Option<Fault> {
     if beyond_eof(m, r, fm, idx) {
         return Some(Fault::Done);

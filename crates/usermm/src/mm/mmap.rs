@@ -38,7 +38,7 @@ pub(crate) fn map_file(
     if !offset.is_multiple_of(PAGE_SIZE as u64) {
         return Err(RegionError::FileOffset { offset }.into());
     }
-    if mapping.file().is_none() {
+    if !mapping.is_file() {
         return Err(RegionError::NotFileBacked {
             name: mapping.name(),
         }
@@ -55,9 +55,7 @@ pub(crate) fn map_file(
     };
     let r =
         new_region(mm, len, Some(fm), false).inspect_err(|_| put_mapping(mm.inner(), &mapping))?;
-    if kind == MapKind::Shared {
-        mapping.i_mmap.lock().push(r.r.id);
-    }
+    mapping.i_mmap.lock().push(r.r.id);
     Ok(r)
 }
 
@@ -134,7 +132,7 @@ impl Mm {
         len: usize,
         kind: MapKind,
     ) -> Result<Region> {
-        let a = self.inner().files.iget(path.as_ref(), false)?;
+        let a = super::file::iget(self.inner(), path.as_ref(), false)?;
         let r = map_file(self, a.clone(), offset, len, kind);
         put_mapping(self.inner(), &a);
         r

@@ -36,7 +36,7 @@ pub mod pg {
     pub const POOLED: u32 = 1 << 14;
     /// The descriptor's owner is an address space (a file or in-memory file page), not a
     /// region (`!PageAnon`). Such a page lives in its pool slot, or, while PG_mapped, in the
-    /// view of the shared file region named by `private`.
+    /// view of the file region named by `private` (shared, or private until its first store).
     pub const PAGECACHE: u32 = 1 << 15;
     /// The pool slot still holds a copy of this mapped page, queued to be dropped with the next
     /// batch (`pool::defer_zap`): placing a page with UFFDIO_COPY and dropping its slot in
@@ -386,7 +386,7 @@ impl Page {
     pub fn set_swap_entry(&self, entry: SwapEntry) {
         self.private.store(entry.0, Ordering::Release);
     }
-    /// Where a page-cache page is mapped: the shared file region and the page index in it
+    /// Where a page-cache page is mapped: the file region and the page index in it
     /// (usermm maps a cache page in at most one view). Kept in the private word.
     pub fn mapped_at(&self) -> (RegionId, PgOff) {
         let (id, index) = unpack(self.private.load(Ordering::Acquire));

@@ -1,8 +1,8 @@
 //! Reverse mapping: from a page to where it is mapped, and unmapping it from there. Mirrors
 //! `mm/rmap.c` (`try_to_unmap`, `try_to_unmap_one`, `page_referenced`'s role of clearing the
 //! young bit). In usermm a page is mapped in at most one place: its owner's view (anonymous
-//! pages: the region and index in the descriptor's owner) or, for a page-cache page, the shared
-//! file region named by its `private` word. Unmapping moves the page into its pool slot with
+//! pages: the region and index in the descriptor's owner) or, for a page-cache page, the file
+//! region named by its `private` word (shared, or private until the page's first store there). Unmapping moves the page into its pool slot with
 //! UFFDIO_MOVE (one ioctl per run of pages consecutive in both the view and the pool); the next
 //! access is a minor fault, which is how usermm observes references.
 
@@ -110,7 +110,7 @@ fn try_to_unmap_one(m: &MmInner, r: &RegionInner, idx: PgOff, f: Pfn) {
     }
 }
 
-/// A page-cache page unmapped from a shared file region leaves no entry behind: the region's
+/// A page-cache page unmapped from a file region leaves no entry behind: the region's
 /// next access looks the page up in the cache again.
 fn clear_file_pte(node: &Node, r: &RegionInner, idx: PgOff, f: Pfn) {
     if node.pages[f].test(pg::PAGECACHE) {
@@ -160,7 +160,7 @@ pub(crate) fn unmap_file_page_at(m: &MmInner, r: &RegionInner, idx: PgOff, f: Pf
     m.vm.sub(Item::NrMapped, 1);
 }
 
-/// Unmaps locked page-cache page `f` from the shared region that maps it (taking that region's
+/// Unmaps locked page-cache page `f` from the file region that maps it (taking that region's
 /// pte lock) and clears the entry, so the next access there faults.
 pub(crate) fn unmap_file_page(m: &MmInner, f: Pfn) {
     let p = &m.node.pages[f];

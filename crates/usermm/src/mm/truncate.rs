@@ -24,12 +24,19 @@ pub fn truncate(m: &MmInner, mapping: &Arc<AddressSpace>, size: u64) -> Result<(
         mapping.size.swap(size, Ordering::AcqRel)
     };
     if size < old {
-        truncate_pages_only(
-            m,
-            mapping,
-            PgOff::new(size.div_ceil(ps)),
-            PgOff::new(old.div_ceil(ps)),
-        );
+        let eof = PgOff::new(size.div_ceil(ps));
+        truncate_pages_only(m, mapping, eof, PgOff::new(old.div_ceil(ps)));
+        // truncate_pagecache's unmap_mapping_range(even_cows): a private region's pages past
+        // the new end go too, its own copies included; touching them raises SIGBUS.
+        for r in i_mmap_regions(m, mapping) {
+            let Some(fm) = r.file.as_ref().filter(|fm| !fm.shared) else {
+                continue;
+            };
+            let from = PgOff::new(eof.raw().saturating_sub(fm.pgoff.raw()));
+            if from < r.end() {
+                super::madvise::zap_page_range(m, &r, from, r.end(), false);
+            }
+        }
         if !size.is_multiple_of(ps) {
             let index = PgOff::of_byte(size);
             if let Some(f) = find_lock_page(m, mapping, index)? {

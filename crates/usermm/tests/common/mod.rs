@@ -51,6 +51,10 @@ pub fn mm_ram_lru_gen(budget: u64, swap: u64, lru_gen: bool) -> Mm {
 /// (`fault_path=sigbus`).
 pub const MODES: [(bool, bool); 3] = [(false, false), (true, false), (false, true)];
 
+/// Both fault paths as `Switch::FaultPath` values: handler threads (old), the faulting thread
+/// itself (new, `fault_path=sigbus`).
+pub const FAULT_PATHS: [Behaviour; 2] = [Behaviour::Old, Behaviour::New];
+
 /// [`mm_ram`] with the replacement policy (`lru_gen=on|off`) and the fault path
 /// (`fault_path=sigbus|handler`) chosen.
 pub fn mm_ram_mode(budget: u64, swap: u64, lru_gen: bool, sigbus: bool) -> Mm {
