@@ -254,7 +254,7 @@ fn wb_workfn(m: Arc<MmInner>, b: Arc<Bdi>) {
         let (background, mut vmscan) = {
             let mut w = b.work.lock();
             if !w.pending {
-                b.cv.wait_for(&mut w, interval);
+                w = b.cv.wait_for(w, interval);
             }
             let r = (w.background, w.vmscan);
             *w = WbWork::default();

@@ -281,7 +281,7 @@ impl RaQueue {
             if let Some(r) = q.reqs.pop_front() {
                 return Some(r);
             }
-            self.cv.wait(&mut q);
+            q = self.cv.wait(q);
         }
     }
 

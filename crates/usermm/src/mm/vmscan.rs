@@ -116,10 +116,7 @@ pub fn kswapd_main(m: std::sync::Arc<MmInner>) {
         {
             let mut p = m.node.kswapd.pending.lock();
             while !*p && !m.handlers.shutdown.load(Ordering::Acquire) {
-                m.node
-                    .kswapd
-                    .cv
-                    .wait_for(&mut p, Duration::from_millis(200));
+                p = m.node.kswapd.cv.wait_for(p, Duration::from_millis(200));
                 if m.node.frames.nr_free() < m.node.wmark.low {
                     break;
                 }
