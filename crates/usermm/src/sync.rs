@@ -8,7 +8,7 @@ pub use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Orde
 #[cfg(loom)]
 pub use loom::sync::{Arc, MutexGuard};
 
-/// loom's mutex behind parking_lot's API (`lock()` without poisoning).
+/// loom's mutex behind the shim's API (`lock()` without poisoning).
 #[cfg(loom)]
 #[derive(Debug)]
 pub struct Mutex<T>(loom::sync::Mutex<T>);
