@@ -4,7 +4,9 @@
 //! Event counters only grow; state counters (`nr_*`) go up and down. [`Vmstat`] is a snapshot
 //! that reads like `/proc/vmstat`.
 
-use crate::sync::{AtomicU64, Ordering};
+// Statistics, not synchronization: plain atomics even under the model checker (whose atomics
+// would make every counter update a scheduling point, and each of them costs a model object).
+use std::sync::atomic::{AtomicU64, Ordering};
 
 macro_rules! items {
     ($($id:ident = $name:literal),* $(,)?) => {

@@ -16,6 +16,7 @@ use super::filemap;
 use super::lru::mark_page_accessed;
 use super::page::{pg, Owner, Pfn, PgOff, SwapEntry};
 use super::page_alloc;
+use super::page_state;
 use super::pgtable::{Pte, PteGuard};
 use super::pool;
 use super::region::{AccessPattern, FileMap, RegionInner};
@@ -25,19 +26,10 @@ use super::MmInner;
 use crate::conv::Narrow;
 use crate::sync::Arc;
 
-/// Outcome of one fault.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
-    /// Resolved (or found already resolved) and the faulting thread woken.
-    Done,
-    /// A page it needs is locked (under reclaim I/O); try again shortly.
-    Retry,
-}
+pub use super::page_state::Fault;
 
 /// Largest zero-page fault-around run (pages).
 const ZERO_AROUND: u64 = 16;
-/// Largest minor-fault fault-around run over readahead pages.
-const RA_AROUND: u64 = 32;
 
 /// Handles one userfaultfd page fault at `addr` with uffd fault `flags`.
 pub fn handle_fault(m: &MmInner, addr: usize, flags: u64) -> Fault {
@@ -580,26 +572,53 @@ fn place_from_slot(
         .inspect(|_| pool::defer_zap(m, f))
 }
 
-/// Maps frame `f` (parked in its pool slot) at page `idx` with UFFDIO_COPY (`place_from_slot`),
-/// write-protected if it is a clean page whose swap copy stays valid: MOVE always installs a
-/// writable pte, and write-protecting after a move would leave a window in which another
-/// thread's store lands unseen and the page is later dropped as clean. Returns false if the page
-/// could not be mapped (it stays parked).
-fn map_parked(
-    m: &MmInner,
-    r: &RegionInner,
-    idx: PgOff,
-    f: Pfn,
-    write: bool,
-    wake_now: bool,
-) -> bool {
-    let p = &m.node.pages[f];
-    if write {
-        swap_state::try_to_free_swap(m, f);
+/// The fault path's environment for the page state machine (mm/page_state.rs): region `r`'s
+/// view, the frame pool and the swap cache of manager `m`.
+struct RegionFaultEnv<'a> {
+    m: &'a MmInner,
+    r: &'a RegionInner,
+}
+
+impl page_state::FaultEnv for RegionFaultEnv<'_> {
+    fn view_present(&self, idx: PgOff) -> bool {
+        view_present(self.r, idx)
     }
-    let keep_wp = p.test(pg::SWAPCACHE) && !p.test(pg::DIRTY);
+    fn note_stale(&self, idx: PgOff, pte: Pte) {
+        note_stale(self.m, self.r, idx, pte);
+    }
+    fn ensure_parked(&self, f: Pfn) -> bool {
+        pool::slot_present(self.m, f) || super::rmap::refill_lost_slot(self.m, f)
+    }
+    fn try_to_free_swap(&self, f: Pfn) {
+        swap_state::try_to_free_swap(self.m, f);
+    }
+    fn unprotect(&self, idx: PgOff) {
+        let addr = self.r.page_addr(idx);
+        if let Err(e) = self.m.mm.uffd.writeprotect(addr, PAGE_SIZE, false, true) {
+            self.m.vm.inc(Item::MmWarn);
+            log::error!("UFFDIO_WRITEPROTECT clear at {addr:#x}: {e}");
+        }
+    }
+    fn place(&self, idx: PgOff, f: Pfn, wp: bool) -> bool {
+        place_parked(self.m, self.r, idx, f, wp)
+    }
+    fn ra_hit(&self) {
+        self.r.ra_hits.fetch_add(1, Ordering::Relaxed);
+    }
+    fn wake(&self, idx: PgOff, n: u64) {
+        wake_pages(self.m, self.r, idx, n);
+    }
+}
+
+/// Places locked frame `f`, parked in its pool slot, at page `idx` with UFFDIO_COPY
+/// (`place_from_slot`), write-protected when `wp` (a clean page whose swap copy stays valid):
+/// MOVE always installs a writable pte, and write-protecting after a move would leave a window
+/// in which another thread's store lands unseen and the page is later dropped as clean. A
+/// stray page in the view is replaced; an empty slot (the page was zapped behind our back)
+/// maps zeros. False if the page could not be mapped (it stays parked).
+fn place_parked(m: &MmInner, r: &RegionInner, idx: PgOff, f: Pfn, wp: bool) -> bool {
     let dst = r.page_addr(idx);
-    let place = || place_from_slot(m, f, dst, keep_wp, false);
+    let place = || place_from_slot(m, f, dst, wp, false);
     let mut res = place();
     if matches!(res, Err(e) if e.is_exists()) {
         // The view holds a page although the entry says this one is parked: a stray left by a
@@ -616,7 +635,7 @@ fn map_parked(
         res = place();
     }
     match res {
-        Ok(_) => {}
+        Ok(_) => true,
         Err(e) if e.errno == libc::ENOENT => {
             // The pool slot is empty (the page was zapped behind our back): its contents are
             // zeros.
@@ -628,28 +647,21 @@ fn map_parked(
                 return false;
             }
             swap_state::try_to_free_swap(m, f);
+            true
         }
         Err(e) => {
             if e.is_exists() {
                 m.vm.inc(Item::UffdEexist);
             }
             log::error!("mapping frame {f} at {dst:#x}: {e}");
-            return false;
+            false
         }
     }
-    if keep_wp && p.test(pg::SWAPCACHE) {
-        p.set(pg::WP);
-    }
-    p.set(pg::MAPPED);
-    m.vm.inc(Item::NrMapped);
-    if wake_now {
-        wake(m, r, idx);
-    }
-    true
 }
 
 /// A resident page: mapped already (stale fault, or a write to a write-protected clean page), or
-/// parked in the pool (minor fault: the analogue of the hardware setting the accessed bit).
+/// parked in the pool (minor fault: the analogue of the hardware setting the accessed bit). The
+/// locked critical section is `page_state::frame_fault`, which the model checker runs too.
 fn frame_fault(
     m: &MmInner,
     r: &RegionInner,
@@ -658,105 +670,54 @@ fn frame_fault(
     write: bool,
     wp: bool,
 ) -> Option<Fault> {
-    let p = &m.node.pages[f];
-    if !p.trylock() {
-        m.vm.inc(Item::FaultDeferred);
-        return Some(Fault::Retry);
+    let env = RegionFaultEnv { m, r };
+    page_state::frame_fault(&m.node.pages, &r.pt, &m.vm, &env, idx, f, write, wp)
+}
+
+/// The swap-in's environment for the page state machine (mm/page_state.rs): the swap cache and
+/// the bounce buffer the faulting page was read into, placed in region `r`'s view.
+struct SwapinFromBounce<'a> {
+    m: &'a MmInner,
+    r: &'a RegionInner,
+    sw: &'a super::swap_state::SwapState,
+    bounce: &'a crate::sys::Mapping,
+}
+
+impl page_state::SwapinEnv for SwapinFromBounce<'_> {
+    fn add_to_swap_cache(&self, entry: SwapEntry, f: Pfn) {
+        self.sw.add_to_cache(entry, f, &self.m.vm);
     }
-    let g = r.pt.lock(idx);
-    if g.get() != Pte::Frame(f) {
-        drop(g);
-        p.unlock();
-        return None;
+    fn swap_free(&self, entry: SwapEntry) {
+        self.sw.swap_free(entry, &self.m.vm);
     }
-    if p.test(pg::MAPPED) && !wp && !view_present(r, idx) {
-        // Flagged mapped, but the view has no page: the page went back to its pool slot (a
-        // partial unmap) or was zapped. Mark it unmapped and fault it in like a parked page
-        // (map_parked copies zeros if the slot is empty: a zapped page reads as zeros).
-        note_stale(m, r, idx, Pte::Frame(f));
-        p.clear(pg::MAPPED | pg::WP);
-        m.vm.sub(Item::NrMapped, 1);
-        if !pool::slot_present(m, f) && !super::rmap::refill_lost_slot(m, f) {
-            drop(g);
-            p.unlock();
-            return Some(Fault::Retry);
-        }
-    }
-    if p.test(pg::MAPPED) {
-        if wp && p.test(pg::WP) {
-            // do_wp_page on a clean swap-cache page: it becomes dirty, its swap copy is stale.
-            swap_state::try_to_free_swap(m, f);
-            p.clear(pg::WP);
-            if let Err(e) =
-                m.mm.uffd
-                    .writeprotect(r.page_addr(idx), PAGE_SIZE, false, true)
-            {
-                log::error!("UFFDIO_WRITEPROTECT clear at {:#x}: {e}", r.page_addr(idx));
-            }
-            m.vm.inc(Item::WpFault);
-            m.vm.inc(Item::Pgfault);
-        } else if wp {
-            // Write-protected though we did not ask (a leftover marker): clear it.
+    fn place_read(&self, idx: PgOff, f: Pfn, wp: bool) {
+        let (m, r) = (self.m, self.r);
+        let dst = r.page_addr(idx);
+        // Copied from the bounce buffer (write-protected while the swap copy stays valid); a
+        // recycled frame's slot is dropped with the next batch (see place_from_slot for why
+        // not fill + MOVE).
+        pool::empty_slot(m, f);
+        let place = || {
+            m.retry_again(PAGE_SIZE, |_| {
+                m.mm.uffd.copy(dst, self.bounce.addr(), PAGE_SIZE, wp, true)
+            })
+        };
+        let mut placed = place();
+        if matches!(placed, Err(e) if e.is_exists()) {
+            // A stray page sits where the swapped-out page belongs (seen once with the partial
+            // results mishandled): the swap copy is the page's data; replace the stray.
+            m.vm.inc(Item::FaultStaleUnmapped);
+            log::warn!("a stray page is mapped at {dst:#x} whose entry is a swap entry; replaced");
             m.vm.warn_on(
-                m.mm.uffd
-                    .writeprotect(r.page_addr(idx), PAGE_SIZE, false, true),
-                "UFFDIO_WRITEPROTECT",
+                r.view.advise(idx.offset(), PAGE_SIZE, Advice::DontNeed),
+                "MADV_DONTNEED of view pages",
             );
+            placed = place();
         }
-        drop(g);
-        p.unlock();
-        wake(m, r, idx);
-        return Some(Fault::Done);
-    }
-    let was_ra = p.test_clear(pg::READAHEAD);
-    if !map_parked(m, r, idx, f, write, false) {
-        // The thread stays asleep: the deferred retry resolves it (a wake would only make it
-        // fault again on the same unmapped page).
-        drop(g);
-        p.unlock();
-        return Some(Fault::Retry);
-    }
-    m.vm.inc(Item::Pgfault);
-    m.vm.inc(Item::Pgminfault);
-    if was_ra {
-        m.vm.inc(Item::SwapRaHit);
-        r.ra_hits.fetch_add(1, Ordering::Relaxed);
-    } else {
-        m.vm.inc(Item::RefFault);
-    }
-    // Fault-around over the readahead pages that follow (filemap_map_pages for swap cache).
-    let mut last = idx;
-    if was_ra {
-        let mut j = idx + 1;
-        while j < r.end() && j - idx < RA_AROUND {
-            let Pte::Frame(f2) = r.pt.get(j) else { break };
-            let p2 = &m.node.pages[f2];
-            if !p2.test(pg::READAHEAD) || p2.test(pg::MAPPED) || !p2.trylock() {
-                break;
-            }
-            let g2 = r.pt.try_lock(j);
-            let ok = match &g2 {
-                Some(g2) if g2.get() == Pte::Frame(f2) && p2.test_clear(pg::READAHEAD) => {
-                    map_parked(m, r, j, f2, false, false)
-                }
-                _ => false,
-            };
-            drop(g2);
-            p2.unlock();
-            if !ok {
-                break;
-            }
-            m.vm.inc(Item::SwapRaHit);
-            m.vm.inc(Item::FaultAround);
-            r.ra_hits.fetch_add(1, Ordering::Relaxed);
-            last = j;
-            j += 1;
+        if let Err(e) = placed {
+            log::error!("placing a swapped-in page at {dst:#x}: {e}");
         }
     }
-    drop(g);
-    p.unlock();
-    wake_pages(m, r, idx, last - idx + 1);
-    Some(Fault::Done)
 }
 
 /// `do_swap_page`: a page on the swap device. Allocates frames for the readahead window
@@ -809,57 +770,32 @@ fn do_swap_page(
             return;
         }
         let keep = !sw.full() && !write;
-        let (mut used, unused) =
+        let (used, unused) =
             swap_state::park_readahead(m, sw, r, idx, &slots, &frames, &ok, &mut rest, bounce);
         // The faulting page: copied straight into the view, write-protected while its swap copy
         // stays valid (a later write is a wp fault that drops the copy).
-        let f0 = frames[0];
-        let p0 = &m.node.pages[f0];
-        let mut flags = pg::UPTODATE | pg::SWAPBACKED | pg::MAPPED;
-        if super::workingset::workingset_refault(m, sw.space(slot), slot.cache_index(), false) {
-            flags |= pg::ACTIVE;
-        }
-        if keep {
-            flags |= pg::SWAPCACHE | pg::WP;
-            sw.add_to_cache(slot, f0, &m.vm);
-        } else {
-            sw.swap_free(slot, &m.vm);
-            flags |= pg::DIRTY;
-        }
-        g.set(Pte::Frame(f0));
-        let dst = r.page_addr(idx);
-        // Copied from the bounce buffer (write-protected while the swap copy stays valid); a
-        // recycled frame's slot is dropped with the next batch (see place_from_slot for why
-        // not fill + MOVE).
-        pool::empty_slot(m, f0);
-        let place = || {
-            m.retry_again(PAGE_SIZE, |_| {
-                m.mm.uffd.copy(dst, bounce.addr(), PAGE_SIZE, keep, true)
-            })
-        };
-        let mut placed = place();
-        if matches!(placed, Err(e) if e.is_exists()) {
-            // A stray page sits where the swapped-out page belongs (seen once with the partial
-            // results mishandled): the swap copy is the page's data; replace the stray.
-            m.vm.inc(Item::FaultStaleUnmapped);
-            log::warn!("a stray page is mapped at {dst:#x} whose entry is a swap entry; replaced");
-            m.vm.warn_on(
-                r.view.advise(idx.offset(), PAGE_SIZE, Advice::DontNeed),
-                "MADV_DONTNEED of view pages",
-            );
-            placed = place();
-        }
-        if let Err(e) = placed {
-            log::error!("placing a swapped-in page at {dst:#x}: {e}");
-        }
-        p0.init(Owner::Anon(r.id, idx), flags);
-        p0.set_swap_entry(slot);
-        used.push(f0);
-        m.node.lru.add(&m.node.pages, &used, &m.vm);
+        let active =
+            super::workingset::workingset_refault(m, sw.space(slot), slot.cache_index(), false);
+        let env = SwapinFromBounce { m, r, sw, bounce };
+        let used_len = used.len() + 1;
+        page_state::swapin_install(
+            &m.node.pages,
+            &*m.node.lru,
+            &m.vm,
+            &env,
+            &mut g,
+            Owner::Anon(r.id, idx),
+            idx,
+            slot,
+            frames[0],
+            keep,
+            active,
+            used,
+        );
         drop(rest);
         drop(g);
         pool::free_frames(m, &unused, false);
-        let read = used.len() as u64;
+        let read = used_len as u64;
         m.vm.inc(Item::Pgfault);
         m.vm.inc(Item::Pgmajfault);
         m.vm.inc(Item::NrMapped);

@@ -2,7 +2,9 @@
 //! and counters. Mirrors `struct mm_struct` plus one `pg_data_t` node (`include/linux/mmzone.h`):
 //! free frames, watermarks, the lruvec, kswapd.
 //!
-//! Submodules: `page` (descriptors, frame allocator), `pgtable` (per-region entries),
+//! Submodules: `page` (descriptors, frame allocator), `page_state` (the locked critical
+//! sections of faults on resident pages and of anonymous reclaim, shared with the model
+//! checker), `pgtable` (per-region entries),
 //! `replacement` (the page replacement policy trait), `lru` (the two-list LRU,
 //! `mark_page_accessed`), `lru_gen` (the multi-gen LRU), `workingset` (shadows and refaults,
 //! `mm/workingset.c`), `memory` (fault handling, `mm/memory.c`), `swap_state`
@@ -23,13 +25,15 @@
 pub mod lru;
 pub mod lru_gen;
 pub mod page;
+pub mod page_state;
 pub mod pgtable;
 pub mod radix_tree;
 pub mod replacement;
 pub mod zap;
 
-// Under `--cfg loom` only the page state machine (descriptors, page table, LRU) is built, so
-// the model checker explores it with loom's primitives; see tests/loom_page.rs.
+// Under `--cfg loom` only the page state machine (descriptors, page table, LRU, and the fault
+// and reclaim critical sections in page_state) is built, so the model checker explores it with
+// loom's primitives; see tests/loom_page.rs.
 #[cfg(not(loom))]
 pub mod errseq;
 #[cfg(not(loom))]

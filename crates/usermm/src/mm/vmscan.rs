@@ -17,11 +17,10 @@ use crate::vmstat::Item;
 use super::filemap;
 use super::lru::Lru;
 use super::mmzone::Node;
-use super::page::{pg, Owner, Page, Pfn, SwapEntry};
+use super::page::{pg, Owner, Pfn, PgOff, RegionId, SwapEntry};
 use super::page_io;
-use super::pgtable::Pte;
+use super::pgtable::PageTable;
 use super::pool;
-use super::region::RegionInner;
 use super::replacement::ScanInput;
 use super::rmap;
 use super::swap_state::SwapState;
@@ -368,134 +367,73 @@ pub fn shrink_inactive_list(m: &MmInner, lru: Lru, nr: usize, sc: &mut ScanContr
     reclaimed
 }
 
-/// What `page_check_references` decided.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PageRef {
-    Activate,
-    Keep,
-    Reclaim,
-    /// Referenced but unmapped clean file page: reclaim it if clean, never write it for this.
-    ReclaimClean,
+// The reference check and the anonymous reclaim critical sections live in mm/page_state.rs,
+// where the model checker runs them too.
+use super::page_state::{keep_referenced, ReclaimEnv};
+pub use super::page_state::{page_check_references, PageRef};
+
+/// Reclaim's environment for the page state machine (mm/page_state.rs): the views and the
+/// pool, the swap device and cache, the region table and the free frames of manager `m`.
+struct NodeReclaimEnv<'a> {
+    m: &'a MmInner,
+    sw: &'a SwapState,
 }
 
-/// `page_check_references`: what reclaim does with an isolated, locked page. A mapped page was
-/// referenced through its pte (usermm's "young bit": all mapped pages start out young from the
-/// instantiating fault, so a page takes a second trip around the inactive list to be reclaimed
-/// unless it is referenced again meanwhile); it is kept with PG_referenced set, or activated if
-/// it was referenced before too (or is an in-memory file page, whose eviction costs swap I/O).
-/// An unmapped page-cache page referenced by read/write is reclaimed only if clean.
-pub fn page_check_references(p: &Page) -> PageRef {
-    let referenced_ptes = p.test(pg::MAPPED);
-    let referenced_page = p.test_clear(pg::REFERENCED);
-    let swapbacked = p.test(pg::SWAPBACKED);
-    if referenced_ptes {
-        if referenced_page || (swapbacked && p.test(pg::PAGECACHE)) {
-            return PageRef::Activate;
+impl ReclaimEnv for NodeReclaimEnv<'_> {
+    fn try_to_unmap(&self, frames: &[Pfn]) {
+        rmap::try_to_unmap(self.m, frames);
+    }
+    fn get_swap_pages(&self, n: usize, out: &mut Vec<SwapEntry>) {
+        self.sw.get_swap_pages(n, out);
+    }
+    fn add_to_swap_cache(&self, entry: SwapEntry, f: Pfn) {
+        self.sw.add_to_cache(entry, f, &self.m.vm);
+    }
+    fn pageout(&self, ready: &[Pfn]) -> Vec<Pfn> {
+        pageout(self.m, self.sw, ready)
+    }
+    fn with_page_table<T>(
+        &self,
+        rid: RegionId,
+        idx: PgOff,
+        op: impl FnOnce(Option<&PageTable>) -> T,
+    ) -> T {
+        match self.m.mm.region(rid) {
+            Some(r) if idx < r.end() => op(Some(&r.pt)),
+            _ => op(None),
         }
-        p.set(pg::REFERENCED);
-        return PageRef::Keep;
     }
-    if referenced_page && !swapbacked {
-        return PageRef::ReclaimClean;
+    fn evicted(&self, entry: SwapEntry) {
+        workingset_eviction(self.m, self.sw.space(entry), entry.cache_index(), false);
+        self.sw.delete_from_cache(entry, &self.m.vm);
     }
-    PageRef::Reclaim
+    fn swap_free(&self, entry: SwapEntry) {
+        self.sw.swap_free(entry, &self.m.vm);
+    }
+    fn free_frames(&self, frames: &[Pfn]) {
+        pool::recycle_frames(self.m, frames);
+    }
 }
 
-/// A referenced page stays (`activate_locked` for Activate), unmapped so that its next
-/// reference is seen. False for a page to reclaim.
-fn keep_referenced(
-    m: &MmInner,
-    f: Pfn,
-    r: PageRef,
-    to_unmap: &mut Vec<Pfn>,
-    keep: &mut Vec<Pfn>,
-) -> bool {
-    match r {
-        PageRef::Activate => {
-            m.node.pages[f].set(pg::ACTIVE);
-            m.vm.inc(Item::Pgactivate);
-        }
-        PageRef::Keep => {}
-        PageRef::Reclaim | PageRef::ReclaimClean => return false,
-    }
-    to_unmap.push(f);
-    keep.push(f);
-    true
-}
-
-/// `shrink_page_list`: decides each isolated (locked) page's fate, unmaps, adds to swap, writes
-/// dirty pages in batches of consecutive slots, and frees clean pages (`__remove_mapping`).
-/// Returns pages freed.
+/// `shrink_page_list`: decides each isolated (locked) anonymous page's fate, unmaps, adds to
+/// swap, writes dirty pages in batches of consecutive slots, and frees clean pages
+/// (`__remove_mapping`); the critical sections are `page_state::shrink_page_list`, which the
+/// model checker runs too. Returns pages freed.
 pub fn shrink_page_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -> usize {
     let Some(sw) = &m.swap else {
         m.node.lru.putback(&m.node.pages, &isolated, &m.vm);
         return 0;
     };
-    let mut keep = Vec::new();
-    let mut reclaim = Vec::new();
-    let mut to_unmap = Vec::new();
-    for f in isolated {
-        let r = page_check_references(&m.node.pages[f]);
-        if !keep_referenced(m, f, r, &mut to_unmap, &mut keep) {
-            reclaim.push(f);
-        }
-    }
-    rmap::try_to_unmap(m, &to_unmap);
-    if !sc.may_unmap {
-        keep.append(&mut reclaim);
-    }
-    let ready = add_to_swap(m, sw, reclaim, &mut keep);
-    let failed = if sc.may_writepage {
-        pageout(m, sw, &ready)
-    } else {
-        Vec::new()
-    };
-    let freed = __remove_mapping(m, sw, ready, &failed, &mut keep);
-    keep.extend(failed);
-    m.vm.sub(Item::NrIsolatedAnon, freed.len() as u64);
-    m.vm.sub(Item::NrAnonPages, freed.len() as u64);
-    pool::recycle_frames(m, &freed);
-    m.node.lru.putback(&m.node.pages, &keep, &m.vm);
-    freed.len()
-}
-
-/// `add_to_swap`: gives the pages to reclaim that have no swap slot consecutive slots in view
-/// order and puts them in the swap cache, dirty. Returns the pages now in the swap cache; the
-/// others (swap full) are activated into `keep` (`activate_locked`).
-fn add_to_swap(
-    m: &MmInner,
-    sw: &SwapState,
-    mut reclaim: Vec<Pfn>,
-    keep: &mut Vec<Pfn>,
-) -> Vec<Pfn> {
-    reclaim.sort_unstable_by_key(|&f| m.node.pages[f].owner());
-    let need: Vec<Pfn> = reclaim
-        .iter()
-        .copied()
-        .filter(|&f| !m.node.pages[f].test(pg::SWAPCACHE))
-        .collect();
-    let mut slots = Vec::with_capacity(need.len());
-    sw.get_swap_pages(need.len(), &mut slots);
-    for (k, &f) in need.iter().enumerate() {
-        let p = &m.node.pages[f];
-        if let Some(&s) = slots.get(k) {
-            p.set_swap_entry(s);
-            p.set(pg::SWAPCACHE | pg::DIRTY);
-            sw.add_to_cache(s, f, &m.vm);
-        }
-    }
-    let mut ready = Vec::with_capacity(reclaim.len());
-    for f in reclaim {
-        let p = &m.node.pages[f];
-        if p.test(pg::SWAPCACHE) {
-            ready.push(f);
-        } else {
-            p.set(pg::ACTIVE);
-            m.vm.inc(Item::Pgactivate);
-            keep.push(f);
-        }
-    }
-    ready
+    let env = NodeReclaimEnv { m, sw };
+    super::page_state::shrink_page_list(
+        &m.node.pages,
+        &*m.node.lru,
+        &m.vm,
+        &env,
+        isolated,
+        sc.may_unmap,
+        sc.may_writepage,
+    )
 }
 
 /// `pageout` (`swap_writepage`) of the dirty swap-cache pages among `ready`: one device write
@@ -535,59 +473,6 @@ fn pageout(m: &MmInner, sw: &SwapState, ready: &[Pfn]) -> Vec<Pfn> {
     failed
 }
 
-/// `__remove_mapping`: the clean pages among `ready` (their swap copy is valid) leave memory:
-/// each entry becomes its swap entry and the page leaves the swap cache. Dirty pages that did
-/// not fail their write (not written this round) go to `keep`. Returns the freed frames.
-fn __remove_mapping(
-    m: &MmInner,
-    sw: &SwapState,
-    ready: Vec<Pfn>,
-    failed: &[Pfn],
-    keep: &mut Vec<Pfn>,
-) -> Vec<Pfn> {
-    let mut freed = Vec::with_capacity(ready.len());
-    let mut cur: Option<std::sync::Arc<RegionInner>> = None;
-    for f in ready {
-        let p = &m.node.pages[f];
-        if p.test(pg::DIRTY) {
-            if !failed.contains(&f) {
-                keep.push(f);
-            }
-            continue;
-        }
-        let Owner::Anon(rid, idx) = p.owner() else {
-            log::error!("frame {f} on the anon reclaim path is a page-cache page; keeping it");
-            keep.push(f);
-            continue;
-        };
-        if cur.as_ref().is_none_or(|r| r.id != rid) {
-            cur = m.mm.region(rid);
-        }
-        let slot = p.swap_entry();
-        match &cur {
-            Some(r) if idx < r.end() => {
-                let mut g = r.pt.lock(idx);
-                if g.get() == Pte::Frame(f) {
-                    g.set(Pte::Swap(slot));
-                    workingset_eviction(m, sw.space(slot), slot.cache_index(), false);
-                    sw.delete_from_cache(slot, &m.vm);
-                } else {
-                    // Cannot happen while the page lock orders us with faults and teardown;
-                    // never corrupt another page's entry if it does.
-                    log::error!(
-                        "frame {f} names region {rid} page {idx}, whose entry is {:?}; freeing it",
-                        g.get()
-                    );
-                    sw.swap_free(slot, &m.vm);
-                }
-            }
-            _ => sw.swap_free(slot, &m.vm),
-        }
-        freed.push(f);
-    }
-    freed
-}
-
 /// `shrink_page_list` for page-cache pages (file pages and in-memory file pages), isolated and
 /// locked. Clean file pages leave the cache without I/O; dirty file pages are written here only
 /// by kswapd under Linux's conditions (the node is flagged dirty and, with seed 004's series,
@@ -618,7 +503,7 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
         }
         let swapbacked = p.test(pg::SWAPBACKED);
         let r = page_check_references(p);
-        if keep_referenced(m, f, r, &mut to_unmap, &mut keep) {
+        if keep_referenced(&m.node.pages, &m.vm, f, r, &mut to_unmap, &mut keep) {
             continue;
         }
         let reclaim_clean = r == PageRef::ReclaimClean;
@@ -769,6 +654,7 @@ fn vmscan_recycle(m: &MmInner, frames: &[Pfn], anon_list: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mm::page::Page;
     use crate::mm::Watermarks;
 
     /// Seed 004: with laptop mode on and reclaim not allowed to write, the old behaviour
