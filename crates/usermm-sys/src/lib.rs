@@ -1,8 +1,9 @@
 //! usermm-sys: the workspace's OS layer and the only crate with `unsafe` besides the FFI edges
 //! (the C ABI in usermm-capi, the interposed allocator in usermm-preload). Thin wrappers over the
 //! system calls the memory manager and its front ends need (mmap/madvise, pread/pwrite into
-//! mapped memory, fallocate, userfaultfd and PAGEMAP_SCAN ioctls, a few process calls, the SIGBUS
-//! handler through which a faulting thread serves its own fault).
+//! mapped memory and batches of them through io_uring, fallocate, userfaultfd and PAGEMAP_SCAN
+//! ioctls, a few process calls, the SIGBUS handler through which a faulting thread serves its
+//! own fault).
 //! Everything above it (the usermm core, usermm-vma, the CLI, the Python module) is safe Rust;
 //! the core reaches this crate as `crate::sys` and does not re-export it.
 //!
@@ -17,6 +18,7 @@
 pub mod error;
 pub mod mem;
 pub mod pagemap;
+pub mod ring;
 pub mod sigbus;
 pub mod uffd;
 

@@ -57,6 +57,11 @@ pub enum Switch {
     /// kernel-mode access (`read(2)` into a page not resident) fails with EFAULT
     /// (docs/fault_path.md).
     FaultPath,
+    /// How a writeback batch's runs of file pages reach the disk: one `pwritev` per run in
+    /// turn (old, `sync`), or every run in flight at once through io_uring (new, `io_uring`,
+    /// the default; where io_uring is unavailable, detected at run time, the synchronous path
+    /// runs whatever the setting).
+    FileIo,
 }
 
 /// Static description of one switch.
@@ -160,6 +165,15 @@ pub const SWITCHES: &[SwitchInfo] = &[
         new: "sigbus",
         what: "who serves a fault: handler threads reading the userfaultfd, or the faulting thread in a SIGBUS handler",
         default: Behaviour::Old,
+    },
+    SwitchInfo {
+        switch: Switch::FileIo,
+        name: "file_io",
+        seed: "issue 15",
+        old: "sync",
+        new: "io_uring",
+        what: "how writeback sends a batch's runs of file pages: one pwritev per run in turn, or all in flight at once through io_uring",
+        default: Behaviour::New,
     },
 ];
 

@@ -104,6 +104,7 @@ items! {
     FileWriteError = "file_write_error",
     FileReadHole = "file_read_hole",
     FileWriteNoread = "file_write_noread",
+    FileIoUring = "file_io_uring",
     FlusherWake = "flusher_wake",
     FlusherWakeVmscan = "flusher_wake_vmscan",
     DirtyThrottle = "balance_dirty_pages",

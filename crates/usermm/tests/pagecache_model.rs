@@ -4,7 +4,8 @@
 //! 1 MiB budget, every read and load checked as it happens, then every file read back through
 //! the cache and on disk compared byte for byte with its shadow. A case that touched more pages
 //! than the budget holds must show eviction or writeback in the counters (so the test cannot
-//! pass by never leaving memory). A second property runs four threads of mapped loads and
+//! pass by never leaving memory). Both properties draw the fault path and how writeback reaches
+//! the disk (io_uring, or the synchronous fallback `file_io=sync`). A second property runs four threads of mapped loads and
 //! stores through two shared regions of one file at once, against per-thread shadows.
 
 use proptest::prelude::*;
@@ -97,17 +98,24 @@ fn bytes(seed: u8, off: u64, len: usize) -> Vec<u8> {
 }
 
 /// A 1 MiB manager with 4 MiB of RAM swap, its faults served by handler threads or, with
-/// `sigbus`, on the faulting threads (`fault_path=sigbus`).
-fn small_mm(sigbus: bool) -> Mm {
-    let b = if sigbus {
-        usermm::Behaviour::New
-    } else {
-        usermm::Behaviour::Old
+/// `sigbus`, on the faulting threads (`fault_path=sigbus`); writeback through io_uring or, with
+/// `sync_io`, one pwritev per run (`file_io=sync`, the synchronous fallback).
+fn small_mm(sigbus: bool, sync_io: bool) -> Mm {
+    let b = |new: bool| {
+        if new {
+            usermm::Behaviour::New
+        } else {
+            usermm::Behaviour::Old
+        }
     };
     Mm::new(
         MmConfig::new(1 << 20)
             .swap(SwapConfig::Ram { size: 4 << 20 })
-            .settings(usermm::Settings::default().with(usermm::Switch::FaultPath, b)),
+            .settings(
+                usermm::Settings::default()
+                    .with(usermm::Switch::FaultPath, b(sigbus))
+                    .with(usermm::Switch::FileIo, b(!sync_io)),
+            ),
     )
     .unwrap()
 }
@@ -119,9 +127,11 @@ proptest! {
         ops in proptest::collection::vec(op(), 1..250),
         // Faults served by handler threads or on the faulting thread (fault_path=sigbus).
         sigbus in any::<bool>(),
+        // Writeback through io_uring or the synchronous fallback (file_io=sync).
+        sync_io in any::<bool>(),
     ) {
         let d = tempfile::tempdir_in(std::env::var("TMPDIR").unwrap_or("/var/tmp".into())).unwrap();
-        let mm = small_mm(sigbus);
+        let mm = small_mm(sigbus, sync_io);
         let paths: Vec<_> = (0..2).map(|i| d.path().join(format!("f{i}"))).collect();
         let files: Vec<CachedFile> = paths.iter().map(|p| mm.open(p).unwrap()).collect();
         let mut shadow: Vec<Vec<u8>> = vec![Vec::new(), Vec::new()];
@@ -268,6 +278,13 @@ proptest! {
         }
         prop_assert!(mm.peak_resident_bytes() <= 1 << 20);
         let vm = mm.vmstat();
+        // Writeback went the way the setting says (io_uring: every run, where the kernel has
+        // it; the synchronous fallback: none).
+        if sync_io {
+            prop_assert_eq!(vm.val("file_io_uring"), 0);
+        } else if vm.val("nr_written") > 0 && usermm_sys::ring::available() {
+            prop_assert!(vm.val("file_io_uring") > 0, "{} pages written, none through io_uring", vm.val("nr_written"));
+        }
         if touched.len() > 256 + 64 {
             let left = vm.val("pgsteal_file") + vm.val("pgsteal_anon") + vm.val("nr_written");
             prop_assert!(left > 0, "{} pages touched in a 256-page budget, nothing evicted or written:\n{}", touched.len(), vm);
@@ -346,12 +363,13 @@ proptest! {
     fn concurrent_mapped_access_across_two_regions(
         plans in proptest::collection::vec(accesses(), CTHREADS..=CTHREADS),
         sigbus in any::<bool>(),
+        sync_io in any::<bool>(),
     ) {
         let d = tempfile::tempdir_in(std::env::var("TMPDIR").unwrap_or("/var/tmp".into())).unwrap();
         let path = d.path().join("shared");
         let original = bytes(0x5c, 0, CPAGES * 4096);
         std::fs::write(&path, &original).unwrap();
-        let mm = small_mm(sigbus);
+        let mm = small_mm(sigbus, sync_io);
         let len = CPAGES * 4096;
         let regions: Vec<Region> = (0..2)
             .map(|_| mm.map_file(&path, 0, len, MapKind::Shared).unwrap())

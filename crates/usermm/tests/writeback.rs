@@ -32,7 +32,13 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 /// A manager with RAM swap, flushers waking every `period_cs` and data expiring after
 /// `expire_cs` (centiseconds, as `vm.dirty_*_centisecs`).
 fn manager(expire_cs: u32, period_cs: u32) -> Mm {
-    let mut cfg = MmConfig::new(64 * MIB).swap(SwapConfig::Ram { size: 64 * MIB });
+    manager_with(expire_cs, period_cs, usermm::Settings::default())
+}
+
+fn manager_with(expire_cs: u32, period_cs: u32, settings: usermm::Settings) -> Mm {
+    let mut cfg = MmConfig::new(64 * MIB)
+        .swap(SwapConfig::Ram { size: 64 * MIB })
+        .settings(settings);
     cfg.dirty_expire_centisecs = expire_cs;
     cfg.dirty_writeback_centisecs = period_cs;
     Mm::new(cfg).expect("creating a memory manager")
@@ -233,8 +239,15 @@ fn one_flusher_thread_per_backing_device() {
             "devices {dev_disk:#x} and {dev_shm:#x} give one 15-byte thread name"
         ));
     }
-    // Data expires after 0.5 s; until then only the threads are looked at.
-    let m = manager(50, 10);
+    // Data expires after 0.5 s; until then only the threads are looked at. Writeback goes
+    // through pwritev on the flusher itself (`file_io=sync`): the bytes each flusher wrote are
+    // read from its own /proc/<tid>/io, and io_uring's disk writes are charged to the kernel's
+    // workers, not to the thread that submitted them.
+    let m = manager_with(
+        50,
+        10,
+        usermm::Settings::default().with(usermm::Switch::FileIo, usermm::Behaviour::Old),
+    );
 
     // Two files on the disk's device: one flusher.
     let disk_pages = 16; // 8 per file

@@ -456,58 +456,158 @@ pub(crate) fn end_page_writeback(m: &MmInner, mapping: &AddressSpace, f: Pfn, in
     m.vm.inc(Item::NrWritten);
 }
 
-/// Writes locked, dirty-for-io pages `run` (consecutive indices) to the mapping's file in as few
-/// calls as their locations allow, extending the file only to i_size.
-fn write_run(m: &MmInner, mapping: &AddressSpace, run: &[(PgOff, Pfn)]) -> io::Result<()> {
-    let Some(file) = mapping.file() else {
-        if mapping.is_file() {
-            // Closed: it had no dirty page at its last close and nothing can dirty one since.
-            return Err(closed_error(mapping));
+/// One contiguous transfer of a run of pages: the page offsets `offs` in one location (the
+/// pool's slots, or one region's view), written to the file from `file_off`.
+struct SubRun {
+    loc: Loc,
+    offs: Vec<usize>,
+    file_off: u64,
+}
+
+impl SubRun {
+    fn mem<'a>(&'a self, m: &'a MmInner) -> &'a crate::sys::Mapping {
+        match &self.loc {
+            Loc::Pool(_) => &m.pool.slots,
+            Loc::View(r, _) => &r.view,
         }
-        return Ok(());
-    };
-    let file = &*file;
-    let direct = matches!(mapping.host, Host::File { direct: true, .. });
-    let end = run[run.len() - 1].0.next().byte_offset();
-    let _eof = (end > mapping.size.load(Ordering::Acquire)).then(|| mapping.eof_lock.lock());
+    }
+    fn len(&self) -> u64 {
+        (self.offs.len() * PAGE_SIZE) as u64
+    }
+}
+
+/// Splits locked pages `run` (consecutive indices) into transfers by where their bytes are.
+fn plan_run(m: &MmInner, run: &[(PgOff, Pfn)]) -> Vec<SubRun> {
+    let mut subs = Vec::new();
     let mut k = 0;
     while k < run.len() {
-        // Sub-runs by location: pool slots, or one region's view.
-        let loc0 = page_loc(m, run[k].1);
+        let loc = page_loc(m, run[k].1);
         let mut offs = Vec::new();
         let mut e = k;
         while e < run.len() {
             let l = page_loc(m, run[e].1);
-            match (&loc0, &l) {
+            match (&loc, &l) {
                 (Loc::Pool(_), Loc::Pool(o)) => offs.push(*o),
                 (Loc::View(a, _), Loc::View(b, o)) if a.id == b.id => offs.push(*o),
                 _ => break,
             }
             e += 1;
         }
-        let file_off = run[k].0.byte_offset();
-        match &loc0 {
-            Loc::Pool(_) => m.pool.slots.pwrite_pages(file, file_off, &offs)?,
-            Loc::View(r, _) => r.view.pwrite_pages(file, file_off, &offs)?,
+        subs.push(SubRun {
+            loc,
+            offs,
+            file_off: run[k].0.byte_offset(),
+        });
+        k = e;
+    }
+    subs
+}
+
+/// Writes locked, dirty-for-io runs of pages (each of consecutive indices) to the mapping's
+/// file in as few calls as their locations allow, extending the file only to i_size; one
+/// result per run. With `file_io=io_uring` (where available) every transfer of the batch is in
+/// flight at once (`sys::ring`); otherwise one `pwritev` per transfer in turn.
+fn write_runs(
+    m: &MmInner,
+    mapping: &AddressSpace,
+    runs: &[&[(PgOff, Pfn)]],
+) -> Vec<io::Result<()>> {
+    let Some(file) = mapping.file() else {
+        return runs
+            .iter()
+            .map(|_| {
+                if mapping.is_file() {
+                    // Closed: it had no dirty page at its last close and nothing can dirty one
+                    // since.
+                    Err(closed_error(mapping))
+                } else {
+                    Ok(())
+                }
+            })
+            .collect();
+    };
+    let file = &*file;
+    let direct = matches!(mapping.host, Host::File { direct: true, .. });
+    let end = runs
+        .iter()
+        .map(|r| r[r.len() - 1].0.next().byte_offset())
+        .max()
+        .unwrap_or(0);
+    let _eof = (end > mapping.size.load(Ordering::Acquire)).then(|| mapping.eof_lock.lock());
+    let plans: Vec<Vec<SubRun>> = runs.iter().map(|r| plan_run(m, r)).collect();
+    let mut res: Vec<io::Result<()>> = Vec::with_capacity(runs.len());
+    let uring = m.cfg.settings.is_new(Switch::FileIo) && crate::sys::ring::available();
+    if uring {
+        let ios: Vec<crate::sys::ring::PageIo<'_>> = plans
+            .iter()
+            .flatten()
+            .map(|s| crate::sys::ring::PageIo {
+                mem: s.mem(m),
+                pages: &s.offs,
+                file_off: s.file_off,
+            })
+            .collect();
+        let mut out = crate::sys::ring::write_pages(file, &ios).into_iter();
+        for plan in &plans {
+            let mut first = Ok(());
+            for r in out.by_ref().take(plan.len()) {
+                if let (Ok(()), Err(e)) = (&first, r) {
+                    first = Err(io::Error::from(e));
+                }
+            }
+            res.push(first);
         }
-        let len = (e - k) as u64 * PAGE_SIZE as u64;
-        if !direct {
-            crate::sys::sync_file_range_wait(file, file_off, len)?;
-            m.vm.warn_on(
-                crate::sys::fadvise_dontneed(file, file_off, len),
-                "dropping written pages from the kernel's page cache",
+        m.vm.add(Item::FileIoUring, ios.len() as u64);
+    } else {
+        for plan in &plans {
+            res.push(
+                plan.iter()
+                    .try_for_each(|s| s.mem(m).pwrite_pages(file, s.file_off, &s.offs))
+                    .map_err(io::Error::from),
             );
         }
-        k = e;
+    }
+    for (k, plan) in plans.iter().enumerate() {
+        if res[k].is_err() {
+            continue;
+        }
+        if !direct {
+            for s in plan {
+                if let Err(e) = crate::sys::sync_file_range_wait(file, s.file_off, s.len()) {
+                    res[k] = Err(e.into());
+                    break;
+                }
+                m.vm.warn_on(
+                    crate::sys::fadvise_dontneed(file, s.file_off, s.len()),
+                    "dropping written pages from the kernel's page cache",
+                );
+            }
+        }
+        if res[k].is_ok() {
+            m.vm.add(
+                Item::Pgpgout,
+                runs[k].len() as u64 * (PAGE_SIZE as u64 / 1024),
+            );
+        }
     }
     // Whole pages were written: cut the file back to i_size if the last one reached past it
     // (under eof_lock, so i_size cannot grow meanwhile).
     let size = mapping.size.load(Ordering::Acquire);
-    if end > size && file.metadata()?.len() > size {
-        file.set_len(size)?;
+    if end > size {
+        let cut = file.metadata().and_then(|md| {
+            if md.len() > size {
+                file.set_len(size)
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(e) = cut {
+            for r in res.iter_mut().filter(|r| r.is_ok()) {
+                *r = Err(io::Error::new(e.kind(), e.to_string()));
+            }
+        }
     }
-    m.vm.add(Item::Pgpgout, run.len() as u64 * (PAGE_SIZE as u64 / 1024));
-    Ok(())
+    res
 }
 
 /// Writes locked pages `batch` (sorted by index) in runs of consecutive indices; the first error.
@@ -516,13 +616,13 @@ pub(crate) fn write_pages_locked(
     mapping: &AddressSpace,
     batch: &[(PgOff, Pfn)],
 ) -> io::Result<()> {
-    let mut first = None;
-    for run in pool::runs_max(batch, 512, |a, b| b.0 == a.0 + 1) {
-        if let Err(err) = write_run(m, mapping, &batch[run]) {
-            first.get_or_insert(err);
-        }
-    }
-    first.map_or(Ok(()), Err)
+    let runs: Vec<&[(PgOff, Pfn)]> = pool::runs_max(batch, 512, |a, b| b.0 == a.0 + 1)
+        .map(|r| &batch[r])
+        .collect();
+    write_runs(m, mapping, &runs)
+        .into_iter()
+        .find(|r| r.is_err())
+        .unwrap_or(Ok(()))
 }
 
 /// Writes back a batch of locked pages that were dirty (`clear_page_dirty_for_io` done): sets
@@ -535,15 +635,17 @@ pub(crate) fn writeback_locked(
 ) -> io::Result<()> {
     batch.sort_unstable();
     let mut first_err = None;
-    for run in pool::runs_max(&batch, 512, |a, b| b.0 == a.0 + 1) {
-        let run = &batch[run];
-        for &(i, f) in run {
-            set_page_writeback(m, mapping, f, i);
-        }
-        let res = write_run(m, mapping, run);
-        for &(i, f) in run {
-            end_page_writeback(m, mapping, f, i);
-        }
+    let runs: Vec<&[(PgOff, Pfn)]> = pool::runs_max(&batch, 512, |a, b| b.0 == a.0 + 1)
+        .map(|r| &batch[r])
+        .collect();
+    for &(i, f) in &batch {
+        set_page_writeback(m, mapping, f, i);
+    }
+    let results = write_runs(m, mapping, &runs);
+    for &(i, f) in &batch {
+        end_page_writeback(m, mapping, f, i);
+    }
+    for (&run, res) in runs.iter().zip(results) {
         if let Err(err) = res {
             log::error!(
                 "writeback of {} pages at page {} of {} failed: {err}; they stay dirty",
@@ -849,7 +951,65 @@ fn read_into_slots(
     let direct = matches!(mapping.host, Host::File { direct: true, .. });
     let data = data_pages(file, start, n);
     let ks: Vec<usize> = (0..n).collect();
-    for r in pool::runs(&ks, |a, b| data[a] == data[b]) {
+    let runs: Vec<std::ops::Range<usize>> = pool::runs(&ks, |a, b| data[a] == data[b]).collect();
+    let data_runs = runs.iter().filter(|r| data[r.start]).count();
+    if data_runs > 1
+        && n <= 512
+        && m.cfg.settings.is_new(Switch::FileIo)
+        && crate::sys::ring::available()
+    {
+        // Several runs of data between holes: every read in flight at once, into one bounce
+        // buffer at the pages' own positions; a read that comes back short (the end of the
+        // file) or fails is done again by pread, which zero-fills past the end.
+        return pool::with_bounce(n, |bounce| {
+            let offs: Vec<Vec<usize>> = runs
+                .iter()
+                .filter(|r| data[r.start])
+                .map(|r| r.clone().map(|k| k * PAGE_SIZE).collect())
+                .collect();
+            let ios: Vec<crate::sys::ring::PageIo<'_>> = runs
+                .iter()
+                .filter(|r| data[r.start])
+                .zip(&offs)
+                .map(|(r, o)| crate::sys::ring::PageIo {
+                    mem: bounce,
+                    pages: o,
+                    file_off: (start + r.start as u64).byte_offset(),
+                })
+                .collect();
+            let ok = crate::sys::ring::try_read_pages(file, &ios);
+            m.vm.add(Item::FileIoUring, ok.iter().filter(|&&b| b).count() as u64);
+            for (io, ok) in ios.iter().zip(ok) {
+                if !ok {
+                    let len = io.pages.len() * PAGE_SIZE;
+                    bounce.pread_at(file, io.file_off, io.pages[0], len)?;
+                }
+            }
+            for r in &runs {
+                let (k0, len) = (r.start, r.len());
+                if data[k0] {
+                    if !direct {
+                        m.vm.warn_on(
+                            crate::sys::fadvise_dontneed(
+                                file,
+                                (start + k0 as u64).byte_offset(),
+                                (len * PAGE_SIZE) as u64,
+                            ),
+                            "dropping read pages from the kernel's page cache",
+                        );
+                    }
+                    fill_frames(m, frames, &present, k0, len, Some((bounce, k0 * PAGE_SIZE)))?;
+                } else {
+                    fill_frames(m, frames, &present, k0, len, None)?;
+                }
+            }
+            let read = data.iter().filter(|&&d| d).count() as u64;
+            m.vm.add(Item::Pgpgin, read * (PAGE_SIZE as u64 / 1024));
+            m.vm.add(Item::FileReadHole, n as u64 - read);
+            Ok(())
+        });
+    }
+    for r in runs {
         let (k0, len) = (r.start, r.len());
         if !data[k0] {
             fill_frames(m, frames, &present, k0, len, None)?;
