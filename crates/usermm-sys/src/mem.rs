@@ -137,6 +137,17 @@ impl Mapping {
 
     /// Maps `len` bytes of `fd` (from offset 0) MAP_SHARED, read-write.
     pub fn shared(fd: &impl AsRawFd, len: usize) -> Result<Self> {
+        Self::file(fd, len, libc::MAP_SHARED, "MAP_SHARED")
+    }
+
+    /// Maps `len` bytes of `fd` (from offset 0) MAP_PRIVATE, read-write: reads see the file's
+    /// pages, the first store to a page copies it (the file is never written through it).
+    pub fn private_file(fd: &impl AsRawFd, len: usize) -> Result<Self> {
+        Self::file(fd, len, libc::MAP_PRIVATE, "MAP_PRIVATE")
+    }
+
+    /// Maps `len` bytes of `fd` (from offset 0), read-write, with `flags` (named `what`).
+    fn file(fd: &impl AsRawFd, len: usize, flags: libc::c_int, what: &str) -> Result<Self> {
         if len == 0 {
             return Err(SysError::arg(
                 Syscall::Mmap,
@@ -144,14 +155,14 @@ impl Mapping {
             ));
         }
         let len = len.next_multiple_of(PAGE_SIZE);
-        // SAFETY: a new shared mapping of a file we hold open, at a kernel-chosen address; no
-        // existing memory is affected.
+        // SAFETY: a new mapping of a file we hold open, at a kernel-chosen address; no existing
+        // memory is affected.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
+                flags,
                 fd.as_raw_fd(),
                 0,
             )
@@ -159,7 +170,7 @@ impl Mapping {
         if p == libc::MAP_FAILED {
             return Err(SysError::last(
                 Syscall::Mmap,
-                format!("(MAP_SHARED) of {len:#x} bytes of a file"),
+                format!("({what}) of {len:#x} bytes of a file"),
             ));
         }
         Ok(Mapping {

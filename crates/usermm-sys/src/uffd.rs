@@ -556,7 +556,25 @@ impl Uffd {
 
     /// UFFDIO_CONTINUE: maps existing page-cache pages (MINOR faults on shmem).
     pub fn continue_(&self, start: usize, len: usize, dontwake: bool) -> Result<usize, OpError> {
-        self.range_op(UFFDIO_CONTINUE, start, len, dontwake as u64)
+        self.continue_wp(start, len, false, dontwake)
+    }
+
+    /// UFFDIO_CONTINUE with UFFDIO_CONTINUE_MODE_WP when `wp`: maps existing page-cache pages
+    /// write-protected (the range must be registered MINOR | WP, which on shmem needs
+    /// [`feature::WP_HUGETLBFS_SHMEM`]), so the first store to each is a write-protect fault.
+    pub fn continue_wp(
+        &self,
+        start: usize,
+        len: usize,
+        wp: bool,
+        dontwake: bool,
+    ) -> Result<usize, OpError> {
+        self.range_op(
+            UFFDIO_CONTINUE,
+            start,
+            len,
+            (dontwake as u64) | ((wp as u64) << 1),
+        )
     }
 
     /// UFFDIO_POISON: later accesses to the range raise SIGBUS.
