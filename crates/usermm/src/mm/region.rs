@@ -214,13 +214,15 @@ impl Region {
         Mm { h: self.h.clone() }
     }
 
-    /// Volatile load of the 64-bit word at byte offset `off` (8-byte aligned; panics outside the
-    /// region). Faults are served by the manager's handler threads.
+    /// Volatile load of the 64-bit word at byte offset `off` (8-byte aligned; panics, naming
+    /// the offset, when it is misaligned or outside the region). Faults are served by the
+    /// manager's fault path.
     pub fn read_u64(&self, off: usize) -> u64 {
         self.r.view.read_u64(off)
     }
 
-    /// Volatile store of a 64-bit word at byte offset `off`.
+    /// Volatile store of a 64-bit word at byte offset `off` (8-byte aligned; panics, naming
+    /// the offset, when it is misaligned or outside the region).
     pub fn write_u64(&self, off: usize, v: u64) {
         self.r.view.write_u64(off, v)
     }
