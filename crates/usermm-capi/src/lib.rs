@@ -539,13 +539,15 @@ pub unsafe extern "C" fn usermm_destroy(mm: *mut usermm_mm) -> c_int {
 }
 
 static DEFAULT: OnceLock<usermm_mm> = OnceLock::new();
-static DEFAULT_INIT: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+static DEFAULT_INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn default_manager() -> Result<&'static usermm_mm, Failure> {
     if let Some(m) = DEFAULT.get() {
         return Ok(m);
     }
-    let _g = DEFAULT_INIT.lock();
+    let _g = DEFAULT_INIT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(m) = DEFAULT.get() {
         return Ok(m);
     }

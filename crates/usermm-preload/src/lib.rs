@@ -49,13 +49,48 @@ use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
-use parking_lot::Mutex;
 use usermm::{Mm, Region};
 use usermm_vma::{classify_mmap, Coverage, Kind, MmapRequest, Space, PAGE};
 
 mod sys;
 
 use sys::{errno, set_errno};
+
+/// std's mutex without poisoning. Not parking_lot's: its process-wide parking table would give
+/// a fork(2) child the queue entries of the parent's threads parked at that moment, which the
+/// child's new threads (on the dead threads' cached stacks) corrupt; a child then hangs on its
+/// first contended lock.
+struct Mutex<T>(std::sync::Mutex<T>);
+
+impl<T> Mutex<T> {
+    const fn new(t: T) -> Self {
+        Mutex(std::sync::Mutex::new(t))
+    }
+    fn lock(&self) -> std::sync::MutexGuard<'_, T> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The locks the forking thread holds across fork(2): MANAGER's guard and the address
+/// space's table lock, from fork_prepare until fork_parent / fork_child, which run on that
+/// same thread. (Not a thread-local: registering its destructor allocates, inside fork's
+/// prepare handler, with MANAGER held.)
+struct ForkHolds {
+    manager: Option<std::sync::MutexGuard<'static, Option<Mm>>>,
+    space: Option<usermm_vma::ForkHold>,
+}
+
+// SAFETY: the guards are taken by fork_prepare and released by fork_parent or fork_child, all
+// pthread_atfork handlers of one fork(2) call, which glibc runs on the forking thread; a guard
+// is never used or dropped on another thread, which is all MutexGuard's !Send protects.
+unsafe impl Send for ForkHolds {}
+
+static FORK_HOLDS: Mutex<ForkHolds> = Mutex::new(ForkHolds {
+    manager: None,
+    space: None,
+});
 
 /// Default threshold: every anonymous mapping is served.
 pub const DEFAULT_THRESHOLD: usize = 0;
@@ -886,13 +921,17 @@ static FORK: Mutex<Option<ForkCopy>> = Mutex::new(None);
 const FORK_CHUNK: usize = 1 << 20;
 
 extern "C" fn fork_prepare() {
-    std::mem::forget(MANAGER.lock());
+    let g = MANAGER.lock();
+    let mut holds = FORK_HOLDS.lock();
+    holds.manager = Some(g);
     if !active() {
-        SPACE.fork_prepare();
+        holds.space = Some(SPACE.fork_prepare());
         return;
     }
     let _guard = Guard::enter();
-    let ranges = SPACE.fork_prepare_ranges();
+    let (hold, ranges) = SPACE.fork_prepare_ranges();
+    holds.space = Some(hold);
+    drop(holds);
     let kept = keep_stdio_for_fork(&ranges);
     let mut runs = Vec::new();
     for (start, len, r) in &ranges {
@@ -1022,12 +1061,17 @@ extern "C" fn fork_parent() {
             sys::wipeonfork(pg, PAGE);
         }
         drop(fc);
-        SPACE.fork_parent();
-    } else {
-        SPACE.fork_parent();
     }
-    // SAFETY: fork_prepare locked MANAGER on this thread and forgot the guard.
-    unsafe { MANAGER.force_unlock() };
+    // fork_prepare locked the address space's table and MANAGER on this thread and left the
+    // guards in FORK_HOLDS: released in that order.
+    let (manager, space) = {
+        let mut h = FORK_HOLDS.lock();
+        (h.manager.take(), h.space.take())
+    };
+    if let Some(space) = space {
+        SPACE.fork_parent(space);
+    }
+    drop(manager);
 }
 
 /// In the child: maps the parent's managed ranges afresh (kernel memory: the child has no
@@ -1095,13 +1139,25 @@ extern "C" fn fork_child() {
         }
         None => 0,
     };
-    SPACE.fork_child_forget();
-    // SAFETY: fork_prepare locked MANAGER on the forking thread, which is this child's only
-    // thread, and forgot the guard.
-    unsafe { MANAGER.force_unlock() };
-    if let Some(m) = MANAGER.lock().take() {
+    // fork_prepare locked the table and MANAGER on the forking thread, this child's only
+    // thread, and left the guards in FORK_HOLDS.
+    let (manager, space) = {
+        let mut h = FORK_HOLDS.lock();
+        (h.manager.take(), h.space.take())
+    };
+    match space {
+        Some(space) => {
+            SPACE.fork_child_forget(space);
+        }
+        None => {
+            SPACE.fork_child_forget(SPACE.fork_prepare());
+        }
+    }
+    let mut g = manager.unwrap_or_else(|| MANAGER.lock());
+    if let Some(m) = g.take() {
         std::mem::forget(m);
     }
+    drop(g);
     *SWAP_NOTE.lock() = None;
     FORKED.store(true, Ordering::Relaxed);
     for c in [

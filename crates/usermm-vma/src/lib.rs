@@ -14,16 +14,43 @@
 //!   place: the pages are discarded (fresh zero-filled memory, exactly what the kernel gives) and
 //!   become live again.
 //!
-//! Memory is only touched through the core crate, and system calls go through `usermm_sys`.
-//! The one `unsafe` here is the fork protocol's hand-over of the table lock
-//! (`force_unlock_write` after `fork_prepare` forgot its guard), with its SAFETY comments.
+//! Memory is only touched through the core crate, and system calls go through `usermm_sys`;
+//! no `unsafe` here. The table lock is std's (a futex on the lock word): parking_lot's
+//! process-wide parking table would hand a fork(2) child the queue entries of the parent's
+//! threads parked at that moment, which the child's new threads (on the dead threads' cached
+//! stacks) corrupt. Across a fork the forking thread holds the write guard ([`ForkHold`],
+//! from [`Space::fork_prepare`]) and drops it in the parent and in the child.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLockReadGuard, RwLockWriteGuard};
 
-use parking_lot::RwLock;
 use usermm::Region;
+
+/// std's RwLock without poisoning (a panic while holding it is caught at the API edges and
+/// must not wedge every later allocation).
+#[derive(Debug)]
+struct RwLock<T>(std::sync::RwLock<T>);
+
+impl<T> RwLock<T> {
+    const fn new(t: T) -> Self {
+        RwLock(std::sync::RwLock::new(t))
+    }
+    fn read(&self) -> RwLockReadGuard<'_, T> {
+        self.0.read().unwrap_or_else(PoisonError::into_inner)
+    }
+    fn write(&self) -> RwLockWriteGuard<'_, T> {
+        self.0.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+type Table = BTreeMap<usize, Vma>;
+
+/// The table's write lock, held across a fork(2) by the forking thread: from
+/// [`Space::fork_prepare`] to [`Space::fork_parent`] or [`Space::fork_child_forget`] (the
+/// pthread_atfork handlers, which run on that thread; the caller keeps it meanwhile).
+#[derive(Debug)]
+pub struct ForkHold(RwLockWriteGuard<'static, Table>);
 
 /// The page size of usermm regions.
 pub const PAGE: usize = 4096;
@@ -179,7 +206,7 @@ pub struct VmaInfo {
 /// the preload library).
 #[derive(Debug)]
 pub struct Space {
-    table: RwLock<BTreeMap<usize, Vma>>,
+    table: RwLock<Table>,
     /// Lowest start and highest end ever managed: a lock-free first test for `free(3)`.
     lo: AtomicUsize,
     hi: AtomicUsize,
@@ -431,44 +458,40 @@ impl Space {
     }
 
     /// Locks the table exclusively for a fork (pthread_atfork prepare), so that the child sees
-    /// a consistent table. Pair with [`fork_parent`](Self::fork_parent) or
-    /// [`fork_child_forget`](Self::fork_child_forget).
-    pub fn fork_prepare(&self) {
-        std::mem::forget(self.table.write());
+    /// a consistent table. Pass the hold to [`fork_parent`](Self::fork_parent) or
+    /// [`fork_child_forget`](Self::fork_child_forget) on the same thread.
+    pub fn fork_prepare(&'static self) -> ForkHold {
+        ForkHold(self.table.write())
     }
 
     /// As [`fork_prepare`](Self::fork_prepare), and returns every managed range (start,
     /// length, region) as it is while locked: what a fork(2) child must be given a copy of.
-    pub fn fork_prepare_ranges(&self) -> Vec<(usize, usize, Arc<Region>)> {
+    pub fn fork_prepare_ranges(&'static self) -> (ForkHold, Vec<(usize, usize, Arc<Region>)>) {
         let t = self.table.write();
         let v = t
             .iter()
             .map(|(&s, vma)| (s, vma.len, vma.region.clone()))
             .collect();
-        std::mem::forget(t);
-        v
+        (ForkHold(t), v)
     }
 
     /// Unlocks after [`fork_prepare`](Self::fork_prepare), in the parent.
-    pub fn fork_parent(&self) {
-        // SAFETY: fork_prepare took the write lock on this thread and forgot its guard; nothing
-        // else releases it.
-        unsafe { self.table.force_unlock_write() };
+    pub fn fork_parent(&'static self, hold: ForkHold) {
+        drop(hold);
     }
 
-    /// In a forked child, after [`fork_prepare`](Self::fork_prepare): unlocks and forgets every
-    /// region without dropping it (the manager's threads and mappings do not exist in the
-    /// child; dropping would talk to the parent's userfaultfd). Returns how many were forgotten.
-    pub fn fork_child_forget(&self) -> usize {
-        // SAFETY: the forking thread took the write lock in fork_prepare and forgot its guard;
-        // the child's only thread is that thread, so it owns the lock.
-        unsafe { self.table.force_unlock_write() };
-        let mut t = self.table.write();
+    /// In a forked child, after [`fork_prepare`](Self::fork_prepare): forgets every region
+    /// without dropping it (the manager's threads and mappings do not exist in the child;
+    /// dropping would talk to the parent's userfaultfd), then unlocks. The child's only thread
+    /// is the forking one, which holds the lock. Returns how many regions were forgotten.
+    pub fn fork_child_forget(&'static self, hold: ForkHold) -> usize {
+        let mut t = hold.0;
         let old = std::mem::take(&mut *t);
         let n = old.len();
         std::mem::forget(old);
         self.lo.store(usize::MAX, Ordering::Relaxed);
         self.hi.store(0, Ordering::Relaxed);
+        drop(t);
         n
     }
 }
