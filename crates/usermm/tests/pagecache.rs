@@ -313,11 +313,8 @@ fn private_region_shows_later_file_writes_until_first_written() {
                     "{path_kind:?}: private page {page} after {what}"
                 );
             };
-        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
         for step in 0..6000u64 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = common::mix(step ^ 0x2545_f491_4f6c_dd1d);
             let page = x % PAGES;
             match (x >> 32) % 6 {
                 // Read it in the private region (maps the cache page write-protected).
@@ -419,11 +416,8 @@ fn random_writeback_through_io_uring_and_the_synchronous_fallback() {
         let r = f.map(0, (PAGES * 4096) as usize, MapKind::Shared).unwrap();
         let mut shadow = vec![0u8; (PAGES * 4096) as usize];
         pattern(0, &mut shadow);
-        let mut x: u64 = 0x853c_49e6_748f_ea9b;
         for step in 0..3000u64 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = common::mix(step ^ 0x853c_49e6_748f_ea9b);
             let page = x % PAGES;
             let at = (page * 4096 + (x >> 40) % 512 * 8) as usize;
             let v = step.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ page;

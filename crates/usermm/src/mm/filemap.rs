@@ -610,16 +610,20 @@ fn write_runs(
     res
 }
 
+/// `batch` (sorted by index) cut into runs of consecutive indices, at most 512 pages each.
+fn index_runs(batch: &[(PgOff, Pfn)]) -> Vec<&[(PgOff, Pfn)]> {
+    pool::runs_max(batch, 512, |a, b| b.0 == a.0 + 1)
+        .map(|r| &batch[r])
+        .collect()
+}
+
 /// Writes locked pages `batch` (sorted by index) in runs of consecutive indices; the first error.
 pub(crate) fn write_pages_locked(
     m: &MmInner,
     mapping: &AddressSpace,
     batch: &[(PgOff, Pfn)],
 ) -> io::Result<()> {
-    let runs: Vec<&[(PgOff, Pfn)]> = pool::runs_max(batch, 512, |a, b| b.0 == a.0 + 1)
-        .map(|r| &batch[r])
-        .collect();
-    write_runs(m, mapping, &runs)
+    write_runs(m, mapping, &index_runs(batch))
         .into_iter()
         .find(|r| r.is_err())
         .unwrap_or(Ok(()))
@@ -635,9 +639,7 @@ pub(crate) fn writeback_locked(
 ) -> io::Result<()> {
     batch.sort_unstable();
     let mut first_err = None;
-    let runs: Vec<&[(PgOff, Pfn)]> = pool::runs_max(&batch, 512, |a, b| b.0 == a.0 + 1)
-        .map(|r| &batch[r])
-        .collect();
+    let runs = index_runs(&batch);
     for &(i, f) in &batch {
         set_page_writeback(m, mapping, f, i);
     }
@@ -952,6 +954,21 @@ fn read_into_slots(
     let data = data_pages(file, start, n);
     let ks: Vec<usize> = (0..n).collect();
     let runs: Vec<std::ops::Range<usize>> = pool::runs(&ks, |a, b| data[a] == data[b]).collect();
+    // Pages `k0..k0+len` into their frames: read ones from `src` (then out of the kernel's
+    // cache for a buffered file), hole pages as zeros.
+    let place = |k0: usize, len: usize, src: Option<(&crate::sys::Mapping, usize)>| {
+        if src.is_some() && !direct {
+            m.vm.warn_on(
+                crate::sys::fadvise_dontneed(
+                    file,
+                    (start + k0 as u64).byte_offset(),
+                    (len * PAGE_SIZE) as u64,
+                ),
+                "dropping read pages from the kernel's page cache",
+            );
+        }
+        fill_frames(m, frames, &present, k0, len, src)
+    };
     let data_runs = runs.iter().filter(|r| data[r.start]).count();
     if data_runs > 1
         && n <= 512
@@ -961,7 +978,7 @@ fn read_into_slots(
         // Several runs of data between holes: every read in flight at once, into one bounce
         // buffer at the pages' own positions; a read that comes back short (the end of the
         // file) or fails is done again by pread, which zero-fills past the end.
-        return pool::with_bounce(n, |bounce| {
+        pool::with_bounce(n, |bounce| {
             let offs: Vec<Vec<usize>> = runs
                 .iter()
                 .filter(|r| data[r.start])
@@ -986,48 +1003,26 @@ fn read_into_slots(
                 }
             }
             for r in &runs {
-                let (k0, len) = (r.start, r.len());
-                if data[k0] {
-                    if !direct {
-                        m.vm.warn_on(
-                            crate::sys::fadvise_dontneed(
-                                file,
-                                (start + k0 as u64).byte_offset(),
-                                (len * PAGE_SIZE) as u64,
-                            ),
-                            "dropping read pages from the kernel's page cache",
-                        );
-                    }
-                    fill_frames(m, frames, &present, k0, len, Some((bounce, k0 * PAGE_SIZE)))?;
-                } else {
-                    fill_frames(m, frames, &present, k0, len, None)?;
-                }
+                let src = data[r.start].then_some((bounce, r.start * PAGE_SIZE));
+                place(r.start, r.len(), src)?;
             }
-            let read = data.iter().filter(|&&d| d).count() as u64;
-            m.vm.add(Item::Pgpgin, read * (PAGE_SIZE as u64 / 1024));
-            m.vm.add(Item::FileReadHole, n as u64 - read);
-            Ok(())
-        });
-    }
-    for r in runs {
-        let (k0, len) = (r.start, r.len());
-        if !data[k0] {
-            fill_frames(m, frames, &present, k0, len, None)?;
-            continue;
-        }
-        for part in (k0..k0 + len).step_by(512) {
-            let plen = (k0 + len - part).min(512);
-            pool::with_bounce(plen, |bounce| {
-                let off = (start + part as u64).byte_offset();
-                bounce.pread_at(file, off, 0, plen * PAGE_SIZE)?;
-                if !direct {
-                    m.vm.warn_on(
-                        crate::sys::fadvise_dontneed(file, off, (plen * PAGE_SIZE) as u64),
-                        "dropping read pages from the kernel's page cache",
-                    );
-                }
-                fill_frames(m, frames, &present, part, plen, Some((bounce, 0)))
-            })?;
+            io::Result::Ok(())
+        })?;
+    } else {
+        for r in runs {
+            let (k0, len) = (r.start, r.len());
+            if !data[k0] {
+                place(k0, len, None)?;
+                continue;
+            }
+            for part in (k0..k0 + len).step_by(512) {
+                let plen = (k0 + len - part).min(512);
+                pool::with_bounce(plen, |bounce| {
+                    let off = (start + part as u64).byte_offset();
+                    bounce.pread_at(file, off, 0, plen * PAGE_SIZE)?;
+                    place(part, plen, Some((bounce, 0)))
+                })?;
+            }
         }
     }
     let read = data.iter().filter(|&&d| d).count() as u64;

@@ -75,7 +75,6 @@ pub fn handle_fault(m: &MmInner, addr: usize, flags: u64) -> Fault {
             (Pte::Frame(f), Some(fm)) if m.node.pages[f].test(pg::PAGECACHE) => {
                 do_file_frame_fault(m, &r, fm, idx, f, wp)
             }
-            (Pte::Poison, Some(_)) => repoison(m, &r, idx),
             (pte, _) => handle_pte_fault(m, &r, idx, pte, write, wp),
         };
         if let Some(f) = res {
