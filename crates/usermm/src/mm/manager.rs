@@ -823,9 +823,10 @@ impl Mm {
         bad
     }
 
-    /// Waits (at most `max`) until the counters stop changing for 20 ms: the faults in flight,
-    /// kswapd and the flushers have finished what they started (the handler's own counters
-    /// excepted). For a quiet [`audit`](Self::audit) and exact counter snapshots.
+    /// Waits (at most `max`) until no readahead window is queued or being read and the counters
+    /// stop changing for 20 ms: the faults in flight, readahead, kswapd and the flushers have
+    /// finished what they started (the handler's own counters excepted). For a quiet
+    /// [`audit`](Self::audit) and exact counter snapshots.
     pub fn settle(&self, max: Duration) {
         let t = std::time::Instant::now();
         let mut prev = self.vmstat();
@@ -836,7 +837,7 @@ impl Mm {
                 .iter()
                 .zip(cur.iter())
                 .all(|((n, a), (_, b))| a == b || n.starts_with("handler_"));
-            if same {
+            if same && self.inner().ra.idle() {
                 return;
             }
             prev = cur;

@@ -216,6 +216,8 @@ pub const RA_QUEUE_MAX: usize = 32;
 struct RaQueueInner {
     reqs: VecDeque<RaRequest>,
     worker: bool,
+    /// The worker holds a window it took and has not finished reading.
+    reading: bool,
     shutdown: bool,
 }
 
@@ -271,18 +273,27 @@ impl RaQueue {
 
     /// The next window, waiting for one; None once the queue is shut down (queued windows are
     /// dropped: their pages were never inserted).
+    /// The worker calls it again when the window is read, so [`idle`](Self::idle) is exact.
     pub fn pop(&self) -> Option<RaRequest> {
         let mut q = self.q.lock();
+        q.reading = false;
         loop {
             if q.shutdown {
                 q.reqs.clear();
                 return None;
             }
             if let Some(r) = q.reqs.pop_front() {
+                q.reading = true;
                 return Some(r);
             }
             q = self.cv.wait(q);
         }
+    }
+
+    /// Nothing queued and nothing being read ([`Mm::settle`](crate::Mm::settle) waits for it).
+    pub fn idle(&self) -> bool {
+        let q = self.q.lock();
+        q.reqs.is_empty() && !q.reading
     }
 
     /// The next window if one is queued (the synchronous fallback's drain).
