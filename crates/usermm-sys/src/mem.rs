@@ -333,6 +333,26 @@ impl Mapping {
         Ok(())
     }
 
+    /// The xxh3 hash of each of the `n` pages from `off` (page aligned). Callers hash pages
+    /// nobody can store into meanwhile (a pool slot they own, a view page they write-protected):
+    /// two hashes of a page taken around a moment when it could be written tell whether it was.
+    /// Every page must be present (a missing page of a userfaultfd-registered range faults).
+    pub fn hash_pages(&self, off: usize, n: usize) -> Result<Vec<u64>> {
+        check_range(self.len, off, n * PAGE_SIZE)?;
+        Ok((0..n)
+            .map(|k| {
+                // SAFETY: the page is inside the mapping (checked) and present (the caller's
+                // contract); the slice lives only for the hash, and the caller excludes stores
+                // to the page meanwhile (a concurrent store could only make the hash differ,
+                // which callers treat as "written").
+                let page = unsafe {
+                    std::slice::from_raw_parts(self.as_ptr().add(off + k * PAGE_SIZE), PAGE_SIZE)
+                };
+                twox_hash::XxHash3_64::oneshot(page)
+            })
+            .collect())
+    }
+
     /// Which pages of `[off, off+len)` (page aligned) have a page mapped (mincore(2)): a store
     /// to a page that has none would fault (on a userfaultfd-registered range: into the
     /// handler).

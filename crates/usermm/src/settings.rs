@@ -62,6 +62,12 @@ pub enum Switch {
     /// the default; where io_uring is unavailable, detected at run time, the synchronous path
     /// runs whatever the setting).
     FileIo,
+    /// How fault-around maps a run of clean pages into a shared file region: UFFDIO_COPY with
+    /// MODE_WP and the pool slots dropped after (old, `copy`), or UFFDIO_MOVE of the run, then
+    /// UFFDIO_WRITEPROTECT, with each page's hash taken before the move and after the
+    /// protection so that a store by another thread in between marks the page dirty (new,
+    /// `move`, the default; bench/filemap-continue.md: 130-214 ns a page against 1980-3413).
+    CleanMap,
 }
 
 /// Static description of one switch.
@@ -173,6 +179,15 @@ pub const SWITCHES: &[SwitchInfo] = &[
         old: "sync",
         new: "io_uring",
         what: "how writeback sends a batch's runs of file pages: one pwritev per run in turn, or all in flight at once through io_uring",
+        default: Behaviour::New,
+    },
+    SwitchInfo {
+        switch: Switch::CleanMap,
+        name: "clean_map",
+        seed: "issue 15",
+        old: "copy",
+        new: "move",
+        what: "how fault-around maps clean pages into a shared file region: a write-protected copy (the slots dropped after), or a move then write protection, the pages hashed around the gap",
         default: Behaviour::New,
     },
 ];

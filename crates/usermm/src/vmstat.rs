@@ -105,6 +105,8 @@ items! {
     FileReadHole = "file_read_hole",
     FileWriteNoread = "file_write_noread",
     FileIoUring = "file_io_uring",
+    FileMapMoved = "file_map_moved",
+    FileMapStoredUnseen = "file_map_stored_unseen",
     FlusherWake = "flusher_wake",
     FlusherWakeVmscan = "flusher_wake_vmscan",
     DirtyThrottle = "balance_dirty_pages",

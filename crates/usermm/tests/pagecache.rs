@@ -1439,3 +1439,98 @@ fn access_pattern_and_willneed_advice() {
     let e = r.willneed(0, len + 4096).unwrap_err().to_string();
     assert!(e.contains("willneed") && e.contains("past"), "{e}");
 }
+
+/// Fault-around maps runs of clean pages into a shared region writable for a moment before it
+/// write-protects them (`clean_map=move`): stores by other threads in that gap must not be
+/// lost. Two readers sweep a mapping 4x the budget (every fault maps a run), while two writers
+/// store counters into pages just ahead of them, whose runs are being mapped; the file must
+/// end with every page's last counter, under `clean_map=move` and `copy` and both fault paths.
+#[test]
+fn stores_racing_fault_around_of_clean_pages_reach_the_file() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    const PAGES: u64 = 4096; // 16 MiB
+    let d = tmpdir();
+    let path = d.path().join("race");
+    write_pattern_file(&path, PAGES);
+    let len = (PAGES * 4096) as usize;
+    for clean_map in [usermm::Behaviour::New, usermm::Behaviour::Old] {
+        for sigbus in [false, true] {
+            let settings = Settings::default().with(Switch::CleanMap, clean_map).with(
+                Switch::FaultPath,
+                if sigbus {
+                    usermm::Behaviour::New
+                } else {
+                    usermm::Behaviour::Old
+                },
+            );
+            let m = mm(4 * MIB, settings);
+            let r = m.map_file(&path, 0, len, MapKind::Shared).unwrap();
+            // Word 1 of each page: 0 = never stored (the file's pattern stays).
+            let last: Vec<AtomicU64> = (0..PAGES).map(|_| AtomicU64::new(0)).collect();
+            let front = [AtomicU64::new(0), AtomicU64::new(PAGES / 2)];
+            let stop = AtomicBool::new(false);
+            let t0 = std::time::Instant::now();
+            std::thread::scope(|s| {
+                for (t, front) in front.iter().enumerate() {
+                    let (r, stop) = (&r, &stop);
+                    s.spawn(move || {
+                        let base = t as u64 * PAGES / 2;
+                        let mut p = base;
+                        while !stop.load(Ordering::Relaxed) {
+                            std::hint::black_box(r.read_u64((p * 4096) as usize));
+                            front.store(p, Ordering::Relaxed);
+                            p = base + (p - base + 1) % (PAGES / 2);
+                        }
+                    });
+                }
+                for w in 0..2u64 {
+                    let (r, stop, last, front) = (&r, &stop, &last, &front);
+                    s.spawn(move || {
+                        let mut k = 1u64;
+                        while !stop.load(Ordering::Relaxed) {
+                            // A page of this writer's parity a few pages ahead of a reader.
+                            let f = front[(k % 2) as usize].load(Ordering::Relaxed);
+                            let p = ((f + 1 + common::mix(k ^ w << 40) % 24) & !1 | w) % PAGES;
+                            let v = (w << 56) | k;
+                            r.write_u64((p * 4096 + 8) as usize, v);
+                            last[p as usize].store(v, Ordering::Relaxed);
+                            k += 1;
+                        }
+                    });
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1500));
+                stop.store(true, Ordering::Relaxed);
+            });
+            r.flush(0, len).unwrap();
+            let v = m.vmstat();
+            drop(r);
+            let data = std::fs::read(&path).unwrap();
+            for p in 0..PAGES {
+                let at = (p * 4096 + 8) as usize;
+                let got = u64::from_ne_bytes(data[at..at + 8].try_into().unwrap());
+                let want = match last[p as usize].load(Ordering::Relaxed) {
+                    0 => {
+                        let mut w = [0u8; 8];
+                        pattern(at as u64, &mut w);
+                        u64::from_ne_bytes(w)
+                    }
+                    v => v,
+                };
+                assert_eq!(
+                    got,
+                    want,
+                    "page {p} (clean_map {clean_map:?}, sigbus {sigbus}, after {:?}): {v}",
+                    t0.elapsed()
+                );
+            }
+            eprintln!(
+                "clean_map {clean_map:?} sigbus {sigbus}: moved {} stored unseen {} faults {}",
+                v.val("file_map_moved"),
+                v.val("file_map_stored_unseen"),
+                v.val("pgfault")
+            );
+            // Each round starts from the file as the last one left it.
+            write_pattern_file(&path, PAGES);
+        }
+    }
+}

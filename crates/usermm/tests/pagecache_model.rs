@@ -99,8 +99,10 @@ fn bytes(seed: u8, off: u64, len: usize) -> Vec<u8> {
 
 /// A 1 MiB manager with 4 MiB of RAM swap, its faults served by handler threads or, with
 /// `sigbus`, on the faulting threads (`fault_path=sigbus`); writeback through io_uring or, with
-/// `sync_io`, one pwritev per run (`file_io=sync`, the synchronous fallback).
-fn small_mm(sigbus: bool, sync_io: bool) -> Mm {
+/// `sync_io`, one pwritev per run (`file_io=sync`, the synchronous fallback); clean file pages
+/// mapped by fault-around moved then write-protected (`clean_map=move`) or, with `copy_clean`,
+/// copied write-protected (`clean_map=copy`).
+fn small_mm(sigbus: bool, sync_io: bool, copy_clean: bool) -> Mm {
     let b = |new: bool| {
         if new {
             usermm::Behaviour::New
@@ -114,7 +116,8 @@ fn small_mm(sigbus: bool, sync_io: bool) -> Mm {
             .settings(
                 usermm::Settings::default()
                     .with(usermm::Switch::FaultPath, b(sigbus))
-                    .with(usermm::Switch::FileIo, b(!sync_io)),
+                    .with(usermm::Switch::FileIo, b(!sync_io))
+                    .with(usermm::Switch::CleanMap, b(!copy_clean)),
             ),
     )
     .unwrap()
@@ -129,9 +132,11 @@ proptest! {
         sigbus in any::<bool>(),
         // Writeback through io_uring or the synchronous fallback (file_io=sync).
         sync_io in any::<bool>(),
+        // Clean pages mapped by fault-around moved or copied (clean_map=copy).
+        copy_clean in any::<bool>(),
     ) {
         let d = tempfile::tempdir_in(std::env::var("TMPDIR").unwrap_or("/var/tmp".into())).unwrap();
-        let mm = small_mm(sigbus, sync_io);
+        let mm = small_mm(sigbus, sync_io, copy_clean);
         let paths: Vec<_> = (0..2).map(|i| d.path().join(format!("f{i}"))).collect();
         let files: Vec<CachedFile> = paths.iter().map(|p| mm.open(p).unwrap()).collect();
         let mut shadow: Vec<Vec<u8>> = vec![Vec::new(), Vec::new()];
@@ -364,12 +369,13 @@ proptest! {
         plans in proptest::collection::vec(accesses(), CTHREADS..=CTHREADS),
         sigbus in any::<bool>(),
         sync_io in any::<bool>(),
+        copy_clean in any::<bool>(),
     ) {
         let d = tempfile::tempdir_in(std::env::var("TMPDIR").unwrap_or("/var/tmp".into())).unwrap();
         let path = d.path().join("shared");
         let original = bytes(0x5c, 0, CPAGES * 4096);
         std::fs::write(&path, &original).unwrap();
-        let mm = small_mm(sigbus, sync_io);
+        let mm = small_mm(sigbus, sync_io, copy_clean);
         let len = CPAGES * 4096;
         let regions: Vec<Region> = (0..2)
             .map(|_| mm.map_file(&path, 0, len, MapKind::Shared).unwrap())

@@ -569,6 +569,15 @@ const SHOWN: &[&str] = &[
     "nr_written",
     "pgsteal_file",
     "workingset_refault_file",
+    "fault_deferred",
+    "file_ra_async",
+    "file_ra_hit",
+    "file_map_moved",
+    "file_map_stored_unseen",
+    "handler_spin_hit",
+    "handler_wakeup",
+    "allocstall",
+    "kswapd_wake",
 ];
 
 /// One run of one engine.

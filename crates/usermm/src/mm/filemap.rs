@@ -1176,11 +1176,13 @@ pub fn page_cache_async_ra(
                 Some(Ok(t)) => m.ra.threads.lock().push(t),
                 failed => {
                     if let Some(Err(e)) = failed {
-                        log::error!("starting the readahead worker: {e}; reading synchronously");
+                        log::error!("starting a readahead worker: {e}");
                     }
-                    m.ra.worker_failed();
-                    while let Some(r) = m.ra.try_pop() {
-                        do_page_cache_readahead(m, &r.mapping, r.start, r.nr, r.mark);
+                    if !m.ra.worker_failed() {
+                        log::error!("no readahead worker runs: reading synchronously");
+                        while let Some(r) = m.ra.try_pop() {
+                            do_page_cache_readahead(m, &r.mapping, r.start, r.nr, r.mark);
+                        }
                     }
                 }
             }
@@ -1188,11 +1190,13 @@ pub fn page_cache_async_ra(
     }
 }
 
-/// The readahead worker (`usermm-ra`): reads queued windows until the manager goes away. A
+/// A readahead worker (`usermm-ra`): reads queued windows until the manager goes away. A
 /// window of a file no longer in the file table (closed and forgotten, its id perhaps reused
 /// by another file since) is skipped: its pages would name that other file.
 fn ra_worker_main(m: Arc<MmInner>) {
-    while let Some(r) = m.ra.pop() {
+    let mut done = false;
+    while let Some(r) = m.ra.pop(done) {
+        done = true;
         if !m
             .files
             .get(r.mapping.id)

@@ -13,6 +13,7 @@ use crate::sys::{Advice, PAGE_SIZE};
 use crate::vmstat::Item;
 
 use super::filemap;
+use super::fs::AddressSpace;
 use super::lru::mark_page_accessed;
 use super::page::{pg, Owner, Pfn, PgOff, SwapEntry};
 use super::page_alloc;
@@ -536,6 +537,88 @@ fn do_wp_page(m: &MmInner, r: &RegionInner, idx: PgOff) -> Option<Fault> {
     Some(Fault::Done)
 }
 
+/// Maps a run of clean page-cache pages (consecutive frames, locked, their view ptes locked
+/// and empty) into shared file region `r` at `dst` with one UFFDIO_MOVE, then write-protects
+/// them with one UFFDIO_WRITEPROTECT, so that their first store is seen (`clean_map=move`).
+/// Returns the pages mapped (a prefix of the run; None: not one, the caller stops).
+///
+/// Between the two calls the pages are mapped writable: another thread of the program may
+/// store into one unseen (the faulting thread is not woken yet). Each page is hashed in its
+/// slot before the move and in the view once protected (no store can land then): a page whose
+/// hash changed was written, and is marked dirty and left writable. A protection that fails
+/// leaves every page of the run dirty and writable: nothing written is ever taken for clean.
+fn map_clean_run(
+    m: &MmInner,
+    r: &RegionInner,
+    a: &Arc<AddressSpace>,
+    run: &[(PgOff, Pfn)],
+    dst: usize,
+) -> Option<usize> {
+    let f0 = run[0].1;
+    // Only what the slots hold (a lost slot stops the run; its fault finds out).
+    let present = m
+        .pool
+        .slots
+        .resident(f0.offset(), run.len() * PAGE_SIZE)
+        .unwrap_or_default();
+    let have = present.iter().take_while(|&&b| b).count();
+    if have == 0 {
+        return None;
+    }
+    let before = match m.pool.slots.hash_pages(f0.offset(), have) {
+        Ok(h) => h,
+        Err(e) => {
+            log::error!("hashing {have} pool slots from frame {f0}: {e}");
+            return None;
+        }
+    };
+    let len = have * PAGE_SIZE;
+    let src = m.pool.slots.addr() + f0.offset();
+    let done = match m.retry_again(len, |d| {
+        m.mm.uffd.move_pages(dst + d, src + d, len - d, false, true)
+    }) {
+        Ok(b) => b,
+        Err(e) => {
+            log::debug!("moving {have} clean pages of {} to {dst:#x}: {e}", a.name());
+            e.done
+        }
+    } / PAGE_SIZE;
+    if done == 0 {
+        return None;
+    }
+    m.vm.add(Item::FileMapMoved, done as u64);
+    let view_off = dst - r.view.addr();
+    let protected = m.mm.uffd.writeprotect(dst, done * PAGE_SIZE, true, true);
+    let after = match &protected {
+        Ok(()) => r.view.hash_pages(view_off, done).ok(),
+        Err(e) => {
+            m.vm.inc(Item::MmWarn);
+            log::error!("UFFDIO_WRITEPROTECT of {done} moved clean pages at {dst:#x}: {e}");
+            None
+        }
+    };
+    for (k, &(_, f)) in run[..done].iter().enumerate() {
+        let p = &m.node.pages[f];
+        let unchanged = after.as_ref().is_some_and(|h| h[k] == before[k]);
+        if unchanged {
+            p.set(pg::WP);
+            continue;
+        }
+        if after.is_some() {
+            // Stored into between the move and the protection: dirty, and writable again.
+            m.vm.inc(Item::FileMapStoredUnseen);
+            let addr = dst + k * PAGE_SIZE;
+            if let Err(e) = m.mm.uffd.writeprotect(addr, PAGE_SIZE, false, true) {
+                // Still protected: its next store faults and finds the page dirty already.
+                log::debug!("unprotecting a page stored into at {addr:#x}: {e}");
+                p.set(pg::WP);
+            }
+        }
+        filemap::set_page_dirty(m, a, f);
+    }
+    Some(done)
+}
+
 /// Places the page parked in frame `f`'s pool slot at view address `dst` with one UFFDIO_COPY
 /// (write-protected if `wp`: a clean page, so its first store is seen) and queues the slot's copy
 /// to be dropped with the next batch (`pool::defer_zap`). A single-page UFFDIO_MOVE or a
@@ -862,15 +945,20 @@ fn filemap_fault_error(m: &MmInner, fm: &FileMap, index: PgOff, e: crate::Error)
     Fault::Retry
 }
 
+/// Windows a sequentially faulting file region keeps queued or in flight ahead of its faults:
+/// the marker on a window's first page queues the window RA_AHEAD windows on, so the readahead
+/// workers (readahead.rs) read that many at once while the faults map the current one.
+const RA_AHEAD: u64 = 2;
+
 /// The page-cache page for file page `index` of a file region, read (with read-around) if
 /// absent, returned locked and up to date with a reference; None: retry the fault.
 ///
 /// Sequential faults are read ahead asynchronously, as Linux's `do_sync_mmap_readahead` /
-/// `do_async_mmap_readahead` do: a miss reads its window synchronously and queues the next one
-/// with PG_readahead on its first page; fault-around stops before that page, so the fault on it
-/// queues the window after (`page_cache_async_ra`) and finds its own pages read meanwhile. A
-/// page still under the readahead worker's I/O is waited for (its page lock, at most
-/// READ_IO_WAIT) instead of being deferred.
+/// `do_async_mmap_readahead` do: a miss reads its window synchronously and queues the next
+/// RA_AHEAD ones, each with PG_readahead on its first page; fault-around stops before such a
+/// page, so the fault on it queues the window RA_AHEAD on (`page_cache_async_ra`) and finds its
+/// own pages read meanwhile. A page still under a readahead worker's I/O is waited for (its
+/// page lock, at most READ_IO_WAIT) instead of being deferred.
 fn filemap_fault(
     m: &MmInner,
     r: &RegionInner,
@@ -926,9 +1014,12 @@ fn filemap_fault(
             fm.ra_next.store((start + ra).raw(), Ordering::Relaxed);
             filemap::do_page_cache_readahead(m, a, start, ra, None);
             if sequential && ra > 1 {
-                let next = start + ra;
-                fm.ra_next.store((next + ra).raw(), Ordering::Relaxed);
-                filemap::page_cache_async_ra(m, a, next, ra, Some(next));
+                // The next RA_AHEAD windows, each with its marker on its first page.
+                for k in 1..=RA_AHEAD {
+                    let next = start + k * ra;
+                    fm.ra_next.store((next + ra).raw(), Ordering::Relaxed);
+                    filemap::page_cache_async_ra(m, a, next, ra, Some(next));
+                }
             }
             m.vm.inc(Item::Pgmajfault);
             match filemap::find_get_page(m, a, index) {
@@ -962,7 +1053,7 @@ fn filemap_fault(
         if fm.mmap_miss.load(Ordering::Relaxed) <= MMAP_LOTSAMISS
             && r.access_pattern() != AccessPattern::Random
         {
-            let next = index + window;
+            let next = index + RA_AHEAD * window;
             fm.ra_next.store((next + window).raw(), Ordering::Relaxed);
             filemap::page_cache_async_ra(m, a, next, window, Some(next));
         }
@@ -1279,7 +1370,15 @@ fn filemap_map_pages(
         for &(_, f) in run {
             pool::settle(m, f);
         }
-        let res = if wp {
+        // A clean run of a shared region is moved, then write-protected (clean_map=move).
+        let moved_clean =
+            wp && fm.shared && m.cfg.settings.is_new(crate::settings::Switch::CleanMap);
+        let res = if moved_clean {
+            match map_clean_run(m, r, a, run, dst) {
+                Some(done) => Ok(done * PAGE_SIZE),
+                None => break,
+            }
+        } else if wp {
             // Copy only what the slots hold (a lost slot stops the run; its fault finds out).
             let present = m
                 .pool
@@ -1313,7 +1412,9 @@ fn filemap_map_pages(
         let done = done.min(n);
         for &(i, f) in &run[..done] {
             let p = &m.node.pages[f];
-            if wp {
+            if moved_clean {
+                // map_clean_run set WP on the pages it protected; the slots are empty.
+            } else if wp {
                 p.set(pg::WP);
                 pool::defer_zap(m, f);
             }

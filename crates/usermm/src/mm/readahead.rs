@@ -7,11 +7,12 @@
 //! [`NoReadahead`] reads only what is asked (for random workloads and A/B runs).
 //!
 //! The asynchronous window ([`RaQueue`]): a read or fault that hits the PG_readahead marker
-//! queues the next window and goes on at once; one worker thread per manager (`usermm-ra`,
-//! started on first use by filemap.rs) reads the queued windows. The kernel submits the
-//! window's bios and returns (`page_cache_async_ra` -> `read_pages`); the worker is user
-//! space's equivalent, so the I/O of window N+1 overlaps the mapping and use of window N, and a
-//! fault waits only for its own page (on its page lock, as `filemap_fault` does).
+//! queues the next window and goes on at once; [`RA_WORKERS`] worker threads per manager
+//! (`usermm-ra`, started on first use by filemap.rs) read the queued windows, each its own, so
+//! that as many windows are in flight. The kernel submits the window's bios and returns
+//! (`page_cache_async_ra` -> `read_pages`); the workers are user space's equivalent, so the I/O
+//! of the next windows overlaps the mapping and use of this one, and a fault waits only for its
+//! own page (on its page lock, as `filemap_fault` does).
 
 use std::collections::VecDeque;
 use std::thread::JoinHandle;
@@ -212,21 +213,26 @@ pub struct RaRequest {
 /// hint: the access that needs a dropped window reads it synchronously).
 pub const RA_QUEUE_MAX: usize = 32;
 
+/// Readahead worker threads per manager: windows read at once (a mapped file read in sequence
+/// keeps two windows ahead of its faults, memory.rs).
+pub const RA_WORKERS: usize = 2;
+
 #[derive(Debug, Default)]
 struct RaQueueInner {
     reqs: VecDeque<RaRequest>,
-    worker: bool,
-    /// The worker holds a window it took and has not finished reading.
-    reading: bool,
+    /// Worker threads started (or being started).
+    workers: usize,
+    /// Windows taken by a worker and not read yet.
+    reading: usize,
     shutdown: bool,
 }
 
 /// What [`RaQueue::push`] did with a window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RaPush {
-    /// Queued for the running worker.
+    /// Queued for the running workers.
     Queued,
-    /// Queued; no worker runs yet: the caller starts one.
+    /// Queued; fewer than [`RA_WORKERS`] workers run: the caller starts one more.
     StartWorker,
     /// The same window is queued already, or the queue is full: dropped.
     Dropped,
@@ -258,32 +264,38 @@ impl RaQueue {
         }
         q.reqs.push_back(req);
         self.cv.notify_one();
-        if q.worker {
+        if q.workers >= RA_WORKERS {
             RaPush::Queued
         } else {
-            q.worker = true;
+            q.workers += 1;
             RaPush::StartWorker
         }
     }
 
-    /// A worker could not be started: the next push tries again (queued windows wait for it).
-    pub fn worker_failed(&self) {
-        self.q.lock().worker = false;
+    /// A worker could not be started: the next push tries again. Returns whether another
+    /// worker runs (it reads the queued windows; otherwise the caller reads them).
+    pub fn worker_failed(&self) -> bool {
+        let mut q = self.q.lock();
+        q.workers -= 1;
+        q.workers > 0
     }
 
     /// The next window, waiting for one; None once the queue is shut down (queued windows are
     /// dropped: their pages were never inserted).
     /// The worker calls it again when the window is read, so [`idle`](Self::idle) is exact.
-    pub fn pop(&self) -> Option<RaRequest> {
+    /// `done`: the worker read the window it took last.
+    pub fn pop(&self, done: bool) -> Option<RaRequest> {
         let mut q = self.q.lock();
-        q.reading = false;
+        if done {
+            q.reading -= 1;
+        }
         loop {
             if q.shutdown {
                 q.reqs.clear();
                 return None;
             }
             if let Some(r) = q.reqs.pop_front() {
-                q.reading = true;
+                q.reading += 1;
                 return Some(r);
             }
             q = self.cv.wait(q);
@@ -293,7 +305,7 @@ impl RaQueue {
     /// Nothing queued and nothing being read ([`Mm::settle`](crate::Mm::settle) waits for it).
     pub fn idle(&self) -> bool {
         let q = self.q.lock();
-        q.reqs.is_empty() && !q.reading
+        q.reqs.is_empty() && q.reading == 0
     }
 
     /// The next window if one is queued (the synchronous fallback's drain).
@@ -301,7 +313,7 @@ impl RaQueue {
         self.q.lock().reqs.pop_front()
     }
 
-    /// Stops the worker after the window it is reading (the manager is being dropped).
+    /// Stops the workers after the windows they are reading (the manager is being dropped).
     pub fn shutdown(&self) {
         let mut q = self.q.lock();
         q.shutdown = true;
