@@ -957,6 +957,7 @@ fn read_into_slots(
     // Pages `k0..k0+len` into their frames: read ones from `src` (then out of the kernel's
     // cache for a buffered file), hole pages as zeros.
     let place = |k0: usize, len: usize, src: Option<(&crate::sys::Mapping, usize)>| {
+        let _cpu = ra_worker_cpu(m);
         if src.is_some() && !direct {
             m.vm.warn_on(
                 crate::sys::fadvise_dontneed(
@@ -1054,6 +1055,7 @@ pub fn do_page_cache_readahead(
     let end = (start + nr).min(eof);
     let mut read = 0;
     let mut i = start;
+    let mut cpu = ra_worker_cpu(m);
     while i < end {
         // A run of absent indices.
         let mut run = Vec::new();
@@ -1105,7 +1107,9 @@ pub fn do_page_cache_readahead(
         if added.is_empty() {
             continue;
         }
+        drop(cpu);
         let ok = read_into(m, mapping, run[0], &added);
+        cpu = ra_worker_cpu(m);
         if let Err(e) = &ok {
             log::error!(
                 "read of {} pages at page {} of {}: {e}",
@@ -1190,10 +1194,22 @@ pub fn page_cache_async_ra(
     }
 }
 
+std::thread_local! {
+    /// This thread is a readahead worker.
+    static RA_WORKER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// On a readahead worker, the workers' CPU lock ([`RaQueue::cpu`](super::readahead::RaQueue)):
+/// held for a window's CPU work, dropped for its reads.
+fn ra_worker_cpu(m: &MmInner) -> Option<crate::sync::MutexGuard<'_, ()>> {
+    RA_WORKER.with(|w| w.get()).then(|| m.ra.cpu.lock())
+}
+
 /// A readahead worker (`usermm-ra`): reads queued windows until the manager goes away. A
 /// window of a file no longer in the file table (closed and forgotten, its id perhaps reused
 /// by another file since) is skipped: its pages would name that other file.
 fn ra_worker_main(m: Arc<MmInner>) {
+    RA_WORKER.with(|w| w.set(true));
     let mut done = false;
     while let Some(r) = m.ra.pop(done) {
         done = true;
