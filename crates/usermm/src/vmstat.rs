@@ -105,6 +105,7 @@ items! {
     FileReadHole = "file_read_hole",
     FileWriteNoread = "file_write_noread",
     FileIoUring = "file_io_uring",
+    FileReadDirect = "file_read_direct",
     FileMapMoved = "file_map_moved",
     FileMapStoredUnseen = "file_map_stored_unseen",
     FlusherWake = "flusher_wake",

@@ -574,6 +574,7 @@ const SHOWN: &[&str] = &[
     "file_ra_hit",
     "file_map_moved",
     "file_map_stored_unseen",
+    "file_read_direct",
     "handler_spin_hit",
     "handler_wakeup",
     "allocstall",

@@ -914,7 +914,9 @@ fn fill_frames(
 
 /// Reads `frames.len()` consecutive pages from `start` into the (locked, new) frames: one I/O
 /// per run of pages that hold data; pages in a hole or beyond the file's data are zero-filled
-/// without I/O (`file_read_hole`). The data goes from the bounce buffer into the frames' slots
+/// without I/O (`file_read_hole`). Where every slot of a run holds a page (recycled frames, the
+/// common case under reclaim) and the file is O_DIRECT, the device reads straight into the
+/// slots (`file_read_direct`); otherwise the data goes from the bounce buffer into the slots
 /// with one UFFDIO_COPY per run of empty slots (a recycled page is overwritten in place).
 fn read_into(m: &MmInner, mapping: &AddressSpace, start: PgOff, frames: &[Pfn]) -> io::Result<()> {
     let res = read_into_slots(m, mapping, start, frames);
@@ -1018,6 +1020,25 @@ fn read_into_slots(
             }
             for part in (k0..k0 + len).step_by(512) {
                 let plen = (k0 + len - part).min(512);
+                if direct && present[part..part + plen].iter().all(|&p| p) {
+                    // Every slot holds a page: the device writes straight into them (no bounce
+                    // copy; O_DIRECT needs the page-aligned slots it gets). A read that comes
+                    // back short (the file on disk ends inside the run) goes the bounce way,
+                    // which zero-fills past the end.
+                    let offs: Vec<usize> = frames[part..part + plen]
+                        .iter()
+                        .map(|f| f.offset())
+                        .collect();
+                    let off = (start + part as u64).byte_offset();
+                    match m.pool.slots.pread_pages(file, off, &offs) {
+                        Ok(()) => {
+                            m.vm.add(Item::FileReadDirect, plen as u64);
+                            continue;
+                        }
+                        Err(crate::sys::SysError::Short { .. }) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
                 pool::with_bounce(plen, |bounce| {
                     let off = (start + part as u64).byte_offset();
                     bounce.pread_at(file, off, 0, plen * PAGE_SIZE)?;

@@ -29,6 +29,31 @@ use crate::sync::Arc;
 
 pub use super::page_state::Fault;
 
+/// A fault on an empty slot of the frame pool (registered, so the kernel reports it here):
+/// nothing is meant to touch one (reads into slots check first that they hold pages), but a
+/// wake alone would let the access fault again forever. The slot gets a zeroed page, so the
+/// access (a read into the slot, which overwrites it) completes; counted as a lost slot and
+/// logged. False: `addr` is not in the pool.
+fn pool_fault(m: &MmInner, addr: usize) -> bool {
+    let base = m.pool.slots.addr();
+    if addr < base || addr >= base + m.pool.slots.len() {
+        return false;
+    }
+    let page = (addr - base) & !(PAGE_SIZE - 1);
+    m.vm.inc(Item::PoolSlotLost);
+    m.vm.inc(Item::MmWarn);
+    log::error!("an access faulted on empty pool slot {page:#x}: filled with zeros");
+    if let Err(e) =
+        m.mm.uffd
+            .copy(base + page, m.pool.zero_src.addr(), PAGE_SIZE, false, false)
+    {
+        // EEXIST: filled meanwhile; wake the access either way.
+        log::debug!("zero-filling pool slot {page:#x}: {e}");
+        m.vm.warn_on(m.mm.uffd.wake(base + page, PAGE_SIZE), "UFFDIO_WAKE");
+    }
+    true
+}
+
 /// Largest zero-page fault-around run (pages).
 const ZERO_AROUND: u64 = 16;
 
@@ -38,6 +63,7 @@ pub fn handle_fault(m: &MmInner, addr: usize, flags: u64) -> Fault {
         let t = m.mm.regions.read();
         match t.find(addr) {
             Some(r) => r.clone(),
+            None if pool_fault(m, addr) => return Fault::Done,
             None => {
                 // Not ours any more (region dropped while a thread touched it): wake it; it will
                 // fault again on an unregistered range or see the kernel's own page.
@@ -1629,4 +1655,34 @@ pub(crate) fn split_huge_zero(m: &MmInner, r: &RegionInner, u: PgOff) {
     m.vm.sub(Item::NrThpZeroMapped, 1);
     m.vm.add(Item::NrZeroPageMapped, HPAGE_PMD_NR);
     huge_memory::put_huge_zero_unit(m);
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::mm::page::Pfn;
+    use crate::mm::pool;
+    use crate::{Mm, MmConfig, SwapConfig};
+    use std::io::Write;
+
+    /// A system call that writes into an empty pool slot (what a read straight into the slots
+    /// would do if a slot it took for present were not) completes: the handler fills the slot
+    /// with zeros instead of waking the access into the same fault forever.
+    #[test]
+    fn a_read_into_an_empty_pool_slot_completes() {
+        let mm = Mm::new(MmConfig::new(4 << 20).swap(SwapConfig::None)).unwrap();
+        let m = mm.inner();
+        let frames: Vec<Pfn> = (0..64).map(Pfn::new).collect();
+        let present = pool::slots_present(m, &frames);
+        let f = frames[present.iter().position(|&p| !p).expect("an empty slot")];
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(&[0x5a; 4096]).unwrap();
+        let lost = m.vm.get(crate::vmstat::Item::PoolSlotLost);
+        m.pool.slots.pread_pages(&file, 0, &[f.offset()]).unwrap();
+        let mut b = [0u8; 4096];
+        m.pool.slots.read_bytes(f.offset(), &mut b).unwrap();
+        assert!(b.iter().all(|&x| x == 0x5a));
+        assert_eq!(m.vm.get(crate::vmstat::Item::PoolSlotLost), lost + 1);
+        // The slot holds a page now; give it back as the pool expects a free frame's slot.
+        m.pool.slots.dontneed_pages(&[f.offset()]).unwrap();
+    }
 }
