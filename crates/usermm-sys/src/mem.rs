@@ -369,32 +369,30 @@ impl Mapping {
         Ok(())
     }
 
-    /// Volatile 64-bit load at `off` (8-byte aligned).
-    pub fn read_u64(&self, off: usize) -> u64 {
+    /// Panics unless a 64-bit word at `off` is aligned and inside the mapping, naming `op` and
+    /// which of the two it is not.
+    fn check_word(&self, op: &str, off: usize) {
         assert!(
             off.is_multiple_of(8),
-            "read_u64 at {off:#x}: the offset is not a multiple of 8"
+            "{op} at {off:#x}: the offset is not a multiple of 8"
         );
         assert!(
             off.checked_add(8).is_some_and(|e| e <= self.len),
-            "read_u64 at {off:#x}: past the end of the {}-byte mapping",
+            "{op} at {off:#x}: past the end of the {}-byte mapping",
             self.len
         );
+    }
+
+    /// Volatile 64-bit load at `off` (8-byte aligned).
+    pub fn read_u64(&self, off: usize) -> u64 {
+        self.check_word("read_u64", off);
         // SAFETY: aligned and in bounds (asserted); volatile because the page may change.
         unsafe { std::ptr::read_volatile(self.as_ptr().add(off) as *const u64) }
     }
 
     /// Volatile 64-bit store at `off` (8-byte aligned).
     pub fn write_u64(&self, off: usize, v: u64) {
-        assert!(
-            off.is_multiple_of(8),
-            "write_u64 at {off:#x}: the offset is not a multiple of 8"
-        );
-        assert!(
-            off.checked_add(8).is_some_and(|e| e <= self.len),
-            "write_u64 at {off:#x}: past the end of the {}-byte mapping",
-            self.len
-        );
+        self.check_word("write_u64", off);
         // SAFETY: aligned and in bounds (asserted); volatile because the page may change.
         unsafe { std::ptr::write_volatile(self.as_ptr().add(off) as *mut u64, v) }
     }

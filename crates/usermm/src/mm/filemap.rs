@@ -1020,6 +1020,7 @@ fn read_into_slots(
             }
             for part in (k0..k0 + len).step_by(512) {
                 let plen = (k0 + len - part).min(512);
+                let off = (start + part as u64).byte_offset();
                 if direct && present[part..part + plen].iter().all(|&p| p) {
                     // Every slot holds a page: the device writes straight into them (no bounce
                     // copy; O_DIRECT needs the page-aligned slots it gets). A read that comes
@@ -1029,7 +1030,6 @@ fn read_into_slots(
                         .iter()
                         .map(|f| f.offset())
                         .collect();
-                    let off = (start + part as u64).byte_offset();
                     match m.pool.slots.pread_pages(file, off, &offs) {
                         Ok(()) => {
                             m.vm.add(Item::FileReadDirect, plen as u64);
@@ -1040,7 +1040,6 @@ fn read_into_slots(
                     }
                 }
                 pool::with_bounce(plen, |bounce| {
-                    let off = (start + part as u64).byte_offset();
                     bounce.pread_at(file, off, 0, plen * PAGE_SIZE)?;
                     place(part, plen, Some((bounce, 0)))
                 })?;

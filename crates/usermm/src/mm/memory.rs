@@ -581,13 +581,7 @@ fn map_clean_run(
     dst: usize,
 ) -> Option<usize> {
     let f0 = run[0].1;
-    // Only what the slots hold (a lost slot stops the run; its fault finds out).
-    let present = m
-        .pool
-        .slots
-        .resident(f0.offset(), run.len() * PAGE_SIZE)
-        .unwrap_or_default();
-    let have = present.iter().take_while(|&&b| b).count();
+    let have = pool::held_prefix(m, f0, run.len());
     if have == 0 {
         return None;
     }
@@ -1405,13 +1399,7 @@ fn filemap_map_pages(
                 None => break,
             }
         } else if wp {
-            // Copy only what the slots hold (a lost slot stops the run; its fault finds out).
-            let present = m
-                .pool
-                .slots
-                .resident(f0.offset(), n * PAGE_SIZE)
-                .unwrap_or_default();
-            let have = present.iter().take_while(|&&b| b).count();
+            let have = pool::held_prefix(m, f0, n);
             if have == 0 {
                 break;
             }
@@ -1438,9 +1426,8 @@ fn filemap_map_pages(
         let done = done.min(n);
         for &(i, f) in &run[..done] {
             let p = &m.node.pages[f];
-            if moved_clean {
-                // map_clean_run set WP on the pages it protected; the slots are empty.
-            } else if wp {
+            // (A moved clean run: map_clean_run set WP itself, its slots are empty.)
+            if wp && !moved_clean {
                 p.set(pg::WP);
                 pool::defer_zap(m, f);
             }

@@ -185,6 +185,19 @@ pub fn slots_present(m: &MmInner, frames: &[Pfn]) -> Vec<bool> {
     out
 }
 
+/// How many slots from frame `f0` on, of at most `n` consecutive ones, hold a page before the
+/// first empty one (a run is mapped only as far as its slots hold pages; a lost slot stops it
+/// and its own fault finds out).
+pub fn held_prefix(m: &MmInner, f0: Pfn, n: usize) -> usize {
+    m.pool
+        .slots
+        .resident(f0.offset(), n * PAGE_SIZE)
+        .unwrap_or_default()
+        .iter()
+        .take_while(|&&b| b)
+        .count()
+}
+
 /// [`pooled_and_present`] for a batch, with one mincore per run of consecutive frames.
 pub fn pooled_batch(m: &MmInner, frames: &[Pfn]) -> Vec<bool> {
     let mut out = slots_present(m, frames);
