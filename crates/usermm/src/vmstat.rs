@@ -142,6 +142,8 @@ items! {
     PgunmapZapped = "pgunmap_zapped",
     HandlerPanic = "handler_panic",
     FaultStuck = "fault_stuck",
+    HandlerDied = "handler_died",
+    FaultUnread = "fault_unread",
     Zswpout = "zswpout",
     Zswpin = "zswpin",
     Zswpwb = "zswpwb",

@@ -109,3 +109,93 @@ fn the_watchdog_reports_a_fault_outstanding_too_long() {
         assert_eq!(mm.health().handler_panics, 0);
     });
 }
+
+/// A manager with one handler thread over a RAM swap device, `pages` pages written with seed
+/// `seed` and then all reclaimed to swap, so every access is a major fault.
+fn swapped_out(seed: u64, len: usize) -> (Arc<Mm>, Arc<usermm::Region>) {
+    let mm = Arc::new(
+        Mm::new(
+            MmConfig::new(4 * MIB)
+                .swap(SwapConfig::Ram { size: 64 * MIB })
+                .handler_threads(1),
+        )
+        .unwrap(),
+    );
+    let r = Arc::new(mm.map_anon(len).unwrap());
+    for p in 0..len / PAGE {
+        r.write_u64(p * PAGE, pattern(seed, p as u64, 0));
+    }
+    assert!(reclaim_all(&mm) > 0);
+    (mm, r)
+}
+
+/// Part 1's "kill a handler thread": the only handler dies three times right after reading a
+/// batch of faults (an injected panic outside the per-fault guard). The faults it held are
+/// woken, their threads fault again, the restarted handler serves them, and the deaths are
+/// counted and in `health()`. Without the wake the readers sleep for ever (the test watchdog
+/// fails it).
+#[test]
+fn a_dead_handler_wakes_the_faults_it_held() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    init_log();
+    with_watchdog(120, "faults while the handler thread dies", || {
+        let (mm, r) = swapped_out(11, 8 << 20);
+        let pages = r.len() / PAGE;
+        inject::handler_deaths(3);
+        let readers: Vec<_> = (0..4)
+            .map(|t| {
+                let r = r.clone();
+                std::thread::spawn(move || {
+                    for p in (t..pages).step_by(4) {
+                        assert_eq!(r.read_u64(p * PAGE), pattern(11, p as u64, 0), "page {p}");
+                    }
+                })
+            })
+            .collect();
+        for t in readers {
+            t.join().unwrap();
+        }
+        inject::handler_deaths(0);
+        let h = mm.health();
+        assert_eq!(h.handler_deaths, 3, "{h:?}");
+        assert_eq!(mm.vmstat().val("handler_died"), 3);
+        assert!(!h.is_ok());
+        assert_eq!(h.handler_panics, 0, "{h:?}");
+        assert_consistent(&mm);
+    });
+}
+
+/// Faults that no handler reads (the only handler wedged for 4 s) are invisible to the handler
+/// slots; the watchdog notices the userfaultfd staying readable with no reads, reads them,
+/// reports each address and serves them itself, long before the handler comes back.
+#[test]
+fn faults_no_handler_reads_are_served_by_the_watchdog() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    init_log();
+    with_watchdog(120, "faults while the handler is wedged", || {
+        let (mm, r) = swapped_out(13, 4 << 20);
+        mm.set_stuck_fault_threshold(Duration::from_millis(300));
+        inject::handler_pause(4000);
+        // The handler reaches its pause within one poll timeout (100 ms).
+        std::thread::sleep(Duration::from_millis(300));
+        let t0 = Instant::now();
+        let r2 = r.clone();
+        let reader = std::thread::spawn(move || (r2.read_u64(0), t0.elapsed()));
+        let (v, took) = reader.join().unwrap();
+        inject::handler_pause(0);
+        assert_eq!(v, pattern(13, 0, 0));
+        assert!(
+            took < Duration::from_millis(3000),
+            "the fault waited {took:?}: served by the handler after its pause, not the watchdog"
+        );
+        let h = mm.health();
+        assert!(h.unread_faults >= 1, "{h:?}");
+        assert!(mm.vmstat().val("fault_unread") >= 1);
+        assert!(!h.is_ok());
+        // Everything else still reads back once the handler is back.
+        for p in 0..r.len() / PAGE {
+            assert_eq!(r.read_u64(p * PAGE), pattern(13, p as u64, 0), "page {p}");
+        }
+        assert_consistent(&mm);
+    });
+}

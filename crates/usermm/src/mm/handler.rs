@@ -15,8 +15,12 @@
 //!
 //! No fault waits forever: a panic while serving a fault is caught, the fault served once more
 //! and, if that panics too, its page poisoned (SIGBUS to the toucher), logged and counted
-//! (`handler_panic`); a watchdog thread reports faults outstanding longer than a threshold
-//! (`fault_stuck`, with the page's state), and `Mm::health` lists both.
+//! (`handler_panic`); a handler thread that dies anyway (a panic outside the guard) wakes every
+//! fault it had read and not answered, so their threads fault again and a live handler serves
+//! them, and starts over (`handler_died`); a watchdog thread reports faults outstanding longer
+//! than a threshold (`fault_stuck`, with the page's state), and faults left unread in the
+//! userfaultfd while no handler reads (every handler wedged): it reads them, logs each address
+//! and serves them itself (`fault_unread`). `Mm::health` lists all of these.
 
 use std::time::{Duration, Instant};
 
@@ -45,6 +49,8 @@ pub struct HandlerState {
     pub(crate) epoch: Instant,
     /// The watchdog's threshold (ms): faults outstanding longer are reported.
     pub(crate) stuck_after_ms: AtomicU64,
+    /// Batches of messages the handlers have read (the watchdog's sign that they read at all).
+    pub(crate) reads: AtomicU64,
 }
 
 impl HandlerState {
@@ -59,6 +65,7 @@ impl HandlerState {
                 .collect(),
             epoch: Instant::now(),
             stuck_after_ms: AtomicU64::new(STUCK_FAULT_AFTER.as_millis().sat_u64()),
+            reads: AtomicU64::new(0),
         }
     }
 }
@@ -172,6 +179,46 @@ pub mod inject {
         PANICS.store(n, Ordering::SeqCst);
     }
 
+    static DEATHS: AtomicU64 = AtomicU64::new(0);
+    static PAUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    static PAUSE_UNTIL: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
+
+    /// The next `n` batches of faults read by any handler kill that handler thread (a panic
+    /// outside the panic guard, after reading and before answering them).
+    #[cfg(any(test, feature = "testing"))]
+    pub fn handler_deaths(n: u64) {
+        DEATHS.store(n, Ordering::SeqCst);
+    }
+
+    /// Every handler stops reading the userfaultfd for `ms` milliseconds from its next pass
+    /// (a wedged handler; 0 ends it).
+    #[cfg(any(test, feature = "testing"))]
+    pub fn handler_pause(ms: u64) {
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(ms);
+        *PAUSE_UNTIL.lock().unwrap_or_else(|e| e.into_inner()) = (ms > 0).then_some(until);
+        PAUSED.store(ms > 0, Ordering::SeqCst);
+    }
+
+    pub(super) fn maybe_die(n: usize) {
+        if DEATHS.load(Ordering::Relaxed) > 0
+            && DEATHS
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            panic!("injected death of a fault handler holding {n} faults");
+        }
+    }
+
+    pub(super) fn maybe_pause() {
+        if !PAUSED.load(Ordering::Relaxed) {
+            return;
+        }
+        let until = *PAUSE_UNTIL.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = until {
+            std::thread::sleep(t.saturating_duration_since(std::time::Instant::now()));
+        }
+    }
+
     pub(super) fn maybe_panic(addr: usize) {
         if PANICS.load(Ordering::Relaxed) > 0
             && PANICS
@@ -253,9 +300,15 @@ pub fn stuck_faults(h: &HandlerState, after: Duration) -> Vec<StuckFault> {
 }
 
 /// The watchdog thread: twice a second, reports each fault outstanding longer than the
-/// manager's threshold once (log line with the page's state, `fault_stuck`).
+/// manager's threshold once (log line with the page's state, `fault_stuck`), and checks that
+/// the handlers read the userfaultfd at all: if it has stayed readable for the threshold while
+/// no handler read a message (every handler wedged or dead), the faults waiting there are
+/// invisible to the handler slots, so the watchdog reads them, logs each address with its
+/// page's state, and serves them itself (`fault_unread`).
 pub fn watchdog_main(m: Arc<MmInner>) {
     let mut reported: Vec<usize> = Vec::new();
+    let mut last_reads = u64::MAX;
+    let mut unread_since: Option<Instant> = None;
     while !m.handlers.shutdown.load(Ordering::Acquire) {
         for _ in 0..5 {
             if m.handlers.shutdown.load(Ordering::Acquire) {
@@ -281,20 +334,130 @@ pub fn watchdog_main(m: Arc<MmInner>) {
             }
         }
         reported = stuck.iter().map(|s| s.addr).collect();
+
+        let reads = m.handlers.reads.load(Ordering::Relaxed);
+        let readable = matches!(m.mm.uffd.poll(None, 0), Ok((true, _)));
+        if readable && reads == last_reads {
+            let t0 = *unread_since.get_or_insert_with(Instant::now);
+            if t0.elapsed() + Duration::from_millis(500) >= after {
+                serve_unread(&m, t0.elapsed() + Duration::from_millis(500));
+                unread_since = None;
+            }
+        } else {
+            unread_since = None;
+        }
+        last_reads = reads;
     }
 }
 
+/// The watchdog's rescue of faults no handler reads: each is logged with its address and
+/// page, counted (`fault_unread`) and served; one that must wait (its page locked) is woken, so
+/// its thread faults again.
+fn serve_unread(m: &MmInner, waited: Duration) {
+    let mut msgs = [Msg::default(); 32];
+    loop {
+        let n = match m.mm.uffd.read_msgs(&mut msgs) {
+            Ok(n) => n,
+            Err(e) => {
+                log::error!("watchdog reading userfaultfd: {e}");
+                0
+            }
+        };
+        if n == 0 {
+            return;
+        }
+        for msg in &msgs[..n] {
+            if msg.event != event::PAGEFAULT {
+                continue;
+            }
+            let addr = msg.fault_address();
+            m.vm.inc(Item::FaultUnread);
+            log::error!(
+                "a fault has waited unread for at least {:.1} s while no handler read the \
+                 userfaultfd; the watchdog serves it: {}",
+                waited.as_secs_f64(),
+                super::memory::describe_page(m, addr)
+            );
+            if serve_guarded(m, addr, msg.fault_flags(), msg.fault_tid()) == Fault::Retry {
+                let page = addr & !(crate::sys::PAGE_SIZE - 1);
+                m.vm.warn_on(m.mm.uffd.wake(page, crate::sys::PAGE_SIZE), "UFFDIO_WAKE");
+            }
+        }
+    }
+}
+
+/// What a handler thread has read from the userfaultfd and not answered yet: the current
+/// batch from `next` on, and its deferred faults. If the thread dies they are woken.
+struct Held {
+    msgs: [Msg; 32],
+    n: usize,
+    next: usize,
+    deferred: Vec<(Msg, u64)>,
+    /// This thread is the one spinner (`HandlerState::spinners`).
+    spinning: bool,
+}
+
+/// A handler thread: [`handler_loop`] until shutdown. A panic that escapes the per-fault guard
+/// (a usermm bug outside serving a fault, or `inject::handler_deaths`) would leave every fault
+/// the thread had read asleep for ever; instead they are woken (their threads fault again and
+/// a live handler, or this one, serves them), the death is logged and counted
+/// (`handler_died`, [`Mm::health`](super::Mm::health)), and the thread starts over.
 pub fn handler_main(m: Arc<MmInner>, slot: usize) {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    let mut held = Held {
+        msgs: [Msg::default(); 32],
+        n: 0,
+        next: 0,
+        deferred: Vec::new(),
+        spinning: false,
+    };
+    loop {
+        let p = match catch_unwind(AssertUnwindSafe(|| handler_loop(&m, slot, &mut held))) {
+            Ok(()) => return,
+            Err(p) => p,
+        };
+        m.vm.inc(Item::HandlerDied);
+        let mut woken: Vec<usize> = held.msgs[held.next.min(held.n)..held.n]
+            .iter()
+            .chain(held.deferred.iter().map(|(msg, _)| msg))
+            .filter(|msg| msg.event == event::PAGEFAULT)
+            .map(|msg| msg.fault_address() & !(crate::sys::PAGE_SIZE - 1))
+            .collect();
+        woken.sort_unstable();
+        woken.dedup();
+        log::error!(
+            "fault handler {slot} died: {}; waking the {} faults it held ({}) and starting over",
+            panic_text(&*p),
+            woken.len(),
+            woken
+                .iter()
+                .map(|a| format!("{a:#x}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        for &a in &woken {
+            m.vm.warn_on(m.mm.uffd.wake(a, crate::sys::PAGE_SIZE), "UFFDIO_WAKE");
+        }
+        (held.n, held.next) = (0, 0);
+        held.deferred.clear();
+        if std::mem::take(&mut held.spinning) {
+            m.handlers.spinners.store(0, Ordering::Release);
+        }
+        let me = &m.handlers.slots[slot];
+        me.busy_since.store(0, Ordering::Release);
+        me.deferred_since.store(0, Ordering::Release);
+    }
+}
+
+fn handler_loop(m: &MmInner, slot: usize, held: &mut Held) {
     let me = &m.handlers.slots[slot];
     let serve_one = |msg: &Msg| -> Fault {
         me.busy_addr.store(msg.fault_address(), Ordering::Relaxed);
         me.busy_since.store(since(&m.handlers), Ordering::Release);
-        let f = serve_guarded(&m, msg.fault_address(), msg.fault_flags(), msg.fault_tid());
+        let f = serve_guarded(m, msg.fault_address(), msg.fault_flags(), msg.fault_tid());
         me.busy_since.store(0, Ordering::Release);
         f
     };
-    let mut msgs = [Msg::default(); 32];
-    let mut deferred: Vec<(Msg, u64)> = Vec::new();
     let spin = Duration::from_micros(m.cfg.handler_spin_us as u64);
     let mut last_work = Instant::now();
     let publish_deferred = |d: &[(Msg, u64)]| match d.iter().min_by_key(|e| e.1) {
@@ -309,7 +472,8 @@ pub fn handler_main(m: Arc<MmInner>, slot: usize) {
         if m.handlers.shutdown.load(Ordering::Acquire) {
             return;
         }
-        let n = match m.mm.uffd.read_msgs(&mut msgs) {
+        inject::maybe_pause();
+        let n = match m.mm.uffd.read_msgs(&mut held.msgs) {
             Ok(n) => n,
             Err(e) => {
                 log::error!("reading userfaultfd: {e}");
@@ -317,30 +481,37 @@ pub fn handler_main(m: Arc<MmInner>, slot: usize) {
                 0
             }
         };
-        for msg in &msgs[..n] {
+        (held.n, held.next) = (n, 0);
+        if n > 0 {
+            m.handlers.reads.fetch_add(1, Ordering::Relaxed);
+            inject::maybe_die(n);
+        }
+        while held.next < held.n {
+            let msg = held.msgs[held.next];
             match msg.event {
                 event::PAGEFAULT => {
                     let t = since(&m.handlers);
-                    if serve_one(msg) == Fault::Retry {
-                        deferred.push((*msg, t));
+                    if serve_one(&msg) == Fault::Retry {
+                        held.deferred.push((msg, t));
                     }
                 }
                 other => log::debug!("userfaultfd event {other:#x} ignored"),
             }
+            held.next += 1;
         }
         if n > 0 {
-            publish_deferred(&deferred);
+            publish_deferred(&held.deferred);
             last_work = Instant::now();
             continue;
         }
-        if !deferred.is_empty() {
-            let before = deferred.len();
-            deferred.retain(|(msg, _)| {
-                let f = catch_retry(&m, msg.fault_address(), msg.fault_flags());
+        if !held.deferred.is_empty() {
+            let before = held.deferred.len();
+            held.deferred.retain(|(msg, _)| {
+                let f = catch_retry(m, msg.fault_address(), msg.fault_flags());
                 f == Fault::Retry
             });
-            publish_deferred(&deferred);
-            if deferred.len() < before {
+            publish_deferred(&held.deferred);
+            if held.deferred.len() < before {
                 last_work = Instant::now();
             } else {
                 // Pages still under I/O: wait a little for new messages instead of spinning.
@@ -358,24 +529,29 @@ pub fn handler_main(m: Arc<MmInner>, slot: usize) {
                 .is_ok()
         {
             // Spin (as the only spinner) until a message arrives or the window closes.
+            held.spinning = true;
             let mut hit = false;
             while last_work.elapsed() < spin {
-                match m.mm.uffd.read_msgs(&mut msgs[..1]) {
+                match m.mm.uffd.read_msgs(&mut held.msgs[..1]) {
                     Ok(1) => {
                         hit = true;
+                        (held.n, held.next) = (1, 0);
+                        m.handlers.reads.fetch_add(1, Ordering::Relaxed);
                         m.vm.inc(Item::HandlerSpinHit);
                         let t = since(&m.handlers);
-                        if msgs[0].event == event::PAGEFAULT && serve_one(&msgs[0]) == Fault::Retry
-                        {
-                            deferred.push((msgs[0], t));
-                            publish_deferred(&deferred);
+                        let msg = held.msgs[0];
+                        if msg.event == event::PAGEFAULT && serve_one(&msg) == Fault::Retry {
+                            held.deferred.push((msg, t));
+                            publish_deferred(&held.deferred);
                         }
+                        held.next = 1;
                         break;
                     }
                     _ => std::hint::spin_loop(),
                 }
             }
             m.handlers.spinners.store(0, Ordering::Release);
+            held.spinning = false;
             if hit {
                 last_work = Instant::now();
             }

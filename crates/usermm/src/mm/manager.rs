@@ -343,6 +343,12 @@ pub struct Health {
     pub stuck_faults: Vec<super::handler::StuckFault>,
     /// Faults the watchdog has reported as stuck so far (`fault_stuck`).
     pub stuck_reported: u64,
+    /// Handler threads that died (a panic outside the per-fault guard): each woke the faults
+    /// it held and started over (`handler_died`).
+    pub handler_deaths: u64,
+    /// Faults the watchdog found unread in the userfaultfd while no handler read it, and
+    /// served itself (`fault_unread`).
+    pub unread_faults: u64,
     /// Threads that faulted at one page again and again (`fault_refault_tripwire`).
     pub refault_tripwires: u64,
     /// "Already resolved" answers that found no page mapped and resolved again
@@ -354,9 +360,12 @@ pub struct Health {
 }
 
 impl Health {
-    /// No panic, no stuck fault, no tripwire, usermm's SIGBUS handler in place.
+    /// No panic, no dead handler, no stuck or unread fault, no tripwire, usermm's SIGBUS
+    /// handler in place.
     pub fn is_ok(&self) -> bool {
         self.handler_panics == 0
+            && self.handler_deaths == 0
+            && self.unread_faults == 0
             && self.stuck_faults.is_empty()
             && self.stuck_reported == 0
             && self.refault_tripwires == 0
@@ -630,6 +639,8 @@ impl Mm {
             handler_panics: m.vm.get(Item::HandlerPanic),
             stuck_faults: super::handler::stuck_faults(&m.handlers, after),
             stuck_reported: m.vm.get(Item::FaultStuck),
+            handler_deaths: m.vm.get(Item::HandlerDied),
+            unread_faults: m.vm.get(Item::FaultUnread),
             refault_tripwires: m.vm.get(Item::FaultRefaultTripwire),
             stale_answers: m.vm.get(Item::FaultStaleUnmapped),
             sigbus_handler_replaced: m.mm.faults_self_served() && !crate::sys::sigbus::installed(),
