@@ -94,26 +94,47 @@ def test_swap_file_that_usermm_did_not_make_is_refused_and_untouched(tmp_path):
     assert f.read_text() == "precious text\n"
 
 
-def test_swap_file_is_removed_with_its_manager(tmp_path):
+def _unlinked_fd_of(path):
+    """The /proc/self/fd name of this process's open, unlinked file that was `path`."""
+    want = f"{path} (deleted)"
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == want:
+                return f"/proc/self/fd/{fd}"
+        except OSError:
+            pass
+    return None
+
+
+def test_a_swap_path_is_unlinked_as_soon_as_it_is_opened(tmp_path):
     path = tmp_path / "swap"
     m = usermm.Manager(budget="8M", swap=f"file:{path}", swap_size="32M")
     a = m.array(3 * MiB, "u8")  # 24 MiB through an 8 MiB budget
     a[:] = 5
     assert int(a[::4096].sum()) == 5 * len(a[::4096])
-    assert path.exists() and (os.stat(path).st_mode & 0o777) == 0o600
-    # A second manager on the same path is refused while the first lives.
-    with pytest.raises(usermm.Error, match="in use by another usermm manager"):
-        usermm.Manager(budget="8M", swap=f"file:{path}")
-    del a, m
+    assert str(path) in m.swap, m.swap
+    # Nothing on disk by name, even while the manager lives (a SIGKILL leaves nothing): the
+    # manager's descriptor holds the file, mode 0600.
+    assert not path.exists(), "the swap path must be unlinked at open"
+    fd = _unlinked_fd_of(path)
+    assert fd is not None and (os.stat(fd).st_mode & 0o777) == 0o600
+    # The path is free again: a second manager makes its own file there.
+    m2 = usermm.Manager(budget="8M", swap=f"file:{path}", swap_size="32M")
+    b = m2.array(3 * MiB, "u8")
+    b[:] = 7
+    assert int(b[::4096].sum()) == 7 * len(b[::4096])
+    assert int(a[::4096].sum()) == 5 * len(a[::4096])
+    del a, b, m, m2
     gc.collect()
     assert not path.exists(), "process memory left on disk"
+    assert _unlinked_fd_of(path) is None, "the swap file outlived its managers"
 
 
-def test_default_managers_of_two_processes_refuse_to_share_a_swap_file(tmp_path):
+def test_default_managers_of_two_processes_each_get_their_own_swap_file(tmp_path):
     # Two processes configured by the same environment (USERMM_SWAP=file:PATH, as every process
-    # of a program inherits it): the first default manager holds the file; the second process's
-    # default() never gets the same slots: it swaps to a temporary file, with a warning naming
-    # the file (as the C ABI's default manager and usermm run do).
+    # of a program inherits it): the first default manager unlinks the path as soon as it has
+    # opened the file, so the second process's default() makes its own file there; neither
+    # sees the other's slots, and nothing is left on disk.
     import subprocess
     import sys
 
@@ -121,26 +142,30 @@ def test_default_managers_of_two_processes_refuse_to_share_a_swap_file(tmp_path)
     env = dict(os.environ, USERMM_BUDGET="8M", USERMM_SWAP=f"file:{path}", USERMM_SWAP_SIZE="32M")
     holder = subprocess.Popen(
         [sys.executable, "-c",
-         "import sys, usermm; m = usermm.default(); a = m.array(1 << 20, 'u8'); a[:] = 1; "
-         "print('ready', m.swap, flush=True); sys.stdin.readline()"],
+         "import sys, usermm; m = usermm.default(); a = m.array(4 << 20, 'u8'); a[:] = 1; "
+         "print('ready', m.swap, flush=True); sys.stdin.readline(); "
+         "assert int(a[::4096].sum()) == len(a[::4096]); print('intact', flush=True)"],
         env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         ready = holder.stdout.readline().split(maxsplit=1)
         assert ready[0] == "ready" and str(path) in ready[1], ready
+        assert not path.exists(), "the holder's swap path is unlinked at open"
         second = subprocess.run(
             [sys.executable, "-c",
              "import usermm; m = usermm.default(); a = m.array(4 << 20, 'u8'); a[:] = 2; "
              "assert int(a[::4096].sum()) == 2 * len(a[::4096]); print(m.swap)"],
             env=env, capture_output=True, text=True, timeout=60)
         assert second.returncode == 0, second.stderr
-        assert str(path) not in second.stdout, second.stdout
-        assert "in use by another usermm manager" in second.stderr, second.stderr
-        assert str(path) in second.stderr, second.stderr
+        assert str(path) in second.stdout, second.stdout
+        assert "in use by another usermm manager" not in second.stderr, second.stderr
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        assert holder.stdout.readline().strip() == "intact"
     finally:
         holder.stdin.close()
         holder.wait(timeout=60)
     assert holder.returncode == 0
-    assert not path.exists(), "the holder's swap file outlived it"
+    assert not path.exists(), "a swap file outlived its process"
 
 
 def test_swap_encrypt_and_swap_keep_reach_the_file_device(tmp_path):

@@ -347,6 +347,61 @@ fn every_bad_argument_is_named() {
     let _ = std::fs::remove_file(text);
 }
 
+/// A named swap file leaves nothing on disk even when its process is SIGKILLed mid-run: the
+/// path is unlinked as soon as the file is opened (the process's descriptor holds it).
+#[test]
+fn a_sigkilled_process_leaves_no_swap_file() {
+    let path = tmp("swap-kill");
+    let _ = std::fs::remove_file(&path);
+    let spec = format!("file:{}", path.display());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_usermm"))
+        .args([
+            "bench",
+            "usemem",
+            "--budget",
+            "8M",
+            "--swap",
+            &spec,
+            "--swap-size",
+            "256M",
+            "--repeat",
+            "1000",
+            "64M",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let want = format!("{} (deleted)", path.display());
+    let fds = format!("/proc/{}/fd", child.id());
+    let t0 = Instant::now();
+    let held = loop {
+        let open = std::fs::read_dir(&fds).is_ok_and(|d| {
+            d.filter_map(|e| e.ok())
+                .any(|e| std::fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy() == want))
+        });
+        if open || t0.elapsed() > Duration::from_secs(30) {
+            break open;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // Swapping (the file is in use) and the path already gone.
+    let gone_while_running = !path.exists();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(held, "the run never held its swap file open unlinked");
+    assert!(
+        gone_while_running,
+        "{} exists while the manager lives",
+        path.display()
+    );
+    assert!(
+        !path.exists(),
+        "process memory left on disk at {}",
+        path.display()
+    );
+}
+
 #[test]
 fn a_swap_path_is_created_and_removed() {
     let path = tmp("swap-new");

@@ -446,8 +446,9 @@ pub struct UffdInfo {
 #[derive(Debug)]
 pub struct EnvManager {
     pub mm: Mm,
-    /// Set when the environment names a swap file that another manager holds, so this one
-    /// swaps to an unlinked temporary file instead; names the file. Front ends show it.
+    /// Set when the environment names a swap file that another manager holds (a kept file,
+    /// or one opened in the instant before its path was unlinked), so this one swaps to an
+    /// unlinked temporary file instead; names the file. Front ends show it.
     pub swap_note: Option<String>,
 }
 
@@ -456,8 +457,10 @@ impl Mm {
     /// ABI's `usermm_default`, Python's `usermm.default()` and `usermm run` (the preload).
     /// [`MmConfig::from_env`] gives the configuration (errors name the variable). A swap file
     /// named by `USERMM_SWAP=file:PATH` is inherited by every process of a program (children,
-    /// exec'd programs, multiprocessing workers); the first manager holds it (the device's
-    /// exclusive flock) and the others never share it: they swap to an unlinked temporary file
+    /// exec'd programs, multiprocessing workers); each manager unlinks the path as soon as it
+    /// has opened its file, so the next one makes its own file there. A kept file
+    /// (`USERMM_SWAP_KEEP=1`) stays at its path, held by the first manager (the device's
+    /// exclusive flock), and the others never share it: they swap to an unlinked temporary file
     /// of the same size, and [`EnvManager::swap_note`] says so. (A manager configured
     /// explicitly with a path in use fails instead.)
     pub fn from_env() -> Result<EnvManager> {
@@ -924,8 +927,8 @@ mod env_tests {
             "{e}"
         );
         std::env::remove_var("USERMM_OVERCOMMIT");
-        // Mm::from_env, the default manager of every front end: a named swap file held by
-        // another manager is never shared; the second swaps to a temporary file and says so.
+        // Mm::from_env, the default manager of every front end. A named swap file's path is
+        // unlinked as soon as it is opened, so a second manager makes its own file there.
         let path = std::env::temp_dir().join(format!("usermm-from-env-{}", std::process::id()));
         let _ = std::fs::remove_file(&path);
         std::env::set_var("USERMM_BUDGET", "4M");
@@ -938,6 +941,16 @@ mod env_tests {
             "{}",
             a.mm.swap_name()
         );
+        assert!(!path.exists(), "unlinked at open");
+        let b = Mm::from_env().unwrap();
+        assert!(b.swap_note.is_none(), "{:?}", b.swap_note);
+        assert!(b.mm.swap_name().contains(path.to_str().unwrap()));
+        drop((a, b));
+        // A kept file stays at its path, held: the second manager is never given it; it swaps
+        // to a temporary file and says so.
+        std::env::set_var("USERMM_SWAP_KEEP", "1");
+        let a = Mm::from_env().unwrap();
+        assert!(a.swap_note.is_none());
         let b = Mm::from_env().unwrap();
         let note = b
             .swap_note
@@ -960,7 +973,9 @@ mod env_tests {
             "{e}"
         );
         drop((a, b));
-        assert!(!path.exists(), "the swap file goes with its manager");
+        assert!(path.exists(), "a kept swap file stays");
+        std::fs::remove_file(&path).unwrap();
+        std::env::remove_var("USERMM_SWAP_KEEP");
         for v in ["USERMM_BUDGET", "USERMM_SWAP", "USERMM_SWAP_SIZE"] {
             std::env::remove_var(v);
         }

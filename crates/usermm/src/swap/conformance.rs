@@ -316,10 +316,23 @@ fn file_swap_on_tmpfs() {
     }
 }
 
+/// The `/proc/self/fd` name of this process's open, unlinked file that was `path` (a swap
+/// file's path is unlinked as soon as it is opened; the descriptor still reads it).
+fn unlinked_fd_of(path: &Path) -> PathBuf {
+    let want = format!("{} (deleted)", path.display());
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .find(|fd| std::fs::read_link(fd).is_ok_and(|t| t.to_string_lossy() == want))
+        .unwrap_or_else(|| panic!("no open descriptor of the unlinked {}", path.display()))
+}
+
 #[test]
 fn file_swap_with_path() {
     let dir = TempDir::new("path");
     let path = dir.path().join("swap");
+    let fd;
     {
         let dev = FileSwap::open(Some(&path), SIZE).unwrap();
         assert_eq!(dev.path(), Some(path.as_path()));
@@ -329,28 +342,33 @@ fn file_swap_with_path() {
             "buffered"
         };
         assert_eq!(dev.name(), format!("file:{} ({mode})", path.display()));
-        let meta = std::fs::metadata(&path).unwrap();
+        // Process memory never outlives the process on disk, not even after SIGKILL: the path
+        // is unlinked as soon as it is opened, the descriptor holds the file.
+        assert!(
+            !path.exists(),
+            "the swap file's path must be unlinked at open"
+        );
+        fd = unlinked_fd_of(&path);
+        let meta = std::fs::metadata(&fd).unwrap();
         assert_eq!(meta.permissions().mode() & 0o777, 0o600);
         // One header page, then the slots.
         assert_eq!(meta.len(), (NR + 1) * 4096);
-        let head = std::fs::read(&path).unwrap();
+        let head = std::fs::read(&fd).unwrap();
         assert_eq!(&head[..16], super::file::HEADER_MAGIC);
         assert_eq!(u32::from_le_bytes(head[16..20].try_into().unwrap()), 1);
         assert_eq!(u64::from_le_bytes(head[24..32].try_into().unwrap()), NR);
         conformance(&dev);
         // Refused writes past the end never grow the file.
-        assert_eq!(std::fs::metadata(&path).unwrap().len(), (NR + 1) * 4096);
+        assert_eq!(std::fs::metadata(&fd).unwrap().len(), (NR + 1) * 4096);
         // The header survives every slot write.
         assert_eq!(
-            &std::fs::read(&path).unwrap()[..16],
+            &std::fs::read(&fd).unwrap()[..16],
             super::file::HEADER_MAGIC
         );
     }
-    // Process memory does not outlive the device: the file is removed.
-    assert!(
-        !path.exists(),
-        "the swap file must be removed when the device goes"
-    );
+    // The device closed its descriptor: the file is gone.
+    assert!(std::fs::read_link(&fd).map_or(true, |t| !t.to_string_lossy().contains("swap")));
+    assert!(!path.exists());
 }
 
 /// Opens `path` with `keep` and writes slot 3, then drops the device.
@@ -376,15 +394,17 @@ fn file_swap_keep_leaves_it_and_a_reuse_truncates_it() {
     assert_eq!(raw.len() as u64, (NR + 1) * 4096);
     let word0 = u64::from_le_bytes(raw[4 * P..4 * P + 8].try_into().unwrap());
     assert_eq!(word0, word(3, 42, 0), "slot 3 is at byte 4 * 4096");
-    // Reused (its header is recognised, as after a SIGKILL): old pages are gone, the size and
-    // mode are the new device's.
+    // Reused (its header is recognised): old pages are gone, the size and mode are the new
+    // device's, and without keep its path is unlinked at once.
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
     let dev = FileSwap::open(Some(&path), 8 * 4096).unwrap();
     assert_eq!(dev.nr_pages(), 8);
-    let meta = std::fs::metadata(&path).unwrap();
+    assert!(!path.exists());
+    let fd = unlinked_fd_of(&path);
+    let meta = std::fs::metadata(&fd).unwrap();
     assert_eq!(meta.len(), 9 * 4096);
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
-    let raw = std::fs::read(&path).unwrap();
+    let raw = std::fs::read(&fd).unwrap();
     assert!(
         raw[P..].iter().all(|&b| b == 0),
         "the earlier process's pages must not survive a reuse"
@@ -444,7 +464,12 @@ fn file_swap_never_overwrites_a_file_it_did_not_make() {
 fn file_swap_path_is_held_by_one_device() {
     let dir = TempDir::new("busy");
     let path = dir.path().join("swap");
-    let a = FileSwap::open(Some(&path), SIZE).unwrap();
+    // A kept file stays at its path, locked: a second device naming it is refused.
+    let keep = FileSwapOptions {
+        keep: true,
+        ..FileSwapOptions::default()
+    };
+    let a = FileSwap::open_with(Some(&path), SIZE, keep).unwrap();
     let e = FileSwap::open(Some(&path), SIZE).unwrap_err();
     assert_eq!(e.kind(), std::io::ErrorKind::ResourceBusy, "{e}");
     assert!(
@@ -454,8 +479,22 @@ fn file_swap_path_is_held_by_one_device() {
     // The refused open changed nothing: the first device still works.
     conformance(&a);
     drop(a);
+    assert!(path.exists());
+    // Without keep the path is free again at once: a second device makes its own file, and
+    // neither sees the other's pages.
     let b = FileSwap::open(Some(&path), SIZE).unwrap();
-    drop(b);
+    let c = FileSwap::open(Some(&path), SIZE).unwrap();
+    let src = pool(1);
+    for (k, d) in [&b, &c].into_iter().enumerate() {
+        fill(&src, 0, 5, k as u64);
+        d.write_pages(5, &src, &[0]).unwrap();
+    }
+    let dst = pool(1);
+    for (k, d) in [&b, &c].into_iter().enumerate() {
+        d.read_pages(5, &dst, &[0]).unwrap();
+        assert_eq!(dst.read_u64(0), word(5, k as u64, 0), "device {k}");
+    }
+    drop((b, c));
     assert!(!path.exists());
 }
 
@@ -519,7 +558,11 @@ fn file_swap_encrypted_pages_are_unreadable_and_tamper_evident() {
     dev.write_pages(6, &src, &[0, P]).unwrap();
     {
         use std::os::unix::fs::FileExt;
-        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        // (The path is unlinked at open; the device's descriptor still names the file.)
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(unlinked_fd_of(&path))
+            .unwrap();
         f.write_at(&[0x55], 7 * 4096 + 100).unwrap(); // slot 6 starts at byte 7 * 4096
         f.sync_all().unwrap();
     }

@@ -22,15 +22,17 @@
 //!   with an error naming it. A reused file is truncated to nothing before use, so nothing of
 //!   the earlier process survives.
 //! - slots start after the header page (slot `s` is at byte `(s + 1) * 4096`);
-//! - an exclusive `flock` is held while the device lives: a second manager (in this process or
-//!   another) naming the same path gets an error (`ResourceBusy`) instead of overwriting pages;
-//! - when the device is dropped the file is **truncated to zero and removed** (only if the path
-//!   still names the same file), unless [`FileSwapOptions::keep`] asks to keep it.
+//! - an exclusive `flock` is taken before anything else: a second manager (in this process or
+//!   another) opening the path while it is still there gets an error (`ResourceBusy`) instead of
+//!   overwriting pages;
+//! - then, unless [`FileSwapOptions::keep`] asks to keep it, the path is **unlinked at once**
+//!   (only if it still names the same file): the open descriptor keeps the file while the
+//!   device lives and closing it frees the blocks, so process memory never outlives the process
+//!   on disk, not even after SIGKILL, and nothing is left to clean up at exit. The path is free
+//!   again meanwhile: another manager naming it makes its own file.
 //!
-//! A process killed by SIGKILL cannot remove its file: the file stays until the next manager
-//! on the same path reuses (truncates) it or someone removes it. With
-//! [`FileSwapOptions::encrypt`] (see `crypt.rs`) what it holds is unreadable without the key,
-//! which died with the process.
+//! A kept file stays after the process (as asked); with [`FileSwapOptions::encrypt`] (see
+//! `crypt.rs`) what it holds is unreadable without the key, which died with the process.
 //!
 //! Also holds the size, slot-range and pool-page checks every backend shares.
 
@@ -57,8 +59,9 @@ pub const HEADER_VERSION: u32 = 1;
 pub struct FileSwapOptions {
     /// Encrypt every page written (ChaCha20-Poly1305, a random key held only in memory).
     pub encrypt: bool,
-    /// Keep a named swap file when the device is dropped (default: truncate and remove it).
-    /// Its pages are useless to anyone without the process (and, encrypted, unreadable).
+    /// Keep a named swap file on disk (default: its path is unlinked as soon as it is opened,
+    /// so nothing outlives the process). Its pages are useless to anyone without the process
+    /// (and, encrypted, unreadable).
     pub keep: bool,
     /// Leave the file sparse (blocks allocated as pages are first written) instead of
     /// preallocating it: the default swap file of `MmConfig::from_env`, sized by the free
@@ -83,54 +86,10 @@ pub struct FileSwap {
 
 #[derive(Debug)]
 enum Location {
-    /// A path the caller gave: removed when the device is dropped unless `keep`.
-    Path {
-        path: PathBuf,
-        keep: bool,
-        dev: u64,
-        ino: u64,
-    },
+    /// A path the caller gave: unlinked as soon as it is opened unless `keep`.
+    Path { path: PathBuf, keep: bool },
     /// An unlinked temporary file created in this directory.
     Unlinked(PathBuf),
-}
-
-/// Named swap files to truncate and remove at process exit (an `atexit` handler): a manager
-/// that lives until the process ends (a process-wide default manager, in C, Python or under
-/// `usermm run`) is never dropped, and its file must not outlive the process either.
-/// (path, device, inode, the pid that opened it: a fork child inherits the list but must not
-/// remove its parent's file).
-static AT_EXIT: std::sync::Mutex<Vec<(PathBuf, u64, u64, u32)>> = std::sync::Mutex::new(Vec::new());
-static AT_EXIT_ONCE: std::sync::Once = std::sync::Once::new();
-
-extern "C" fn remove_swap_files_at_exit() {
-    let files = std::mem::take(&mut *AT_EXIT.lock().unwrap_or_else(|e| e.into_inner()));
-    let me = std::process::id();
-    for (path, dev, ino, pid) in files {
-        if pid == me {
-            remove_if_same(&path, dev, ino, None);
-        }
-    }
-}
-
-fn register_at_exit(path: &Path, dev: u64, ino: u64) {
-    AT_EXIT_ONCE.call_once(|| {
-        if !crate::sys::at_exit(remove_swap_files_at_exit) {
-            log::warn!("cannot register the swap-file cleanup at exit");
-        }
-    });
-    AT_EXIT.lock().unwrap_or_else(|e| e.into_inner()).push((
-        path.to_path_buf(),
-        dev,
-        ino,
-        std::process::id(),
-    ));
-}
-
-fn unregister_at_exit(dev: u64, ino: u64) {
-    AT_EXIT
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .retain(|&(_, d, i, _)| (d, i) != (dev, ino));
 }
 
 /// Truncates (through `file` if given, else by path) and removes `path` if it still names the
@@ -171,21 +130,13 @@ fn remove_if_same(path: &Path, dev: u64, ino: u64, file: Option<&File>) {
 
 impl Drop for FileSwap {
     fn drop(&mut self) {
-        let Location::Path {
-            path,
-            keep,
-            dev,
-            ino,
+        if let Location::Path {
+            path, keep: true, ..
         } = &self.location
-        else {
-            return;
-        };
-        if *keep {
+        {
             log::info!("keeping swap file {} as asked", path.display());
-            return;
         }
-        unregister_at_exit(*dev, *ino);
-        remove_if_same(path, *dev, *ino, Some(&self.file));
+        // Otherwise the file was unlinked when it was opened: closing it frees its blocks.
     }
 }
 
@@ -314,6 +265,12 @@ impl FileSwap {
             // Nothing of the earlier process survives: drop its pages before anything else.
             file.set_len(0).map_err(|e| annotate(&e, &what, hint))?;
         }
+        if !keep {
+            // Unlinked at once (the open descriptor keeps it): process memory never outlives
+            // the process on disk, not even after SIGKILL. The lock is taken first, so a
+            // manager opening the path meanwhile gets "in use" rather than this file.
+            remove_if_same(path, meta.dev(), meta.ino(), Some(&file));
+        }
         if meta.mode() & 0o077 != 0 {
             // Swapped pages are process memory: keep them private like a fresh file.
             file.set_permissions(std::fs::Permissions::from_mode(0o600))
@@ -321,7 +278,6 @@ impl FileSwap {
                     annotate(&e, &format!("cannot set mode 0600 on swap file {p}"), hint)
                 })?;
         }
-        let (dev, ino) = (meta.dev(), meta.ino());
         let set = set_up(file, path, (nr_pages + 1) * PAGE, hint, true, prealloc).and_then(
             |(file, direct)| {
                 write_header(&file, nr_pages).map_err(|e| {
@@ -339,15 +295,13 @@ impl FileSwap {
             Err(e) => {
                 // Leave nothing behind: a file made here goes, a reused one stays empty.
                 let _ = lock.set_len(0);
-                if created {
+                // (Without keep the path was unlinked already, and may name another's file.)
+                if created && keep {
                     let _ = std::fs::remove_file(path);
                 }
                 return Err(e);
             }
         };
-        if !keep {
-            register_at_exit(path, dev, ino);
-        }
         Ok(FileSwap {
             file,
             nr_pages,
@@ -355,8 +309,6 @@ impl FileSwap {
             location: Location::Path {
                 path: path.to_path_buf(),
                 keep,
-                dev,
-                ino,
             },
             base: PAGE,
             crypt: None,
