@@ -1,22 +1,26 @@
 //! Faults injected on every swap tier (issue 16 part 2): the fault-injecting device wraps each
-//! tier a manager can use (RAM, a file, zswap over RAM, zswap over a file) and, for zswap, also
-//! sits below it (the compressed pool's writeback and swap-in from the lower device fail).
+//! tier a manager can use (RAM, a file, zswap over RAM, zswap over a file, a live Redis Cluster
+//! from tests/redis_fixture) and, for zswap, also sits below it (the compressed pool's
+//! writeback and swap-in from the lower device fail).
 //!
 //! For every tier: write errors, short writes and ENOSPC in the middle of a run lose nothing
 //! (the pages stay resident and dirty and are written again later); read errors and short
 //! reads poison exactly the page whose data could not be read (kernel-mode reads see EFAULT,
 //! the rest of the region is intact and the loss is counted); slow reads under 64 faulting
 //! threads finish with every word right and no fault left outstanding. The Redis Cluster tier
-//! gets its own node-failure tests in tests/redis.rs (a real failover, every node killed).
+//! also gets real node failures in tests/redis.rs (a failover, every node killed).
 
 mod common;
+mod redis_fixture;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
 use usermm::swap::faulty::FailMode;
-use usermm::swap::{Compressor, FaultySwap, FileSwap, RamSwap, SwapDevice, Zswap};
+use usermm::swap::{
+    Compressor, FaultySwap, FileSwap, RamSwap, RedisConfig, RedisSwap, SwapDevice, Zswap,
+};
 use usermm::{Error, Mm, MmConfig, Region, SwapConfig};
 use usermm_sys::kernel_read_u64;
 use usermm_sys::uffd::OpenPolicy;
@@ -25,16 +29,20 @@ const SWAP: u64 = 64 * MIB;
 const BUDGET: u64 = 4 * MIB;
 const PAGES: usize = 2048; // 8 MiB: twice the budget
 
+type Tier = (&'static str, Arc<FaultySwap>, Arc<dyn SwapDevice>);
+
 /// Every tier, by name, freshly made: `faulty` wraps the whole of it, and for the `zswap+faulty`
 /// chains the fault injector sits below the compressed pool (whose 256 KiB pool overflows at
-/// once, so pages are written back through it).
-fn tiers() -> Vec<(&'static str, Arc<FaultySwap>, Arc<dyn SwapDevice>)> {
+/// once, so pages are written back through it). The Redis Cluster tier runs on a cluster
+/// started here (returned: it stops when dropped); without redis-server it is a skip, which
+/// fails under USERMM_TEST_STRICT (CI).
+fn tiers() -> (Option<redis_fixture::Cluster>, Vec<Tier>) {
     let ram = || Arc::new(RamSwap::new(SWAP).unwrap()) as Arc<dyn SwapDevice>;
     let file = || Arc::new(FileSwap::open(None, SWAP).unwrap()) as Arc<dyn SwapDevice>;
     let zswap = |lower: Arc<dyn SwapDevice>| {
         Arc::new(Zswap::new(lower, Compressor::Lz4, 256 << 10)) as Arc<dyn SwapDevice>
     };
-    let mut v: Vec<(&'static str, Arc<FaultySwap>, Arc<dyn SwapDevice>)> = Vec::new();
+    let mut v: Vec<Tier> = Vec::new();
     for (name, dev) in [
         ("faulty(ram)", ram()),
         ("faulty(file)", file()),
@@ -48,7 +56,17 @@ fn tiers() -> Vec<(&'static str, Arc<FaultySwap>, Arc<dyn SwapDevice>)> {
         let f = Arc::new(FaultySwap::new(lower));
         v.push((name, f.clone(), zswap(f)));
     }
-    v
+    if !redis_fixture::available() {
+        skip("redis-server/redis-cli not installed: the Redis tier is not tested");
+        return (None, v);
+    }
+    let cluster = redis_fixture::Cluster::start();
+    let mut cfg = RedisConfig::parse(&cluster.spec(true), SWAP).unwrap();
+    cfg.password = Some(redis_fixture::PASSWORD.into());
+    let redis = Arc::new(RedisSwap::open(&cfg).unwrap()) as Arc<dyn SwapDevice>;
+    let f = Arc::new(FaultySwap::new(redis));
+    v.push(("faulty(redis)", f.clone(), f as Arc<dyn SwapDevice>));
+    (Some(cluster), v)
 }
 
 fn manager(dev: &Arc<dyn SwapDevice>, policy: OpenPolicy) -> usermm::Result<Mm> {
@@ -88,7 +106,8 @@ fn check(r: &Region, tag: u64, p: usize, what: &str) {
 #[test]
 fn write_errors_short_writes_and_enospc_lose_nothing_on_every_tier() {
     init_log();
-    for (name, f, dev) in tiers() {
+    let (_cluster, tiers) = tiers();
+    for (name, f, dev) in tiers {
         with_watchdog(120, name, move || {
             let mm = manager(&dev, OpenPolicy::Auto).unwrap();
             // Every third write fails; failing writes put half their pages on the device
@@ -127,7 +146,8 @@ fn write_errors_short_writes_and_enospc_lose_nothing_on_every_tier() {
 #[test]
 fn read_errors_and_short_reads_poison_only_the_page_on_every_tier() {
     init_log();
-    for (name, f, dev) in tiers() {
+    let (_cluster, tiers) = tiers();
+    for (name, f, dev) in tiers {
         with_watchdog(120, name, move || {
             let mm = match manager(&dev, OpenPolicy::Full) {
                 Ok(m) => m,
@@ -179,7 +199,8 @@ fn read_errors_and_short_reads_poison_only_the_page_on_every_tier() {
 fn slow_reads_under_64_faulting_threads_on_every_tier() {
     init_log();
     const THREADS: usize = 64;
-    for (name, f, dev) in tiers() {
+    let (_cluster, tiers) = tiers();
+    for (name, f, dev) in tiers {
         with_watchdog(180, name, move || {
             let mm = manager(&dev, OpenPolicy::Auto).unwrap();
             let r = Arc::new(mm.map_anon(PAGES * PAGE).unwrap());
