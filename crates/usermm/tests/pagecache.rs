@@ -694,6 +694,85 @@ fn writeback_errors_are_reported_once_per_handle_and_never_lost() {
     assert!(std::fs::read(&path).unwrap() == data);
 }
 
+/// errseq under asynchronous writeback: an error met by the background flusher (not by a
+/// sync), with writeback through io_uring and through the synchronous fallback, is recorded in
+/// the file's error sequence and returned once to every handle that had not seen it, even
+/// though the pages are written successfully by the time they sync; nothing is lost.
+/// Needs root (mounts a 4 MiB tmpfs to run out of space).
+#[test]
+fn background_writeback_errors_reach_every_handle_once() {
+    for io in ["io_uring", "sync"] {
+        let d = tmpdir();
+        let mnt = d.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=4m", "usermm-test"])
+            .arg(&mnt)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            skip("cannot mount a tmpfs here (needs root)");
+            return;
+        }
+        struct Umount(std::path::PathBuf);
+        impl Drop for Umount {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("umount").arg(&self.0).status();
+            }
+        }
+        let _u = Umount(mnt.clone());
+        std::fs::write(mnt.join("filler"), vec![0u8; 3 << 20]).unwrap();
+        // Background writeback starts at once (1% of the budget dirty, pages older than
+        // 0.1 s); writers are never throttled (60%).
+        let mut cfg = MmConfig::new(16 * MIB)
+            .swap(SwapConfig::Ram { size: 16 * MIB })
+            .settings(Settings::parse(&format!("file_io={io}")).unwrap());
+        cfg.dirty_background_ratio = 1;
+        cfg.dirty_ratio = 60;
+        cfg.dirty_expire_centisecs = 10;
+        let m = Mm::new(cfg).unwrap();
+        let path = mnt.join("data");
+        let f = m.open(&path).unwrap();
+        let g = m.open(&path).unwrap();
+        let mut data = vec![0u8; 2 << 20];
+        pattern(5, &mut data);
+        f.write_at(0, &data).unwrap();
+        // The flusher meets the full filesystem on its own.
+        let t0 = std::time::Instant::now();
+        while m.vmstat().val("file_write_error") == 0 {
+            assert!(
+                t0.elapsed() < std::time::Duration::from_secs(20),
+                "file_io={io}: background writeback never failed\n{}",
+                m.vmstat()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(
+            m.vmstat().val("nr_dirty") > 0,
+            "file_io={io}: failed pages stay dirty"
+        );
+        // Space returns: from now on every write succeeds, yet each handle is told once.
+        std::fs::remove_file(mnt.join("filler")).unwrap();
+        let e = f.sync().unwrap_err().to_string();
+        assert!(
+            e.contains("space") && e.contains("data"),
+            "file_io={io}: {e}"
+        );
+        f.sync().unwrap();
+        let e = g.sync().unwrap_err().to_string();
+        assert!(
+            e.contains("space"),
+            "file_io={io}: g had not seen the error: {e}"
+        );
+        g.sync().unwrap();
+        assert_eq!(m.vmstat().val("nr_dirty"), 0, "file_io={io}");
+        assert!(
+            std::fs::read(&path).unwrap() == data,
+            "file_io={io}: data lost"
+        );
+    }
+}
+
 /// Laptop mode with either isolation behaviour of seed 004: reclaim copes with a budget full
 /// of dirty file pages (the flushers are woken, reclaim escalates to writing), nothing is lost.
 /// The isolation difference itself is checked at the list level in vmscan's unit tests.
