@@ -1143,6 +1143,69 @@ pub unsafe extern "C" fn usermm_munmap(addr: *mut c_void, len: usize) -> c_int {
 mod tests {
     use super::*;
 
+    fn last_error() -> String {
+        // SAFETY: usermm_last_error returns a NUL-terminated string valid until the next call
+        // on this thread.
+        unsafe { CStr::from_ptr(usermm_last_error()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// A panic inside an entry point never unwinds into C: the status and pointer guards turn
+    /// it into USERMM_ERR_INTERNAL / NULL with the panic's message as the last error.
+    #[test]
+    fn a_panic_becomes_an_internal_error_at_the_boundary() {
+        assert_eq!(
+            status(|| panic!("injected at a status call")),
+            USERMM_ERR_INTERNAL
+        );
+        let e = last_error();
+        assert!(
+            e.contains("panic was caught at the C boundary") && e.contains("injected at a status"),
+            "{e}"
+        );
+        let p: *mut u8 = pointer(|| panic!("injected at a pointer call"));
+        assert!(p.is_null());
+        assert!(last_error().contains("injected at a pointer call"));
+    }
+
+    /// Every exported function runs its body behind a guard (`status`, `pointer` or
+    /// `catch_unwind`), so no panic can cross the C ABI; the two exceptions cannot panic (a
+    /// match over constants, a thread-local read that has its own fallback). A new entry point
+    /// without a guard fails here with its name.
+    #[test]
+    fn every_entry_point_is_behind_a_panic_guard() {
+        let src = include_str!("lib.rs");
+        let mut names = Vec::new();
+        for part in src.split("extern \"C\" fn ").skip(1) {
+            let name: String = part
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            // The body: after the signature's first "{" at the end of a line.
+            let Some(open) = part.find("{\n") else {
+                continue;
+            };
+            let body = part[open + 1..].trim_start();
+            if name.is_empty() || !name.starts_with("usermm_") {
+                continue;
+            }
+            names.push(name.clone());
+            if ["usermm_strerror", "usermm_last_error"].contains(&name.as_str()) {
+                continue;
+            }
+            let guarded = ["status(", "pointer(", "let r = catch_unwind("]
+                .iter()
+                .any(|g| body.starts_with(g));
+            assert!(
+                guarded,
+                "{name} runs code outside a panic guard: {}",
+                &body[..body.len().min(80)]
+            );
+        }
+        assert!(names.len() >= 17, "found only {names:?}");
+    }
+
     #[test]
     fn vmstat_fields_cover_the_core_counters_in_struct_order() {
         // The struct is read as an array of u64 in VMSTAT_FIELDS order.
