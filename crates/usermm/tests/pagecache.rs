@@ -867,44 +867,61 @@ fn synced_data_survives_sigkill() {
     assert!(data[..want.len()] == want, "synced bytes lost");
 }
 
-/// Durability at any moment: a child writes a shared file mapping (twice the budget) in rounds;
-/// round g stamps every word of every page with g, then msyncs and reports "synced g"; it goes
-/// on stamping random pages with g+1 (never synced) until it is SIGKILLed at a random moment.
-/// Eight kill points: each time, every word on disk holds round g or g+1 (what the last
-/// completed sync covered, or newer), never older data, zeros or garbage.
+/// Durability at any moment (issue 16 part 4): a child stamps every page of a shared file
+/// mapping (twice the budget) once, then stamps random pages, each stamp carrying its step
+/// number, and syncs at random moments (one step in ~300, msync of the whole mapping),
+/// reporting "synced K" after the sync that covered steps up to K; it is SIGKILLed at a
+/// random moment. Eight kill points, each with its own random sequence: replaying the child's
+/// generator, every page on disk holds the stamp of a step that really wrote that page, no
+/// older than the page's last stamp before the last completed sync (newer is fine), never
+/// zeros or garbage.
 #[test]
 fn synced_mapping_survives_sigkill_at_random_points() {
     const NAME: &str = "synced_mapping_survives_sigkill_at_random_points";
     const PAGES: u64 = 2048; // 8 MiB, a 4 MiB budget
-    let word = |g: u64, p: u64, w: u64| (g << 32) | (p << 12) | w;
+    let word = |k: u64, p: u64, w: u64| (k << 32) | (p << 12) | w;
+    // The child's steps: step k (1-based) stamps page pages(k); step k is followed by a sync
+    // when synced(k). The first PAGES steps stamp every page in order.
+    struct Steps {
+        rng: u64,
+    }
+    impl Steps {
+        fn next(&mut self, k: u64) -> (u64, bool) {
+            self.rng ^= self.rng << 13;
+            self.rng ^= self.rng >> 7;
+            self.rng ^= self.rng << 17;
+            if k <= PAGES {
+                (k - 1, k == PAGES)
+            } else {
+                (self.rng % PAGES, (self.rng >> 20).is_multiple_of(300))
+            }
+        }
+    }
+    let seed_of = |p: &std::path::Path| -> u64 {
+        let n = p.file_name().unwrap().to_str().unwrap();
+        n.trim_start_matches("durable-").parse().unwrap()
+    };
     if common::is_child(NAME) {
         let path = std::env::var("USERMM_DURABILITY_PATH").expect("path from the parent");
+        let mut steps = Steps {
+            rng: seed_of(std::path::Path::new(&path)),
+        };
         let m = mm(4 * MIB, Settings::default());
         let f = m.open(&path).unwrap();
         f.set_len(PAGES * 4096).unwrap();
         let r = f.map(0, (PAGES * 4096) as usize, MapKind::Shared).unwrap();
-        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
         let mut page = [0u8; 4096];
-        let mut stamp = |g: u64, p: u64| {
+        for k in 1.. {
+            let (p, sync) = steps.next(k);
             for (w, c) in page.chunks_exact_mut(8).enumerate() {
-                c.copy_from_slice(&word(g, p, w as u64).to_le_bytes());
+                c.copy_from_slice(&word(k, p, w as u64).to_le_bytes());
             }
             r.write_bytes((p * 4096) as usize, &page).unwrap();
-        };
-        for g in 1.. {
-            for p in 0..PAGES {
-                stamp(g, p);
-            }
-            r.flush(0, r.len()).unwrap();
-            let mut out = std::io::stdout().lock();
-            writeln!(out, "synced {g}").unwrap();
-            out.flush().unwrap();
-            drop(out);
-            for _ in 0..PAGES / 4 {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                stamp(g + 1, rng % PAGES);
+            if sync {
+                r.flush(0, r.len()).unwrap();
+                let mut out = std::io::stdout().lock();
+                writeln!(out, "synced {k}").unwrap();
+                out.flush().unwrap();
             }
         }
     }
@@ -912,43 +929,65 @@ fn synced_mapping_survives_sigkill_at_random_points() {
     let d = tmpdir();
     let mut delay = 0x2545_f491_4f6c_dd1du64;
     for kill in 0..8 {
-        let p = d.path().join(format!("durable-{kill}"));
-        let mut child = durability_child(NAME, &p);
-        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-        // Let the child complete 1-3 syncs, then kill it 0-400 ms later, wherever it is.
         delay ^= delay << 13;
         delay ^= delay >> 7;
         delay ^= delay << 17;
-        let rounds = 1 + delay % 3;
-        let mut synced = 0u64;
-        while synced < rounds {
+        let seed = delay | 1;
+        let p = d.path().join(format!("durable-{seed}"));
+        let mut child = durability_child(NAME, &p);
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        // Let the child complete 1-4 syncs, then kill it 0-400 ms later, wherever it is.
+        let syncs = 1 + delay % 4;
+        let (mut seen, mut synced) = (0u64, 0u64);
+        while seen < syncs {
             let l = lines
                 .next()
-                .unwrap_or_else(|| panic!("kill {kill}: the child ended before sync {rounds}"))
+                .unwrap_or_else(|| panic!("kill {kill}: the child ended before {syncs} syncs"))
                 .unwrap();
-            if let Some(g) = l.strip_prefix("synced ") {
-                synced = g.trim().parse().unwrap();
+            if let Some(k) = l.strip_prefix("synced ") {
+                synced = k.trim().parse().unwrap();
+                seen += 1;
             }
         }
         std::thread::sleep(std::time::Duration::from_millis((delay >> 8) % 400));
         child.kill().unwrap();
         // Syncs that completed before the kill landed count too.
         for l in lines.map_while(Result::ok) {
-            if let Some(g) = l.strip_prefix("synced ") {
-                synced = synced.max(g.trim().parse().unwrap());
+            if let Some(k) = l.strip_prefix("synced ") {
+                synced = synced.max(k.trim().parse().unwrap());
             }
         }
         child.wait().unwrap();
         let data = std::fs::read(&p).unwrap();
         assert_eq!(data.len() as u64, PAGES * 4096, "kill {kill}");
+        let newest = data
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()) >> 32)
+            .max()
+            .unwrap();
+        // Replay the child's steps up to the newest one on disk: which page each step wrote,
+        // and each page's last step covered by the last completed sync.
+        let mut steps = Steps { rng: seed };
+        let mut page_of = vec![u64::MAX; newest.max(synced) as usize + 1];
+        let mut last_synced = vec![0u64; PAGES as usize];
+        for k in 1..=newest.max(synced) {
+            let (pg, _) = steps.next(k);
+            page_of[k as usize] = pg;
+            if k <= synced {
+                last_synced[pg as usize] = k;
+            }
+        }
         for (i, c) in data.chunks_exact(8).enumerate() {
             let v = u64::from_le_bytes(c.try_into().unwrap());
             let (pg, w) = (i as u64 / 512, i as u64 % 512);
-            let g = v >> 32;
+            let k = v >> 32;
             assert!(
-                v & 0xffff_ffff == (pg << 12) | w && (g == synced || g == synced + 1),
-                "kill {kill} after sync {synced}: page {pg} word {w} holds {v:#x} \
-                 (round {g}): synced data lost"
+                v & 0xffff_ffff == (pg << 12) | w
+                    && page_of.get(k as usize) == Some(&pg)
+                    && k >= last_synced[pg as usize],
+                "kill {kill} after the sync covering step {synced}: page {pg} word {w} holds \
+                 {v:#x} (step {k}); its last synced step is {}: synced data lost",
+                last_synced[pg as usize]
             );
         }
     }
