@@ -126,7 +126,8 @@ enum BenchCmd {
         run: RunArgs,
     },
     /// A soak: mixed anonymous and file work over 3x the budget, every page checked; exit 1
-    /// at the first mismatch, inconsistency or stuck fault.
+    /// at the first mismatch, inconsistency, stuck fault, or nonzero counter of a usermm bug or
+    /// an I/O error (mm_warn, pool_slot_lost, swap_read_error, oom_poison, ...).
     ///
     /// Worker threads run a random mix of random and sequential writes and reads, discards,
     /// region re-creation, shared file mappings, buffered file I/O and syncs checked on disk;

@@ -1,7 +1,9 @@
 //! `usermm bench soak`: a short soak on a small budget finishes with every page verified, the
 //! manager audited and healthy; a page changed behind the soak's back is found, named with its
-//! history, and fails the run; bad durations are usage errors. (CI also runs a 3-minute soak
-//! from .ci/run.)
+//! history, and fails the run; a counter that only a usermm bug makes nonzero (`mm_warn`,
+//! injected through usermm's test hook, compiled into the binary these tests run) fails it,
+//! named with its value; bad durations are usage errors. (CI also runs a 3-minute soak from
+//! .ci/run.)
 
 use std::process::Command;
 
@@ -89,6 +91,38 @@ fn a_page_changed_behind_its_back_fails_the_soak_with_the_page_and_its_history()
     assert!(
         v["seconds"].as_f64().unwrap() < 50.0,
         "the soak did not stop at the mismatch: {v}"
+    );
+}
+
+/// Three UFFDIO_WAKEs of the fault path counted as failed (`mm_warn`, as a real failure is)
+/// by the test hook `USERMM_TEST_INJECT_MM_WARN`: the data stays right (the wakes happen), yet
+/// the first audit stops the soak, naming the counter and its value.
+#[test]
+fn a_counter_of_a_usermm_bug_fails_the_soak_naming_it() {
+    let (o, v) = soak(
+        &["--duration", "40s", "--audit-every", "1s", "--swap", "ram"],
+        &[("USERMM_TEST_INJECT_MM_WARN", "3")],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    let v = v.unwrap_or_else(|| panic!("no JSON; stderr:\n{err}"));
+    assert_eq!(o.status.code(), Some(1), "{v}\n{err}");
+    assert_eq!(v["ok"], false, "{v}");
+    assert_eq!(v["vmstat"]["mm_warn"], 3, "the hook injects 3: {v}");
+    let f = v["failure"].as_str().unwrap();
+    for w in ["at an audit", "stay zero in a correct run", "mm_warn=3"] {
+        assert!(f.contains(w), "{w:?} missing: {f}");
+    }
+    assert!(
+        !f.contains("MISMATCH"),
+        "the injected warnings change no data: {f}"
+    );
+    assert!(
+        err.contains("failure injected by a test"),
+        "the warning is logged: {err}"
+    );
+    assert!(
+        v["seconds"].as_f64().unwrap() < 30.0,
+        "the soak did not stop at the first audit: {v}"
     );
 }
 

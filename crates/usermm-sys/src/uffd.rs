@@ -885,32 +885,104 @@ mod tests {
         .expect("userfaultfd must be available for these tests")
     }
 
-    #[test]
-    fn handshake_reports_features() {
-        let u = uffd();
-        assert!(
-            u.ioctls() & (1 << 0) != 0 || u.ioctls() != 0,
-            "API ioctls mask should be non-empty"
-        );
-        // The running kernel (6.18 here) offers MOVE; the wrapper learned it at run time.
-        if u.has(feature::MOVE) {
-            assert!(u.features() & feature::MOVE != 0);
+    /// The integration tests' `skip` (crates/usermm/tests/common/mod.rs), which this crate's
+    /// unit tests cannot reach: a missing kernel feature skips the rest of a test visibly, or
+    /// fails it under `USERMM_TEST_STRICT=1` (set by .ci/run: CI's kernel has every feature).
+    fn skip(why: &str) {
+        if std::env::var("USERMM_TEST_STRICT").as_deref() == Ok("1") {
+            panic!("USERMM_TEST_STRICT=1 and this test would skip: {why}");
         }
+        eprintln!("SKIPPED: {why}");
     }
 
+    /// `1 << _UFFDIO_x` for the ioctls the handshake reports (include/uapi/linux/userfaultfd.h:
+    /// `_UFFDIO_REGISTER` 0x00, `_UFFDIO_UNREGISTER` 0x01, `_UFFDIO_API` 0x3F).
+    const API_IOCTLS: u64 = (1 << 0x00) | (1 << 0x01) | (1 << 0x3F);
+
+    /// The handshake reports exactly UFFD_API_IOCTLS (REGISTER, UNREGISTER, API: what the
+    /// code issues on the descriptor itself); the features enabled are exactly the wanted
+    /// ones the kernel offers, none that was not asked for.
+    #[test]
+    fn handshake_reports_the_api_ioctls_and_enables_only_what_was_asked() {
+        let u = uffd();
+        assert_eq!(u.ioctls(), API_IOCTLS, "API ioctls {:#x}", u.ioctls());
+        let needed = [
+            (feature::MOVE, "MOVE"),
+            (feature::POISON, "POISON"),
+            (feature::PAGEFAULT_FLAG_WP, "PAGEFAULT_FLAG_WP"),
+            (feature::THREAD_ID, "THREAD_ID"),
+        ];
+        for (f, name) in needed {
+            if u.features() & f == 0 {
+                skip(&format!("this kernel offers no UFFD_FEATURE_{name}"));
+                return;
+            }
+        }
+        assert_eq!(
+            u.features(),
+            feature::MOVE | feature::POISON | feature::PAGEFAULT_FLAG_WP | feature::THREAD_ID
+        );
+        // Asked for THREAD_ID alone: nothing else is enabled, MOVE included.
+        let one = Uffd::open(feature::THREAD_ID, OpenPolicy::Auto).unwrap();
+        assert_eq!(one.features(), feature::THREAD_ID);
+        assert!(!one.has(feature::MOVE));
+        assert_eq!(one.ioctls(), API_IOCTLS);
+    }
+
+    /// A registered range reports the resolving ioctls usermm issues on it: WAKE, COPY,
+    /// ZEROPAGE, MOVE and POISON in MISSING mode, WRITEPROTECT only when WP mode is registered
+    /// too, CONTINUE (MINOR mode) not at all.
+    #[test]
+    fn a_registered_range_reports_the_ioctls_usermm_uses() {
+        let u = uffd();
+        if !u.has(feature::MOVE | feature::POISON | feature::PAGEFAULT_FLAG_WP) {
+            skip(&format!(
+                "this kernel lacks MOVE, POISON or PAGEFAULT_FLAG_WP (features {:#x})",
+                u.features()
+            ));
+            return;
+        }
+        let m = Mapping::anon(4 * PAGE_SIZE, 0).unwrap();
+        let base = ioctl_bit::WAKE
+            | ioctl_bit::COPY
+            | ioctl_bit::ZEROPAGE
+            | ioctl_bit::MOVE
+            | ioctl_bit::POISON;
+        let missing = u.register(m.addr(), m.len(), mode::MISSING).unwrap();
+        assert_eq!(missing, base, "MISSING mode: {missing:#x}");
+        u.unregister(m.addr(), m.len()).unwrap();
+        let both = u
+            .register(m.addr(), m.len(), mode::MISSING | mode::WP)
+            .unwrap();
+        assert_eq!(
+            both,
+            base | ioctl_bit::WRITEPROTECT,
+            "MISSING|WP mode: {both:#x}"
+        );
+        u.unregister(m.addr(), m.len()).unwrap();
+    }
+
+    /// COPY places the source page's bytes (all of them) and leaves the source as it was;
+    /// a second COPY over the present page is EEXIST; ZEROPAGE maps zeros.
     #[test]
     fn register_copy_and_eexist() {
         let u = uffd();
         let m = Mapping::anon(4 * PAGE_SIZE, 0).unwrap();
-        let ioctls = u.register(m.addr(), m.len(), mode::MISSING).unwrap();
-        assert!(ioctls & ioctl_bit::COPY != 0);
+        u.register(m.addr(), m.len(), mode::MISSING).unwrap();
         let src = Mapping::anon(PAGE_SIZE, 0).unwrap();
-        src.fill(0, PAGE_SIZE, 7).unwrap();
+        let img: Vec<u8> = (0..PAGE_SIZE).map(|i| (i * 7 + i / 256) as u8).collect();
+        src.write_bytes(0, &img).unwrap();
+        assert_eq!(m.resident(0, PAGE_SIZE).unwrap(), [false]);
         assert_eq!(
             u.copy(m.addr(), src.addr(), PAGE_SIZE, false, false)
                 .unwrap(),
             PAGE_SIZE
         );
+        let mut got = vec![0u8; PAGE_SIZE];
+        m.read_bytes(0, &mut got).unwrap();
+        assert!(got == img, "COPY placed other bytes");
+        src.read_bytes(0, &mut got).unwrap();
+        assert!(got == img, "COPY changed its source");
         let e = u
             .copy(m.addr(), src.addr(), PAGE_SIZE, false, false)
             .unwrap_err();
@@ -918,33 +990,88 @@ mod tests {
             e.is_exists(),
             "second COPY over a present page is EEXIST: {e}"
         );
-        assert_eq!(m.read_u64(0), 0x0707070707070707);
         assert_eq!(
             u.zeropage(m.addr() + PAGE_SIZE, PAGE_SIZE, false).unwrap(),
             PAGE_SIZE
         );
-        assert_eq!(m.read_u64(PAGE_SIZE), 0);
+        assert_eq!(m.resident(PAGE_SIZE, PAGE_SIZE).unwrap(), [true]);
+        m.read_bytes(PAGE_SIZE, &mut got).unwrap();
+        assert!(got.iter().all(|&b| b == 0));
         u.unregister(m.addr(), m.len()).unwrap();
     }
 
+    /// MOVE takes the pages: the destination holds the source's bytes, the source's pages are
+    /// gone (not resident; a read maps a fresh zero page).
     #[test]
     fn move_pages_between_mappings() {
         let u = uffd();
         if !u.has(feature::MOVE) {
+            skip("this kernel offers no UFFD_FEATURE_MOVE (Linux >= 6.8)");
             return;
         }
         let dst = Mapping::anon(2 * PAGE_SIZE, 0).unwrap();
         let src = Mapping::anon(2 * PAGE_SIZE, 0).unwrap();
         u.register(dst.addr(), dst.len(), mode::MISSING).unwrap();
-        src.fill(0, 2 * PAGE_SIZE, 9).unwrap();
+        let img: Vec<u8> = (0..2 * PAGE_SIZE)
+            .map(|i| (i * 13 + i / 512) as u8)
+            .collect();
+        src.write_bytes(0, &img).unwrap();
         assert_eq!(
             u.move_pages(dst.addr(), src.addr(), 2 * PAGE_SIZE, false, false)
                 .unwrap(),
             2 * PAGE_SIZE
         );
-        assert_eq!(dst.read_u64(PAGE_SIZE), 0x0909090909090909);
-        // The source is empty now: reads see fresh zero pages.
-        assert_eq!(src.read_u64(0), 0);
+        assert_eq!(src.resident(0, 2 * PAGE_SIZE).unwrap(), [false, false]);
+        assert_eq!(dst.resident(0, 2 * PAGE_SIZE).unwrap(), [true, true]);
+        let mut got = vec![0u8; 2 * PAGE_SIZE];
+        dst.read_bytes(0, &mut got).unwrap();
+        assert!(got == img, "MOVE placed other bytes");
+        src.read_bytes(0, &mut got).unwrap();
+        assert!(got.iter().all(|&b| b == 0), "the source still holds data");
+    }
+
+    /// WRITEPROTECT: a store to a protected page faults with the WP flag and waits; clearing
+    /// the protection (with a wake) lets it complete.
+    #[test]
+    fn writeprotect_faults_a_store_until_cleared() {
+        let u = std::sync::Arc::new(uffd());
+        if !u.has(feature::PAGEFAULT_FLAG_WP) {
+            skip("this kernel offers no UFFD_FEATURE_PAGEFAULT_FLAG_WP");
+            return;
+        }
+        let m = std::sync::Arc::new(Mapping::anon(PAGE_SIZE, 0).unwrap());
+        u.register(m.addr(), m.len(), mode::MISSING | mode::WP)
+            .unwrap();
+        let src = Mapping::anon(PAGE_SIZE, 0).unwrap();
+        src.fill(0, PAGE_SIZE, 3).unwrap();
+        u.copy(m.addr(), src.addr(), PAGE_SIZE, true, false)
+            .unwrap();
+        let m2 = m.clone();
+        let t = std::thread::spawn(move || m2.write_u64(8, 5));
+        let mut msgs = [Msg::default(); 4];
+        let t0 = std::time::Instant::now();
+        let n = loop {
+            u.poll(None, 1000).unwrap();
+            let n = u.read_msgs(&mut msgs).unwrap();
+            if n > 0 {
+                break n;
+            }
+            assert!(
+                t0.elapsed().as_secs() < 10,
+                "no write-protect fault within 10 s (word 8 now {:#x})",
+                m.read_u64(8)
+            );
+        };
+        assert_eq!(n, 1);
+        assert!(msgs[0].is_pagefault());
+        assert_eq!(msgs[0].fault_address() & !(PAGE_SIZE - 1), m.addr());
+        let fl = msgs[0].fault_flags();
+        assert!(fl & pf::WP != 0 && fl & pf::WRITE != 0, "flags {fl:#x}");
+        assert_eq!(m.read_u64(8), 0x0303030303030303, "the store went through");
+        u.writeprotect(m.addr(), PAGE_SIZE, false, false).unwrap();
+        t.join().unwrap();
+        assert_eq!(m.read_u64(8), 5);
+        assert_eq!(m.read_u64(0), 0x0303030303030303);
     }
 
     #[test]
@@ -997,19 +1124,21 @@ mod tests {
         occupied(&z);
         let e = u.zeropage(z.addr(), 4 * PAGE_SIZE, true).unwrap_err();
         assert_eq!((e.errno, e.done), (libc::EEXIST, 2 * PAGE_SIZE), "{e}");
-        if u.has(feature::MOVE) {
-            let d = Mapping::anon(4 * PAGE_SIZE, 0).unwrap();
-            occupied(&d);
-            let e = u
-                .move_pages(d.addr(), src.addr(), 4 * PAGE_SIZE, false, true)
-                .unwrap_err();
-            assert_eq!((e.errno, e.done), (libc::EEXIST, 2 * PAGE_SIZE), "{e}");
-            // The two pages moved are in the destination and gone from the source.
-            assert_eq!(d.read_u64(0), 0x0909090909090909);
-            assert_eq!(
-                src.resident(0, 4 * PAGE_SIZE).unwrap(),
-                [false, false, true, true]
-            );
+        if !u.has(feature::MOVE) {
+            skip("this kernel offers no UFFD_FEATURE_MOVE: partial MOVE results not checked");
+            return;
         }
+        let d = Mapping::anon(4 * PAGE_SIZE, 0).unwrap();
+        occupied(&d);
+        let e = u
+            .move_pages(d.addr(), src.addr(), 4 * PAGE_SIZE, false, true)
+            .unwrap_err();
+        assert_eq!((e.errno, e.done), (libc::EEXIST, 2 * PAGE_SIZE), "{e}");
+        // The two pages moved are in the destination and gone from the source.
+        assert_eq!(d.read_u64(0), 0x0909090909090909);
+        assert_eq!(
+            src.resident(0, 4 * PAGE_SIZE).unwrap(),
+            [false, false, true, true]
+        );
     }
 }

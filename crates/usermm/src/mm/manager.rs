@@ -488,6 +488,8 @@ impl Mm {
     /// The configuration is checked first ([`MmConfig::validate`]).
     pub fn new(cfg: MmConfig) -> Result<Mm> {
         cfg.validate()?;
+        #[cfg(any(test, feature = "testing"))]
+        super::handler::inject::from_env();
         let nr_frames = cfg.budget / PAGE_SIZE as u64;
         let wmark = cfg
             .watermarks

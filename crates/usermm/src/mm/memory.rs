@@ -310,9 +310,16 @@ fn wake_pages(m: &MmInner, r: &RegionInner, idx: PgOff, n: u64) {
     if m.mm.faults_self_served() {
         return;
     }
-    if let Err(e) = m.mm.uffd.wake(r.page_addr(idx), n.usize() * PAGE_SIZE) {
+    let res = m.mm.uffd.wake(r.page_addr(idx), n.usize() * PAGE_SIZE);
+    if let Err(e) = res {
         m.vm.inc(Item::MmWarn);
         log::error!("UFFDIO_WAKE at {:#x}: {e}", r.page_addr(idx));
+    } else if super::handler::inject::wake_warn() {
+        m.vm.inc(Item::MmWarn);
+        log::error!(
+            "UFFDIO_WAKE at {:#x}: failure injected by a test",
+            r.page_addr(idx)
+        );
     }
 }
 
