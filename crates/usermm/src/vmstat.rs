@@ -81,6 +81,7 @@ items! {
     OomPoison = "oom_poison",
     UffdEexist = "uffd_eexist",
     UffdEagain = "uffd_eagain",
+    UffdEbusy = "uffd_ebusy",
     UffdMoveUnreported = "uffd_move_unreported",
     MmWarn = "mm_warn",
     FaultDeferred = "fault_deferred",

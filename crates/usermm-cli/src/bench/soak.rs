@@ -509,11 +509,14 @@ const MUST_STAY_ZERO: [&str; 14] = [
 /// usermm handles: `uffd_move_unreported` (Linux 6.18's UFFDIO_MOVE moving pages it does not
 /// report after an internal retry; usermm recounts them, ARCHITECTURE.md), `uffd_eexist` (a
 /// resolving ioctl found the page mapped by another handler first), `file_map_stored_unseen` (a
-/// store landed between a clean run's move and its write-protection: the page is made dirty).
-const REPORTED: [&str; 3] = [
+/// store landed between a clean run's move and its write-protection: the page is made dirty),
+/// `uffd_ebusy` (a page the kernel still held pinned after its I/O completed: the fault was
+/// retried).
+const REPORTED: [&str; 4] = [
     "uffd_move_unreported",
     "uffd_eexist",
     "file_map_stored_unseen",
+    "uffd_ebusy",
 ];
 
 /// The [`MUST_STAY_ZERO`] counters that are not, as a failure message.

@@ -1314,7 +1314,16 @@ fn map_file_page(
     let wp = private || !p.test(pg::DIRTY);
     let res = place_from_slot(m, f, dst, wp, true);
     if let Err(e) = res {
-        log::error!("mapping file page {f} of {} at {dst:#x}: {e}", a.name());
+        if e.errno == libc::EBUSY {
+            // UFFDIO_MOVE refuses a page that is still pinned: a direct I/O into or out of its
+            // slot (a readahead read, a writeback) that usermm has seen complete but whose
+            // pages the kernel has not released yet (seen in soaks: the page neither locked
+            // for reading nor under writeback). Transient: the fault is retried.
+            m.vm.inc(Item::UffdEbusy);
+            log::debug!("file page {f} of {} is pinned by I/O; fault retried", a.name());
+        } else {
+            log::error!("mapping file page {f} of {} at {dst:#x}: {e}", a.name());
+        }
         return false;
     }
     if wp {
