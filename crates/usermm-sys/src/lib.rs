@@ -30,6 +30,22 @@ pub const PAGE_SIZE: usize = 4096;
 /// log2(PAGE_SIZE).
 pub const PAGE_SHIFT: u32 = 12;
 
+/// Set by CI (`.ci/run`): a test that would skip because this machine lacks a feature, a
+/// privilege or a tool fails instead, since CI's machine has them all.
+pub const TEST_STRICT_ENV: &str = "USERMM_TEST_STRICT";
+
+/// Test support for every crate of the workspace (here because they all reach this crate):
+/// a test that cannot run here calls this and returns. It prints the reason (`SKIPPED: ...`,
+/// seen with `--nocapture`), or panics when [`TEST_STRICT_ENV`] is `1`, so a skip in CI, which
+/// would hide a check that never ran, is a failure.
+#[doc(hidden)]
+pub fn skip_test(why: &str) {
+    if std::env::var(TEST_STRICT_ENV).as_deref() == Ok("1") {
+        panic!("{TEST_STRICT_ENV}=1 and this test would skip: {why}");
+    }
+    eprintln!("SKIPPED: {why}");
+}
+
 /// The calling thread's kernel thread id.
 pub fn gettid() -> i32 {
     // SAFETY: gettid has no arguments and cannot fail.

@@ -885,15 +885,9 @@ mod tests {
         .expect("userfaultfd must be available for these tests")
     }
 
-    /// The integration tests' `skip` (crates/usermm/tests/common/mod.rs), which this crate's
-    /// unit tests cannot reach: a missing kernel feature skips the rest of a test visibly, or
-    /// fails it under `USERMM_TEST_STRICT=1` (set by .ci/run: CI's kernel has every feature).
-    fn skip(why: &str) {
-        if std::env::var("USERMM_TEST_STRICT").as_deref() == Ok("1") {
-            panic!("USERMM_TEST_STRICT=1 and this test would skip: {why}");
-        }
-        eprintln!("SKIPPED: {why}");
-    }
+    /// A missing kernel feature skips the rest of a test visibly, or fails it under
+    /// `USERMM_TEST_STRICT=1` (set by .ci/run: CI's kernel has every feature).
+    use crate::skip_test as skip;
 
     /// `1 << _UFFDIO_x` for the ioctls the handshake reports (include/uapi/linux/userfaultfd.h:
     /// `_UFFDIO_REGISTER` 0x00, `_UFFDIO_UNREGISTER` 0x01, `_UFFDIO_API` 0x3F).

@@ -617,9 +617,10 @@ fn every_nth_swap_write_failing_loses_nothing() {
 }
 
 /// Swap genuinely full under overcommit: stores beyond budget + swap cannot get a frame, so
-/// the page is poisoned (a user-mode store would raise SIGBUS; a kernel-mode store fails with
-/// EFAULT, which lets this test look at the counters), counted as `oom_poison`, and only once
-/// everything the budget and the swap can hold is in use. Earlier pages stay intact.
+/// the page is poisoned (a kernel-mode store fails with EFAULT, which lets this test look at
+/// the counters; the user-mode store's SIGBUS is the next test's), counted as `oom_poison`,
+/// and only once everything the budget and the swap can hold is in use. Earlier pages stay
+/// intact.
 #[test]
 fn full_swap_under_overcommit_poisons_and_counts() {
     init_log();
@@ -676,4 +677,52 @@ fn full_swap_under_overcommit_poisons_and_counts() {
             "page {p}"
         );
     }
+}
+
+/// Child: the same full swap under overcommit met by ordinary user-mode stores (the default
+/// userfaultfd policy, as a program runs): the first store that finds neither a frame nor a
+/// swap slot dies of SIGBUS, and only once (nearly) all of budget + swap (2048 pages) holds
+/// the pages stored before it.
+#[test]
+fn full_swap_under_overcommit_raises_sigbus_in_user_mode() {
+    const NAME: &str = "full_swap_under_overcommit_raises_sigbus_in_user_mode";
+    if is_child(NAME) {
+        let mm = Mm::new(
+            MmConfig::new(4 * MIB)
+                .swap(SwapConfig::Ram { size: 4 * MIB })
+                .overcommit(true),
+        )
+        .unwrap();
+        // 10 MiB: 512 pages more than budget + swap hold.
+        let r = mm.map_anon(10 << 20).unwrap();
+        eprintln!("CHILD: storing");
+        for p in 0..r.len() / PAGE {
+            if p % 64 == 0 {
+                eprintln!("CHILD: stored {p} pages");
+            }
+            r.write_u64(p * PAGE, pattern(17, p as u64, 0));
+        }
+        eprintln!(
+            "CHILD: stored 10 MiB in 4 MiB + 4 MiB of swap: no SIGBUS\n{}",
+            mm.vmstat()
+        );
+        return;
+    }
+    let err = expect_child_sigbus(NAME, "CHILD: storing");
+    let stored = err
+        .lines()
+        .rev()
+        .filter_map(|l| l.strip_prefix("CHILD: stored ")?.strip_suffix(" pages"))
+        .find_map(|n| n.parse::<usize>().ok())
+        .unwrap_or(0);
+    // The last progress line comes at most 64 pages before the fatal store.
+    assert!(
+        stored + 64 >= (8 * MIB as usize / PAGE) * 9 / 10,
+        "SIGBUS after {stored}-{} pages, before budget + swap were used\n{err}",
+        stored + 63
+    );
+    assert!(
+        stored < 8 * MIB as usize / PAGE + 64,
+        "{stored} pages stored in 2048 pages of budget + swap\n{err}"
+    );
 }

@@ -21,7 +21,7 @@ struct Fixture {
 /// None (with a message) where redis-server is not installed.
 fn fixture() -> Option<Fixture> {
     if !redis_fixture::available() {
-        eprintln!("SKIPPED: redis-server/redis-cli not installed (.ci/run installs them)");
+        common::skip("redis-server/redis-cli not installed (.ci/run installs them)");
         return None;
     }
     let _ = env_logger::builder().is_test(true).try_init();
@@ -162,7 +162,7 @@ fn tls_cluster_from_the_environment() {
         return;
     }
     let Some(c) = redis_fixture::available().then(redis_fixture::Cluster::start_tls) else {
-        eprintln!("SKIPPED: redis-server/redis-cli not installed (.ci/run installs them)");
+        common::skip("redis-server/redis-cli not installed (.ci/run installs them)");
         return;
     };
     let t = c.tls.as_ref().unwrap();

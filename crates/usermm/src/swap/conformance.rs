@@ -308,11 +308,12 @@ fn file_swap_buffered() {
 fn file_swap_on_tmpfs() {
     let shm = Path::new("/dev/shm");
     if !shm.is_dir() {
+        crate::sys::skip_test("no /dev/shm (tmpfs) here: file swap on tmpfs not checked");
         return;
     }
     match FileSwap::open_unlinked_in(shm, SIZE) {
         Ok(dev) => conformance(&dev),
-        Err(e) => eprintln!("skipping tmpfs swap test: {e}"),
+        Err(e) => crate::sys::skip_test(&format!("a swap file on /dev/shm (tmpfs): {e}")),
     }
 }
 
@@ -1081,7 +1082,7 @@ fn redis_wait_one_round_trip(mut r: RedisConfig) -> RedisSwap {
 #[test]
 fn redis_cluster_conformance_auth_and_dead_nodes() {
     if !redis_fixture::available() {
-        eprintln!("SKIPPED: redis-server/redis-cli not installed (.ci/run installs them)");
+        crate::sys::skip_test("redis-server/redis-cli not installed (.ci/run installs them)");
         return;
     }
     let mut c = redis_fixture::Cluster::start();
@@ -1232,15 +1233,11 @@ fn redis_tls_cfg(c: &redis_fixture::Cluster) -> RedisConfig {
 #[test]
 fn redis_tls_cluster_conformance_and_certificate_errors() {
     if !redis_fixture::available() {
-        eprintln!("SKIPPED: redis-server/redis-cli not installed (.ci/run installs them)");
+        crate::sys::skip_test("redis-server/redis-cli not installed (.ci/run installs them)");
         return;
     }
     if !redis_fixture::openssl_available() {
-        assert!(
-            std::env::var("USERMM_TEST_STRICT").as_deref() != Ok("1"),
-            "USERMM_TEST_STRICT=1 and the TLS cluster test would skip: openssl not installed"
-        );
-        eprintln!("SKIPPED: openssl not installed (.ci/run installs it)");
+        crate::sys::skip_test("openssl not installed (.ci/run installs it)");
         return;
     }
     let c = redis_fixture::Cluster::start_tls();

@@ -17,15 +17,12 @@ pub const CHILD_ENV: &str = "USERMM_TEST_CHILD";
 
 /// Set by CI (`.ci/run`): a test that would skip because this machine lacks a feature or
 /// privilege fails instead, since CI's machine has them all.
-pub const STRICT_ENV: &str = "USERMM_TEST_STRICT";
+pub const STRICT_ENV: &str = usermm_sys::TEST_STRICT_ENV;
 
 /// Skips the rest of a test (the caller returns) with a visible reason, or fails the test when
 /// [`STRICT_ENV`] is set: a skip in CI would hide a check that never ran.
 pub fn skip(why: &str) {
-    if std::env::var(STRICT_ENV).as_deref() == Ok("1") {
-        panic!("{STRICT_ENV}=1 and this test would skip: {why}");
-    }
-    eprintln!("SKIPPED: {why}");
+    usermm_sys::skip_test(why);
 }
 
 pub fn init_log() {
