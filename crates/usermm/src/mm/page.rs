@@ -641,8 +641,10 @@ impl FrameAlloc {
             w = (w + 1) % nwords;
         }
         b.cursor = w;
-        drop(b);
+        // Under the lock, like the bitmap: a free's add landing after this sub would otherwise
+        // let the count dip below zero (wrapping) and the resident count above the budget.
         self.nr_free.fetch_sub(got as u64, Ordering::Relaxed);
+        drop(b);
         got
     }
 
@@ -663,9 +665,9 @@ impl FrameAlloc {
             debug_assert!(b.words[w] & (1 << bit) == 0, "double free of frame {f}");
             b.words[w] |= 1 << bit;
         }
-        drop(b);
         self.nr_free
             .fetch_add(frames.len() as u64, Ordering::Relaxed);
+        drop(b);
     }
 }
 
