@@ -1320,7 +1320,10 @@ fn map_file_page(
             // pages the kernel has not released yet (seen in soaks: the page neither locked
             // for reading nor under writeback). Transient: the fault is retried.
             m.vm.inc(Item::UffdEbusy);
-            log::debug!("file page {f} of {} is pinned by I/O; fault retried", a.name());
+            log::debug!(
+                "file page {f} of {} is pinned by I/O; fault retried",
+                a.name()
+            );
         } else {
             log::error!("mapping file page {f} of {} at {dst:#x}: {e}", a.name());
         }
