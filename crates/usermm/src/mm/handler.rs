@@ -166,14 +166,12 @@ pub(crate) fn serve_guarded(m: &MmInner, addr: usize, flags: u64, tid: u32) -> F
     }
 }
 
-/// Test hooks: make the fault handlers panic, die or stop reading (tests/health.rs); make wakes
-/// count as failed (`mm_warn`, the soak's test of its counter checks).
+/// Test hooks: make the fault handlers panic, die or stop reading (tests/health.rs).
 #[doc(hidden)]
 pub mod inject {
     use std::sync::atomic::{AtomicU64, Ordering};
 
     static PANICS: AtomicU64 = AtomicU64::new(0);
-    static WAKE_WARNS: AtomicU64 = AtomicU64::new(0);
 
     /// The next `n` faults served by any handler panic (process-wide).
     #[cfg(any(test, feature = "testing"))]
@@ -217,26 +215,6 @@ pub mod inject {
         }
     }
 
-    /// The next `n` UFFDIO_WAKEs of the fault path are logged and counted as failed
-    /// (`mm_warn`), as a real failure is; the wake itself still happens, so nothing waits.
-    #[cfg(any(test, feature = "testing"))]
-    pub fn wake_warns(n: u64) {
-        WAKE_WARNS.store(n, Ordering::SeqCst);
-    }
-
-    /// Test builds only (the `testing` feature, which the CLI's tests build it with):
-    /// `USERMM_TEST_INJECT_MM_WARN=N` sets [`wake_warns`] when a manager is created, so a test
-    /// can reach the hook in another process (`usermm bench soak`).
-    #[cfg(any(test, feature = "testing"))]
-    pub(crate) fn from_env() {
-        if let Some(n) = std::env::var("USERMM_TEST_INJECT_MM_WARN")
-            .ok()
-            .and_then(|v| v.parse().ok())
-        {
-            wake_warns(n);
-        }
-    }
-
     fn take(c: &AtomicU64) -> bool {
         c.load(Ordering::Relaxed) > 0
             && c.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
@@ -247,11 +225,6 @@ pub mod inject {
         if take(&PANICS) {
             panic!("injected handler panic at {addr:#x}");
         }
-    }
-
-    /// Whether this wake is to count as failed ([`wake_warns`]).
-    pub(crate) fn wake_warn() -> bool {
-        take(&WAKE_WARNS)
     }
 }
 

@@ -314,7 +314,7 @@ fn wake_pages(m: &MmInner, r: &RegionInner, idx: PgOff, n: u64) {
     if let Err(e) = res {
         m.vm.inc(Item::MmWarn);
         log::error!("UFFDIO_WAKE at {:#x}: {e}", r.page_addr(idx));
-    } else if super::handler::inject::wake_warn() {
+    } else if inject::wake_warn() {
         m.vm.inc(Item::MmWarn);
         log::error!(
             "UFFDIO_WAKE at {:#x}: failure injected by a test",
@@ -1690,5 +1690,42 @@ mod tests {
         assert_eq!(m.vm.get(crate::vmstat::Item::PoolSlotLost), lost + 1);
         // The slot holds a page now; give it back as the pool expects a free frame's slot.
         m.pool.slots.dontneed_pages(&[f.offset()]).unwrap();
+    }
+}
+
+/// Test hook: make the fault path's wakes count as failed (`mm_warn`, the soak's test of its
+/// counter checks).
+#[doc(hidden)]
+pub(crate) mod inject {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    static WAKE_WARNS: AtomicU64 = AtomicU64::new(0);
+
+    /// The next `n` UFFDIO_WAKEs of the fault path are logged and counted as failed
+    /// (`mm_warn`), as a real failure is; the wake itself still happens, so nothing waits.
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn wake_warns(n: u64) {
+        WAKE_WARNS.store(n, Ordering::SeqCst);
+    }
+
+    /// Test builds only (the `testing` feature, which the CLI's tests build it with):
+    /// `USERMM_TEST_INJECT_MM_WARN=N` sets [`wake_warns`] when a manager is created, so a test
+    /// can reach the hook in another process (`usermm bench soak`).
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn from_env() {
+        if let Some(n) = std::env::var("USERMM_TEST_INJECT_MM_WARN")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            wake_warns(n);
+        }
+    }
+
+    /// Whether this wake is to count as failed ([`wake_warns`]).
+    pub(crate) fn wake_warn() -> bool {
+        WAKE_WARNS.load(Ordering::Relaxed) > 0
+            && WAKE_WARNS
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
     }
 }
