@@ -369,8 +369,9 @@ static void test_handle(void) {
     unlink(fpath);
     CHECK(usermm_destroy(mm) == USERMM_OK, "destroy");
 
-    /* A named swap file serves one manager at a time. usermm creates it (a file it did not
-     * make is refused), and removes it when the manager goes. */
+    /* A named swap file: usermm creates it (a file it did not make is refused) and unlinks its
+     * path at once, so another manager naming the path makes its own file. A kept file stays
+     * at its path and serves one manager at a time. */
     char path[] = "/tmp/usermm-capi-swap-XXXXXX";
     int fd = mkstemp(path);
     close(fd);
@@ -386,13 +387,20 @@ static void test_handle(void) {
     cfg.swap_path = path;
     usermm_mm *a = usermm_create(&cfg);
     CHECK(a != NULL, "manager on a swap file path");
+    CHECK(access(path, F_OK) != 0, "the swap file's path is unlinked as soon as it is opened");
     usermm_mm *b = usermm_create(&cfg);
-    CHECK(b == NULL && strstr(usermm_last_error(), "in use by another usermm manager") != NULL,
-          "second manager on the same swap file");
-    CHECK(usermm_destroy(a) == USERMM_OK, "destroy the first");
-    CHECK(access(path, F_OK) != 0, "the swap file is removed with its manager");
+    CHECK(b != NULL, "a second manager naming the path makes its own file");
+    CHECK(usermm_destroy(b) == USERMM_OK && usermm_destroy(a) == USERMM_OK, "destroy both");
+    CHECK(access(path, F_OK) != 0, "nothing is left at the path");
+    cfg.swap_keep = 1;
+    a = usermm_create(&cfg);
+    CHECK(a != NULL && access(path, F_OK) == 0, "a kept swap file stays at its path");
     b = usermm_create(&cfg);
-    CHECK(b != NULL, "the path is free again");
+    CHECK(b == NULL && strstr(usermm_last_error(), "in use by another usermm manager") != NULL,
+          "second manager on the same kept swap file");
+    CHECK(usermm_destroy(a) == USERMM_OK, "destroy the first");
+    b = usermm_create(&cfg);
+    CHECK(b != NULL, "the kept file is reused once its manager is gone");
     usermm_destroy(b);
     unlink(path);
 

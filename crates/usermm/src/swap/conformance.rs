@@ -343,6 +343,15 @@ fn file_swap_with_path() {
             "buffered"
         };
         assert_eq!(dev.name(), format!("file:{} ({mode})", path.display()));
+        // The O_DIRECT reopen must not depend on the (already unlinked) path: where an
+        // unlinked temporary file in the same directory gets O_DIRECT, so does a named one.
+        let probe = FileSwap::open_unlinked_in(dir.path(), SIZE).unwrap();
+        assert_eq!(
+            dev.is_direct(),
+            probe.is_direct(),
+            "a named swap file must use O_DIRECT where the filesystem allows it"
+        );
+        drop(probe);
         // Process memory never outlives the process on disk, not even after SIGKILL: the path
         // is unlinked as soon as it is opened, the descriptor holds the file.
         assert!(

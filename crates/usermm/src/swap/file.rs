@@ -609,15 +609,26 @@ fn set_up(
     }
 }
 
-/// Reopens `path` with O_DIRECT and probes one aligned write and read. Ok(None) when the
+/// Reopens the file with O_DIRECT and probes one aligned write and read. Ok(None) when the
 /// filesystem refuses O_DIRECT (EINVAL), so the caller keeps the buffered file.
+///
+/// The reopen goes through `/proc/self/fd/N` (the open file itself, even once its path is
+/// unlinked, as a named swap file's is before this runs); `path` only when `/proc` is not
+/// mounted.
 fn open_direct(buffered: &File, path: &Path) -> io::Result<Option<File>> {
-    let direct = match OpenOptions::new()
-        .read(true)
+    use std::os::fd::AsRawFd;
+    let mut o = OpenOptions::new();
+    o.read(true)
         .write(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(path)
-    {
+        .custom_flags(libc::O_DIRECT | libc::O_CLOEXEC);
+    let by_fd = Path::new("/proc/self/fd").join(buffered.as_raw_fd().to_string());
+    let reopened = match o.open(&by_fd) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) && !Path::new("/proc/self").exists() => {
+            o.open(path)
+        }
+        r => r,
+    };
+    let direct = match reopened {
         Ok(f) => f,
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return Ok(None),
         Err(e) => {
