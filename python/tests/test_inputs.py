@@ -95,14 +95,17 @@ def test_swap_file_that_usermm_did_not_make_is_refused_and_untouched(tmp_path):
 
 
 def _unlinked_fd_of(path):
-    """The /proc/self/fd name of this process's open, unlinked file that was `path`."""
+    """The /proc/self/fd name of this process's open swap file for `path`, which has no name:
+    its path unlinked at open, or never linked (O_TMPFILE in the path's directory)."""
     want = f"{path} (deleted)"
+    prefix = f"{os.path.dirname(str(path))}/#"
     for fd in os.listdir("/proc/self/fd"):
         try:
-            if os.readlink(f"/proc/self/fd/{fd}") == want:
-                return f"/proc/self/fd/{fd}"
+            t = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
-            pass
+            continue
+        if t == want or (t.startswith(prefix) and t.endswith(" (deleted)")):
+            return f"/proc/self/fd/{fd}"
     return None
 
 

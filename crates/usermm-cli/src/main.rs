@@ -353,7 +353,7 @@ struct MmArgs {
     /// only in memory). Also USERMM_SWAP_ENCRYPT=1.
     #[arg(long = "swap-encrypt")]
     swap_encrypt: bool,
-    /// Keep a --swap file:PATH file on disk (default: its path is unlinked as soon as it is opened, so nothing outlives the process)
+    /// Keep a --swap file:PATH file on disk (default: the file has no name while in use, so nothing outlives the process)
     #[arg(long = "swap-keep")]
     swap_keep: bool,
     /// Fault handler threads (0: one per CPU).

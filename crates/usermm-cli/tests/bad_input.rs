@@ -348,7 +348,7 @@ fn every_bad_argument_is_named() {
 }
 
 /// A named swap file leaves nothing on disk even when its process is SIGKILLed mid-run: the
-/// path is unlinked as soon as the file is opened (the process's descriptor holds it).
+/// file has no name while in use (the process's descriptor holds it).
 #[test]
 fn a_sigkilled_process_leaves_no_swap_file() {
     let path = tmp("swap-kill");
@@ -372,13 +372,19 @@ fn a_sigkilled_process_leaves_no_swap_file() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let want = format!("{} (deleted)", path.display());
+    // The file has no name while it is in use: its path unlinked at open, or never linked
+    // (made with O_TMPFILE in the path's directory: `{dir}/#{inode} (deleted)`).
+    let dir = path.parent().unwrap().display().to_string();
+    let nameless = |t: &str| {
+        t == format!("{} (deleted)", path.display())
+            || (t.starts_with(&format!("{dir}/#")) && t.ends_with(" (deleted)"))
+    };
     let fds = format!("/proc/{}/fd", child.id());
     let t0 = Instant::now();
     let held = loop {
         let open = std::fs::read_dir(&fds).is_ok_and(|d| {
             d.filter_map(|e| e.ok())
-                .any(|e| std::fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy() == want))
+                .any(|e| std::fs::read_link(e.path()).is_ok_and(|t| nameless(&t.to_string_lossy())))
         });
         if open || t0.elapsed() > Duration::from_secs(30) {
             break open;

@@ -378,11 +378,35 @@ pub fn pseudo_fs(file: &std::fs::File) -> Result<Option<&'static str>> {
     })
 }
 
-/// Registers `f` to run at normal process exit (`atexit(3)`: `exit()` and a return from
-/// `main`, not a signal or `_exit`).
-pub fn at_exit(f: extern "C" fn()) -> bool {
-    // SAFETY: atexit stores a plain function pointer; `f` is a 'static function.
-    unsafe { libc::atexit(f) == 0 }
+/// Gives the open, nameless file `file` (made with `O_TMPFILE`, without `O_EXCL`) the name
+/// `path` (linkat(2) of `/proc/self/fd/N` with `AT_SYMLINK_FOLLOW`, which needs no privilege).
+/// Fails with EEXIST when `path` already names something: nothing is replaced.
+pub fn link_open_file(file: &std::fs::File, path: &std::path::Path) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let from = std::ffi::CString::new(format!("/proc/self/fd/{}", file.as_raw_fd()))
+        .expect("no NUL in a /proc path");
+    let to = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| SysError::arg(Syscall::Linkat, format!("NUL in path {}", path.display())))?;
+    // SAFETY: both arguments are NUL-terminated strings that outlive the call; linkat reads
+    // them and writes no memory of ours.
+    let r = unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(SysError::last(
+            Syscall::Linkat,
+            format!("{}", path.display()),
+        ))
+    }
 }
 
 /// The file type bits (`st_mode & S_IFMT`) of descriptor `fd` (fstat(2)); any value may be

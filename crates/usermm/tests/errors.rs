@@ -726,3 +726,34 @@ fn full_swap_under_overcommit_raises_sigbus_in_user_mode() {
         "{stored} pages stored in 2048 pages of budget + swap\n{err}"
     );
 }
+
+/// The child-process helper every SIGBUS test uses fails a child that hangs instead of waiting
+/// for ever: a child asleep well past the limit is killed and reported with what it printed.
+#[test]
+fn a_hanging_child_test_fails_instead_of_hanging() {
+    if common::is_child("a_hanging_child_test_fails_instead_of_hanging") {
+        eprintln!("child asleep");
+        std::thread::sleep(std::time::Duration::from_secs(60));
+        return;
+    }
+    let t0 = std::time::Instant::now();
+    let r = std::panic::catch_unwind(|| {
+        common::run_child_within(
+            "a_hanging_child_test_fails_instead_of_hanging",
+            std::time::Duration::from_secs(2),
+        )
+    });
+    let msg = match r {
+        Ok(out) => panic!("the hanging child was not killed: {:?}", out.status),
+        Err(e) => e.downcast_ref::<String>().cloned().unwrap_or_default(),
+    };
+    assert!(
+        msg.contains("still running after 2s: killed") && msg.contains("child asleep"),
+        "{msg}"
+    );
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(30),
+        "{:?}",
+        t0.elapsed()
+    );
+}

@@ -444,11 +444,17 @@ static long tagged_words(const char *path) {
     return got < 0 ? -1 : n;
 }
 
-/* The /proc/self/fd name of this process's open, unlinked file that was `path` (a swap file not
- * kept is unlinked as soon as it is opened); 0 if there is none. */
+/* The /proc/self/fd name of this process's open swap file for `path`, which has no name: its
+ * path unlinked at open ("PATH (deleted)") or never linked (made with O_TMPFILE in the path's
+ * directory: "DIR/#INODE (deleted)"); 0 if there is none. */
 static int unlinked_fd_of(const char *path, char *out, size_t outlen) {
-    char want[PATH_MAX + 16], link[PATH_MAX + 16];
+    char want[PATH_MAX + 16], dirpfx[PATH_MAX + 16], link[PATH_MAX + 16];
     snprintf(want, sizeof want, "%s (deleted)", path);
+    snprintf(dirpfx, sizeof dirpfx, "%s", path);
+    char *slash = strrchr(dirpfx, '/');
+    if (slash) slash[1] = '#', slash[2] = 0;
+    else snprintf(dirpfx, sizeof dirpfx, "./#");
+    const char *del = " (deleted)";
     DIR *d = opendir("/proc/self/fd");
     if (!d) return 0;
     struct dirent *e;
@@ -459,7 +465,9 @@ static int unlinked_fd_of(const char *path, char *out, size_t outlen) {
         ssize_t n = readlink(name, link, sizeof link - 1);
         if (n < 0) continue;
         link[n] = 0;
-        if (!strcmp(link, want)) {
+        size_t ln = strlen(link), dl = strlen(del);
+        int nameless = !strncmp(link, dirpfx, strlen(dirpfx)) && ln > dl && !strcmp(link + ln - dl, del);
+        if (!strcmp(link, want) || nameless) {
             snprintf(out, outlen, "%s", name);
             found = 1;
         }

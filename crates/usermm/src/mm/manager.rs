@@ -929,8 +929,8 @@ mod env_tests {
             "{e}"
         );
         std::env::remove_var("USERMM_OVERCOMMIT");
-        // Mm::from_env, the default manager of every front end. A named swap file's path is
-        // unlinked as soon as it is opened, so a second manager makes its own file there.
+        // Mm::from_env, the default manager of every front end. A named swap file has no
+        // name while in use, so a second manager makes its own file there.
         let path = std::env::temp_dir().join(format!("usermm-from-env-{}", std::process::id()));
         let _ = std::fs::remove_file(&path);
         std::env::set_var("USERMM_BUDGET", "4M");

@@ -317,16 +317,32 @@ fn file_swap_on_tmpfs() {
     }
 }
 
-/// The `/proc/self/fd` name of this process's open, unlinked file that was `path` (a swap
-/// file's path is unlinked as soon as it is opened; the descriptor still reads it).
+/// Whether a `/proc/PID/fd` link target is the open swap file for `path` that has no name: one
+/// whose path was unlinked at open (`{path} (deleted)`) or one made nameless in the path's
+/// directory and never linked (`O_TMPFILE`: `{dir}/#{inode} (deleted)`).
+pub(crate) fn is_nameless_swap_file_of(target: &str, path: &Path) -> bool {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    target == format!("{} (deleted)", path.display())
+        || (target.starts_with(&format!("{}/#", dir.display())) && target.ends_with(" (deleted)"))
+}
+
+/// The `/proc/self/fd` name of this process's open swap file for `path`, which has no name
+/// (a swap file not kept never keeps its path); the descriptor still reads it.
 fn unlinked_fd_of(path: &Path) -> PathBuf {
-    let want = format!("{} (deleted)", path.display());
     std::fs::read_dir("/proc/self/fd")
         .unwrap()
         .filter_map(|e| e.ok())
         .map(|e| e.path())
-        .find(|fd| std::fs::read_link(fd).is_ok_and(|t| t.to_string_lossy() == want))
-        .unwrap_or_else(|| panic!("no open descriptor of the unlinked {}", path.display()))
+        .find(|fd| {
+            std::fs::read_link(fd)
+                .is_ok_and(|t| is_nameless_swap_file_of(&t.to_string_lossy(), path))
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "no open descriptor of the nameless swap file {}",
+                path.display()
+            )
+        })
 }
 
 #[test]
@@ -352,8 +368,8 @@ fn file_swap_with_path() {
             "a named swap file must use O_DIRECT where the filesystem allows it"
         );
         drop(probe);
-        // Process memory never outlives the process on disk, not even after SIGKILL: the path
-        // is unlinked as soon as it is opened, the descriptor holds the file.
+        // Process memory never outlives the process on disk, not even after SIGKILL: the file
+        // never gets the path (O_TMPFILE), the descriptor holds it.
         assert!(
             !path.exists(),
             "the swap file's path must be unlinked at open"
@@ -506,6 +522,100 @@ fn file_swap_path_is_held_by_one_device() {
     }
     drop((b, c));
     assert!(!path.exists());
+}
+
+/// Where the filesystem cannot make nameless files, a new swap file is created at its path,
+/// locked, and unlinked at once unless kept: the same guarantees, through the same suite.
+#[test]
+fn file_swap_with_path_without_o_tmpfile() {
+    super::file::NO_TMPFILE.with(|c| c.set(true));
+    let dir = TempDir::new("no-tmpfile");
+    let path = dir.path().join("swap");
+    {
+        let dev = FileSwap::open(Some(&path), SIZE).unwrap();
+        assert!(
+            !path.exists(),
+            "the swap file's path must be unlinked at open"
+        );
+        let fd = unlinked_fd_of(&path);
+        let target = std::fs::read_link(&fd).unwrap();
+        assert_eq!(
+            target.to_string_lossy(),
+            format!("{} (deleted)", path.display()),
+            "created at its path, then unlinked"
+        );
+        assert_eq!(
+            &std::fs::read(&fd).unwrap()[..16],
+            super::file::HEADER_MAGIC
+        );
+        conformance(&dev);
+    }
+    let keep = FileSwapOptions {
+        keep: true,
+        ..FileSwapOptions::default()
+    };
+    let a = FileSwap::open_with(Some(&path), SIZE, keep).unwrap();
+    assert_eq!(
+        &std::fs::read(&path).unwrap()[..16],
+        super::file::HEADER_MAGIC
+    );
+    let e = FileSwap::open_with(Some(&path), SIZE, keep).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::ResourceBusy, "{e}");
+    drop(a);
+    assert!(path.exists());
+    super::file::NO_TMPFILE.with(|c| c.set(false));
+}
+
+/// Managers starting at once on one path never see each other's half-made file: a new file
+/// gets its path only once it is locked and holds its header (kept) or never (not kept). Eight
+/// threads open and close devices on one path: without keep every open succeeds; with keep
+/// each either gets the file or is told it is in use, never that it "is empty" or "not a
+/// usermm swap file". (Creating at the path first failed both within a few hundred opens.)
+#[test]
+fn file_swap_concurrent_opens_of_one_path() {
+    for keep in [false, true] {
+        let dir = TempDir::new(if keep { "race-keep" } else { "race" });
+        let path = dir.path().join("swap");
+        let opts = FileSwapOptions {
+            keep,
+            sparse: true,
+            ..FileSwapOptions::default()
+        };
+        let (mut opened, mut busy) = (0, 0);
+        std::thread::scope(|s| {
+            let hs: Vec<_> = (0..8)
+                .map(|_| {
+                    s.spawn(|| {
+                        let (mut ok, mut busy) = (0, 0);
+                        for _ in 0..150 {
+                            match FileSwap::open_with(Some(&path), 64 * 4096, opts) {
+                                Ok(d) => {
+                                    ok += 1;
+                                    drop(d);
+                                }
+                                Err(e) if keep && e.kind() == std::io::ErrorKind::ResourceBusy => {
+                                    busy += 1
+                                }
+                                Err(e) => panic!("keep={keep}: {e}"),
+                            }
+                        }
+                        (ok, busy)
+                    })
+                })
+                .collect();
+            for h in hs {
+                let (o, b) = h.join().unwrap();
+                opened += o;
+                busy += b;
+            }
+        });
+        assert_eq!(opened + busy, 8 * 150);
+        if !keep {
+            assert_eq!(opened, 8 * 150);
+            assert!(!path.exists(), "an unkept swap file left its path behind");
+        }
+        assert!(opened > 0);
+    }
 }
 
 fn encrypted() -> FileSwapOptions {

@@ -15,21 +15,23 @@
 //!
 //! A given path (`--swap file:PATH`) holds process memory, so usermm never writes over a file it
 //! did not make and never leaves memory behind:
-//! - the path must be new (it is created with `O_CREAT | O_EXCL`, mode 0600) or a swap file
-//!   usermm made earlier: one whose first page is usermm's swap header ([`HEADER_MAGIC`], a
-//!   version, the page size and the slot count), e.g. left by a process that was killed. Any
-//!   other file (even an empty one), a symbolic link, or a file owned by another user is refused
-//!   with an error naming it. A reused file is truncated to nothing before use, so nothing of
-//!   the earlier process survives.
+//! - a new file is made without a name (`O_TMPFILE`, mode 0600, in the path's directory),
+//!   locked and given its header; only a kept one ([`FileSwapOptions::keep`]) is then linked at
+//!   the path. An unkept file never has a name: process memory never outlives the process on
+//!   disk, not even after SIGKILL, nothing is left to clean up at exit, and managers starting at
+//!   once on one path each get their own file (none ever sees another's half-made file).
+//!   Filesystems without `O_TMPFILE` get the file created at the path (`O_CREAT | O_EXCL`),
+//!   locked, and (unless kept) unlinked at once;
+//! - an existing path must be a swap file usermm made earlier: one whose first page is
+//!   usermm's swap header ([`HEADER_MAGIC`], a version, the page size and the slot count), e.g.
+//!   a kept one or one left by a killed process. Any other file (even an empty one), a symbolic
+//!   link, or a file owned by another user is refused with an error naming it. A reused file is
+//!   truncated to nothing before use, so nothing of the earlier process survives, and (unless
+//!   kept) its path is unlinked at once (only if it still names the same file);
 //! - slots start after the header page (slot `s` is at byte `(s + 1) * 4096`);
 //! - an exclusive `flock` is taken before anything else: a second manager (in this process or
-//!   another) opening the path while it is still there gets an error (`ResourceBusy`) instead of
-//!   overwriting pages;
-//! - then, unless [`FileSwapOptions::keep`] asks to keep it, the path is **unlinked at once**
-//!   (only if it still names the same file): the open descriptor keeps the file while the
-//!   device lives and closing it frees the blocks, so process memory never outlives the process
-//!   on disk, not even after SIGKILL, and nothing is left to clean up at exit. The path is free
-//!   again meanwhile: another manager naming it makes its own file.
+//!   another) opening a path whose file is in use gets an error (`ResourceBusy`) instead of
+//!   overwriting pages.
 //!
 //! A kept file stays after the process (as asked); with [`FileSwapOptions::encrypt`] (see
 //! `crypt.rs`) what it holds is unreadable without the key, which died with the process.
@@ -59,8 +61,8 @@ pub const HEADER_VERSION: u32 = 1;
 pub struct FileSwapOptions {
     /// Encrypt every page written (ChaCha20-Poly1305, a random key held only in memory).
     pub encrypt: bool,
-    /// Keep a named swap file on disk (default: its path is unlinked as soon as it is opened,
-    /// so nothing outlives the process). Its pages are useless to anyone without the process
+    /// Keep a named swap file on disk (default: the file has no name while in use, so
+    /// nothing outlives the process). Its pages are useless to anyone without the process
     /// (and, encrypted, unreadable).
     pub keep: bool,
     /// Leave the file sparse (blocks allocated as pages are first written) instead of
@@ -86,7 +88,7 @@ pub struct FileSwap {
 
 #[derive(Debug)]
 enum Location {
-    /// A path the caller gave: unlinked as soon as it is opened unless `keep`.
+    /// A path the caller gave: the file has no name while in use unless `keep`.
     Path { path: PathBuf, keep: bool },
     /// An unlinked temporary file created in this directory.
     Unlinked(PathBuf),
@@ -144,8 +146,8 @@ impl FileSwap {
     /// Opens a swap file of `size` bytes (rounded down to whole pages; at least one page).
     ///
     /// `None` creates an unlinked temporary file in [`std::env::temp_dir`] (honours `$TMPDIR`);
-    /// `Some(path)` creates or reuses that file, sets its mode to 0600 and its length to the
-    /// device size, and leaves it in place when the device is dropped.
+    /// `Some(path)` creates or reuses that file (mode 0600, its length the device size plus the
+    /// header page); unless kept, its path is unlinked at once (module docs).
     pub fn open(path: Option<&Path>, size: u64) -> io::Result<Self> {
         Self::open_with(path, size, FileSwapOptions::default())
     }
@@ -217,6 +219,97 @@ impl FileSwap {
 
     fn open_path(path: &Path, size: u64, keep: bool, prealloc: bool) -> io::Result<Self> {
         let nr_pages = pages_for_size(size)?;
+        match Self::create_nameless(path, nr_pages, keep, prealloc)? {
+            Some(dev) => Ok(dev),
+            // The path names something already (or the filesystem has no O_TMPFILE).
+            None => Self::open_named(path, nr_pages, keep, prealloc),
+        }
+    }
+
+    /// A new swap file for `path` made without a name (`O_TMPFILE` in the path's directory),
+    /// locked and given its header, then (only if kept) linked at `path`: no other opener ever
+    /// sees it half made (an empty file it would refuse, or an unlocked one). An unkept file
+    /// never gets a name at all. None when `path` already names something (it is reused or
+    /// refused by [`FileSwap::open_named`]) or the filesystem cannot make nameless files.
+    fn create_nameless(
+        path: &Path,
+        nr_pages: u64,
+        keep: bool,
+        prealloc: bool,
+    ) -> io::Result<Option<Self>> {
+        if std::fs::symlink_metadata(path).is_ok() || no_tmpfile_for_test() {
+            return Ok(None);
+        }
+        let hint = "pass a writable swap path";
+        let p = path.display();
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let file = match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
+            .open(dir)
+        {
+            Ok(f) => f,
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EOPNOTSUPP) | Some(libc::EISDIR) | Some(libc::EINVAL)
+                ) =>
+            {
+                return Ok(None)
+            }
+            Err(e) => return Err(annotate(&e, &format!("cannot open swap file {p}"), hint)),
+        };
+        // Nobody else can reach the file yet; the lock is held before it gets a name.
+        if !sys::flock_exclusive_nb(&file).map_err(io::Error::from)? {
+            return Err(io::Error::other(format!(
+                "cannot lock the new swap file for {p}"
+            )));
+        }
+        let lock = file.try_clone()?;
+        let (file, direct) = set_up(file, path, (nr_pages + 1) * PAGE, hint, true, prealloc)?;
+        write_header(&file, nr_pages).map_err(|e| {
+            annotate(
+                &e,
+                &format!("cannot write the header of swap file {p}"),
+                hint,
+            )
+        })?;
+        if keep {
+            match sys::link_open_file(&lock, path) {
+                Ok(()) => {}
+                // Made meanwhile by someone else: that file is reused or refused instead.
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => return Ok(None),
+                Err(e) => {
+                    return Err(annotate(
+                        &e.into(),
+                        &format!("cannot create swap file {p}"),
+                        hint,
+                    ))
+                }
+            }
+        }
+        Ok(Some(FileSwap {
+            file,
+            nr_pages,
+            direct,
+            location: Location::Path {
+                path: path.to_path_buf(),
+                keep,
+            },
+            base: PAGE,
+            crypt: None,
+            _lock: Some(lock),
+        }))
+    }
+
+    /// The swap file at `path` when it exists (reused if usermm made it, else refused) or when
+    /// nameless files cannot be made there (created with `O_EXCL`).
+    fn open_named(path: &Path, nr_pages: u64, keep: bool, prealloc: bool) -> io::Result<Self> {
         let hint = "pass a writable swap path";
         let p = path.display();
         let what = format!("cannot open swap file {p}");
@@ -654,6 +747,19 @@ fn open_direct(buffered: &File, path: &Path) -> io::Result<Option<File>> {
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(None),
         Err(e) => Err(e.into()),
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests: this thread's opens behave as on a filesystem without `O_TMPFILE`.
+    pub(super) static NO_TMPFILE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn no_tmpfile_for_test() -> bool {
+    #[cfg(test)]
+    return NO_TMPFILE.with(|c| c.get());
+    #[cfg(not(test))]
+    false
 }
 
 /// `"{what} ({error text}): {hint}"`, keeping the error's kind.

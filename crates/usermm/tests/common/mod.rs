@@ -87,15 +87,67 @@ pub fn is_child(name: &str) -> bool {
     std::env::var(CHILD_ENV).as_deref() == Ok(name)
 }
 
+/// How long a child test process may run before [`run_child`] kills it and fails.
+pub const CHILD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// Re-runs this test binary for test `name` alone, in a child process marked by [`CHILD_ENV`].
+/// A child still running after [`CHILD_TIMEOUT`] is killed and the test fails with what it
+/// printed (a hang fails instead of stalling CI).
 pub fn run_child(name: &str) -> Output {
+    run_child_within(name, CHILD_TIMEOUT)
+}
+
+/// [`run_child`] with its own time limit.
+pub fn run_child_within(name: &str, limit: std::time::Duration) -> Output {
+    use std::io::Read;
+    use std::process::Stdio;
     let exe = std::env::current_exe().expect("current_exe");
-    Command::new(exe)
+    let mut child = Command::new(exe)
         .args([name, "--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, name)
         .env("RUST_LOG", "off")
-        .output()
-        .expect("spawning the child test process")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning the child test process");
+    // Drain both pipes on their own threads so a chatty child never blocks on a full pipe.
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            v
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().expect("child stdout")));
+    let err = drain(Box::new(child.stderr.take().expect("child stderr")));
+    let deadline = std::time::Instant::now() + limit;
+    let status = loop {
+        if let Some(st) = child
+            .try_wait()
+            .expect("waiting for the child test process")
+        {
+            break st;
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let (o, e) = (
+                out.join().unwrap_or_default(),
+                err.join().unwrap_or_default(),
+            );
+            panic!(
+                "child {name} still running after {limit:?}: killed\nstdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&o),
+                String::from_utf8_lossy(&e)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    }
 }
 
 /// Runs child test `name` and asserts it was killed by SIGBUS after printing `marker` on stderr.
