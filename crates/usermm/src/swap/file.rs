@@ -271,14 +271,7 @@ impl FileSwap {
             )));
         }
         let lock = file.try_clone()?;
-        let (file, direct) = set_up(file, path, (nr_pages + 1) * PAGE, hint, true, prealloc)?;
-        write_header(&file, nr_pages).map_err(|e| {
-            annotate(
-                &e,
-                &format!("cannot write the header of swap file {p}"),
-                hint,
-            )
-        })?;
+        let (file, direct) = set_up_named(file, path, nr_pages, hint, prealloc)?;
         if keep {
             match sys::link_open_file(&lock, path) {
                 Ok(()) => {}
@@ -293,18 +286,7 @@ impl FileSwap {
                 }
             }
         }
-        Ok(Some(FileSwap {
-            file,
-            nr_pages,
-            direct,
-            location: Location::Path {
-                path: path.to_path_buf(),
-                keep,
-            },
-            base: PAGE,
-            crypt: None,
-            _lock: Some(lock),
-        }))
+        Ok(Some(Self::named(file, direct, lock, nr_pages, path, keep)))
     }
 
     /// The swap file at `path` when it exists (reused if usermm made it, else refused) or when
@@ -371,18 +353,7 @@ impl FileSwap {
                     annotate(&e, &format!("cannot set mode 0600 on swap file {p}"), hint)
                 })?;
         }
-        let set = set_up(file, path, (nr_pages + 1) * PAGE, hint, true, prealloc).and_then(
-            |(file, direct)| {
-                write_header(&file, nr_pages).map_err(|e| {
-                    annotate(
-                        &e,
-                        &format!("cannot write the header of swap file {p}"),
-                        hint,
-                    )
-                })?;
-                Ok((file, direct))
-            },
-        );
+        let set = set_up_named(file, path, nr_pages, hint, prealloc);
         let (file, direct) = match set {
             Ok(x) => x,
             Err(e) => {
@@ -395,7 +366,12 @@ impl FileSwap {
                 return Err(e);
             }
         };
-        Ok(FileSwap {
+        Ok(Self::named(file, direct, lock, nr_pages, path, keep))
+    }
+
+    /// The device on a named swap file, its header page first (`lock` holds the flock).
+    fn named(file: File, direct: bool, lock: File, nr_pages: u64, path: &Path, keep: bool) -> Self {
+        FileSwap {
             file,
             nr_pages,
             direct,
@@ -406,7 +382,7 @@ impl FileSwap {
             base: PAGE,
             crypt: None,
             _lock: Some(lock),
-        })
+        }
     }
 
     /// Whether the file is accessed with `O_DIRECT` (false: buffered fallback).
@@ -700,6 +676,25 @@ fn set_up(
         Ok(None) => Ok((file, false)),
         Err(e) => Err(annotate(&e, &format!("cannot use swap file {p}"), hint)),
     }
+}
+
+/// [`set_up`] of a named swap file (`nr_pages` slots after the header page), then its header.
+fn set_up_named(
+    file: File,
+    path: &Path,
+    nr_pages: u64,
+    hint: &str,
+    prealloc: bool,
+) -> io::Result<(File, bool)> {
+    let (file, direct) = set_up(file, path, (nr_pages + 1) * PAGE, hint, true, prealloc)?;
+    write_header(&file, nr_pages).map_err(|e| {
+        annotate(
+            &e,
+            &format!("cannot write the header of swap file {}", path.display()),
+            hint,
+        )
+    })?;
+    Ok((file, direct))
 }
 
 /// Reopens the file with O_DIRECT and probes one aligned write and read. Ok(None) when the
