@@ -115,8 +115,7 @@ typedef struct usermm_config {
   // 1: keep a named swap file (USERMM_SWAP_FILE with a swap_path) when the manager is
   // destroyed; a later manager may reuse it (its header is recognised). Default 0: the file
   // has no name while in use (made nameless, or a reused file's path unlinked at once), so
-  // process memory never outlives the process on disk; as USERMM_SWAP_KEEP=1. Other values are
-  // refused.
+  // process memory never outlives the process on disk; as USERMM_SWAP_KEEP=1. Other values are refused.
   int swap_keep;
 } usermm_config;
 
