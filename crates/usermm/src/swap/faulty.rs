@@ -9,6 +9,8 @@
 //! ([`FaultySwap::set_short_io`]): then it transfers the first half of its pages and fails
 //! with the rest (a device that stopped in the middle of a cluster). The error is EIO, or the
 //! errno set with [`FaultySwap::set_errno`] (ENOSPC: a device that filled up mid-cluster).
+//! Slow I/O is a delay before every read ([`FaultySwap::set_read_delay`]) or write
+//! ([`FaultySwap::set_write_delay`]): a device that stalls.
 
 use crate::sync::{AtomicU64, Ordering};
 use std::io;
@@ -80,6 +82,8 @@ pub struct FaultySwap {
     read_failures: AtomicU64,
     /// Slow I/O: every read sleeps this long (µs) before it is served.
     read_delay_us: AtomicU64,
+    /// Slow I/O: every write sleeps this long (µs) before it is served.
+    write_delay_us: AtomicU64,
     /// A failed operation first transfers the first half of its pages.
     short_io: crate::sync::AtomicBool,
     /// The errno of injected failures (0: a plain I/O error, EIO).
@@ -108,6 +112,7 @@ impl FaultySwap {
             write_failures: AtomicU64::new(0),
             read_failures: AtomicU64::new(0),
             read_delay_us: AtomicU64::new(0),
+            write_delay_us: AtomicU64::new(0),
             short_io: crate::sync::AtomicBool::new(false),
             errno: AtomicU64::new(0),
         }
@@ -192,9 +197,22 @@ impl FaultySwap {
             .store(d.as_micros().sat_u64(), Ordering::Relaxed);
     }
 
+    /// Slow I/O: from now on every write sleeps `d` first (a device that stalls on writes).
+    pub fn set_write_delay(&self, d: std::time::Duration) {
+        self.write_delay_us
+            .store(d.as_micros().sat_u64(), Ordering::Relaxed);
+    }
+
     /// The wrapped device.
     pub fn inner(&self) -> &Arc<dyn SwapDevice> {
         &self.inner
+    }
+}
+
+/// The injected delay of slow I/O (none for 0).
+fn sleep_us(us: u64) {
+    if us > 0 {
+        std::thread::sleep(std::time::Duration::from_micros(us));
     }
 }
 
@@ -212,6 +230,7 @@ impl SwapDevice for FaultySwap {
     }
 
     fn write_pages(&self, slot: u64, pool: &Mapping, pages: &[usize]) -> io::Result<()> {
+        sleep_us(self.write_delay_us.load(Ordering::Relaxed));
         if let Some(s) = self.write_rule.lock().check(slot, pages.len() as u64) {
             self.write_failures.fetch_add(1, Ordering::Relaxed);
             let part = self.short_part(pages);
@@ -224,10 +243,7 @@ impl SwapDevice for FaultySwap {
     }
 
     fn read_pages(&self, slot: u64, pool: &Mapping, pages: &[usize]) -> io::Result<()> {
-        let delay = self.read_delay_us.load(Ordering::Relaxed);
-        if delay > 0 {
-            std::thread::sleep(std::time::Duration::from_micros(delay));
-        }
+        sleep_us(self.read_delay_us.load(Ordering::Relaxed));
         if let Some(s) = self.read_rule.lock().check(slot, pages.len() as u64) {
             self.read_failures.fetch_add(1, Ordering::Relaxed);
             let part = self.short_part(pages);

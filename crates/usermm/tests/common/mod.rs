@@ -99,11 +99,17 @@ pub fn run_child(name: &str) -> Output {
 
 /// [`run_child`] with its own time limit.
 pub fn run_child_within(name: &str, limit: std::time::Duration) -> Output {
+    run_child_env(name, limit, &[])
+}
+
+/// [`run_child_within`] with extra environment variables for the child.
+pub fn run_child_env(name: &str, limit: std::time::Duration, env: &[(&str, &str)]) -> Output {
     use std::io::Read;
     use std::process::Stdio;
     let exe = std::env::current_exe().expect("current_exe");
     let mut child = Command::new(exe)
         .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .envs(env.iter().copied())
         .env(CHILD_ENV, name)
         .env("RUST_LOG", "off")
         .stdout(Stdio::piped())
@@ -153,8 +159,13 @@ pub fn run_child_within(name: &str, limit: std::time::Duration) -> Output {
 /// Runs child test `name` and asserts it was killed by SIGBUS after printing `marker` on stderr.
 /// Returns the child's stderr.
 pub fn expect_child_sigbus(name: &str, marker: &str) -> String {
+    expect_child_sigbus_env(name, marker, &[])
+}
+
+/// [`expect_child_sigbus`] with extra environment variables for the child.
+pub fn expect_child_sigbus_env(name: &str, marker: &str, env: &[(&str, &str)]) -> String {
     use std::os::unix::process::ExitStatusExt;
-    let out = run_child(name);
+    let out = run_child_env(name, CHILD_TIMEOUT, env);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
