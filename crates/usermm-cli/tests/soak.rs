@@ -2,7 +2,8 @@
 //! manager audited and healthy; a page changed behind the soak's back is found, named with its
 //! history, and fails the run; a counter that only a usermm bug makes nonzero (`mm_warn`,
 //! injected through usermm's test hook, compiled into the binary these tests run) fails it,
-//! named with its value; bad durations are usage errors. (CI also runs a 3-minute soak from
+//! named with its value; a fault left waiting (every handler wedged) stops it; bad durations
+//! are usage errors. (CI also runs a 3-minute soak from
 //! .ci/run.)
 
 use std::process::Command;
@@ -123,6 +124,39 @@ fn a_counter_of_a_usermm_bug_fails_the_soak_naming_it() {
     assert!(
         v["seconds"].as_f64().unwrap() < 30.0,
         "the soak did not stop at the first audit: {v}"
+    );
+}
+
+/// Every fault handler wedged for 30 s by the test hook `USERMM_TEST_INJECT_HANDLER_PAUSE_MS`:
+/// the workers' faults wait unread until the watchdog serves them (10 s) and reports them with
+/// their addresses; the soak stops there, unhealthy, with exit 1, long before its 60 s are up.
+#[test]
+fn a_fault_left_waiting_stops_the_soak() {
+    let (o, v) = soak(
+        &["--duration", "60s", "--audit-every", "1s", "--swap", "ram"],
+        &[("USERMM_TEST_INJECT_HANDLER_PAUSE_MS", "30000")],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    let v = v.unwrap_or_else(|| panic!("no JSON; stderr:\n{err}"));
+    assert_eq!(o.status.code(), Some(1), "{v}\n{err}");
+    assert_eq!(v["ok"], false, "{v}");
+    let f = v["failure"].as_str().unwrap();
+    assert!(f.contains("unhealthy"), "{f}");
+    assert!(
+        !f.contains("unread_faults: 0,"),
+        "the unread faults are named: {f}"
+    );
+    assert!(
+        err.contains("waited unread") && err.contains("0x"),
+        "each waiting fault is logged with its address: {err}"
+    );
+    assert!(
+        !f.contains("MISMATCH"),
+        "the stalled faults change no data: {f}"
+    );
+    assert!(
+        v["seconds"].as_f64().unwrap() < 40.0,
+        "the soak did not stop at the stuck fault: {v}"
     );
 }
 

@@ -665,8 +665,28 @@ pub fn run(cfg: MmConfig, p: &Params) -> Result<(), Failure> {
             // let reclaim finish what it started, then audit.
             pause.store(true, Ordering::Release);
             let t = Instant::now();
+            let mut checked = Instant::now();
             while parked.load(Ordering::Acquire) < p.threads as u64 && !stop.load(Ordering::Relaxed)
             {
+                // A worker that does not park may be in a fault that never resolves: the
+                // watchdog's report of it stops the run at once.
+                if checked.elapsed() >= Duration::from_millis(100) {
+                    checked = Instant::now();
+                    let h = mm.health();
+                    if !h.is_ok() {
+                        fail(
+                            &failure,
+                            &stop,
+                            format!(
+                                "the manager is unhealthy while {} of {} workers have not \
+                                 finished their operation: {h:?}",
+                                p.threads as u64 - parked.load(Ordering::Acquire),
+                                p.threads
+                            ),
+                        );
+                        break;
+                    }
+                }
                 if t.elapsed() > Duration::from_secs(60) {
                     fail(
                         &failure,

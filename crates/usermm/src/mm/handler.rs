@@ -199,6 +199,21 @@ pub mod inject {
         PAUSED.store(ms > 0, Ordering::SeqCst);
     }
 
+    /// Test builds only (the `testing` feature, which the CLI's tests build it with):
+    /// `USERMM_TEST_INJECT_HANDLER_PAUSE_MS=N` wedges every handler for N ms from the moment a
+    /// manager is created ([`handler_pause`]), so a test can stall faults in another process
+    /// (`usermm bench soak`).
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn from_env() {
+        if let Some(ms) = std::env::var("USERMM_TEST_INJECT_HANDLER_PAUSE_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            log::warn!("failure injected by a test: every fault handler stops reading for {ms} ms");
+            handler_pause(ms);
+        }
+    }
+
     pub(super) fn maybe_die(n: usize) {
         if take(&DEATHS) {
             panic!("injected death of a fault handler holding {n} faults");

@@ -489,7 +489,10 @@ impl Mm {
     pub fn new(cfg: MmConfig) -> Result<Mm> {
         cfg.validate()?;
         #[cfg(any(test, feature = "testing"))]
-        super::memory::inject::from_env();
+        {
+            super::memory::inject::from_env();
+            super::handler::inject::from_env();
+        }
         let nr_frames = cfg.budget / PAGE_SIZE as u64;
         let wmark = cfg
             .watermarks
