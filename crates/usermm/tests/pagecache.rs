@@ -927,7 +927,19 @@ fn synced_mapping_survives_sigkill_at_random_points() {
     }
     use std::io::BufRead;
     let d = tmpdir();
-    let mut delay = 0x2545_f491_4f6c_dd1du64;
+    // A new set of kill points every run (CI tries different ones each time); the seed is
+    // printed, and USERMM_TEST_SEED=N replays a failing run.
+    let mut delay = std::env::var("USERMM_TEST_SEED")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        })
+        | 1;
+    eprintln!("{NAME}: USERMM_TEST_SEED={delay}");
     for kill in 0..8 {
         delay ^= delay << 13;
         delay ^= delay >> 7;
@@ -936,8 +948,8 @@ fn synced_mapping_survives_sigkill_at_random_points() {
         let p = d.path().join(format!("durable-{seed}"));
         let mut child = durability_child(NAME, &p);
         let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-        // Let the child complete 1-4 syncs, then kill it 0-400 ms later, wherever it is.
-        let syncs = 1 + delay % 4;
+        // Let the child complete 1-10 syncs, then kill it 0-400 ms later, wherever it is.
+        let syncs = 1 + delay % 10;
         let (mut seen, mut synced) = (0u64, 0u64);
         while seen < syncs {
             let l = lines
