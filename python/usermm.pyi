@@ -25,6 +25,9 @@ class UserfaultfdError(Error, OSError):
 class IoError(Error, OSError):
     """An operating-system call failed; errno is set."""
 
+class InternalError(Error):
+    """A bug in usermm: a Rust panic caught at the Python boundary (the message names it)."""
+
 class Manager:
     """A usermm memory manager: a memory budget, a swap device, fault handler threads, kswapd.
 

@@ -189,5 +189,7 @@ pub fn nbytes(dims: &[usize], itemsize: usize) -> PyResult<usize> {
 /// optional trailing B/iB) into bytes, as the budget and swap_size arguments do.
 #[pyfunction]
 pub fn parse_size(s: &str) -> PyResult<u64> {
-    usermm::parse_size(s).map_err(crate::errors::mm_err)
+    crate::errors::guard("parse_size", || {
+        usermm::parse_size(s).map_err(crate::errors::mm_err)
+    })
 }

@@ -9,8 +9,15 @@
 //! | `CommitLimit` | `CommitLimitError` | `MemoryError` |
 //! | `Userfaultfd` | `UserfaultfdError` | `OSError` |
 //! | `Io`, `Sys` | `IoError` (with `errno` set) | `OSError` |
+//! | a Rust panic (a bug in usermm) | `InternalError` | |
 //!
 //! The message is the core's `Display` text, which names what was wrong and what to do.
+//!
+//! No panic crosses into Python: every method and function of the module runs its body in
+//! [`guard`], which turns a panic into `InternalError` (an ordinary `Exception`, unlike PyO3's
+//! own `PanicException`, which derives from `BaseException` and escapes `except Exception`).
+//! python/tests/test_inputs.py checks both the conversion and that every entry point in
+//! python/src is guarded.
 
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyMemoryError, PyOSError, PyValueError};
@@ -24,6 +31,40 @@ create_exception!(
     PyException,
     "Base class of every error usermm raises. The message says what was wrong and what to do."
 );
+
+create_exception!(
+    usermm,
+    InternalError,
+    Error,
+    "A bug in usermm: a Rust panic was caught at the Python boundary. The message names the \
+     call and the panic; please report it. The interpreter and other managers keep working."
+);
+
+/// Runs the body of the Python entry point `what`; a panic inside it becomes `InternalError`
+/// naming `what` and the panic's message, so no panic unwinds into the interpreter.
+pub fn guard<T>(what: &str, f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            Err(InternalError::new_err(format!(
+                "internal error in usermm (a panic was caught at the Python boundary in \
+                 {what}): {msg}; please report it"
+            )))
+        }
+    }
+}
+
+/// `usermm._test_panic(message)`: panics inside [`guard`] (for the test that no panic reaches
+/// Python).
+#[pyfunction]
+pub fn _test_panic(message: &str) -> PyResult<()> {
+    guard("_test_panic", || panic!("{message}"))
+}
 
 /// The subclasses with two bases (`Error` and a builtin), made once per process.
 struct Kinds {
@@ -109,6 +150,8 @@ fn kinds(py: Python<'_>) -> PyResult<&'static Kinds> {
 pub fn add_to_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("Error", py.get_type::<Error>())?;
+    m.add("InternalError", py.get_type::<InternalError>())?;
+    m.add_function(wrap_pyfunction!(_test_panic, m)?)?;
     let k = kinds(py)?;
     for (t, (name, _)) in [&k.invalid, &k.commit, &k.uffd, &k.io]
         .into_iter()

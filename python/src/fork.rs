@@ -79,21 +79,24 @@ fn uffd_mappings() -> std::io::Result<Vec<(usize, usize)>> {
 /// the child. Returns how many mappings it marked (for tests).
 #[pyfunction]
 fn _before_fork() -> PyResult<usize> {
-    let maps = uffd_mappings()
-        .map_err(|e| Error::new_err(format!("reading /proc/self/smaps before fork: {e}")))?;
-    for &(lo, hi) in &maps {
-        // SAFETY: [lo, hi) is a whole mapping of this process (a VMA from smaps). MADV_DONTFORK
-        // only stops the child from inheriting it; it changes neither contents, protection nor
-        // addresses in this process, so nothing that points into it is affected.
-        let rc = unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_DONTFORK) };
-        if rc != 0 {
-            let e = std::io::Error::last_os_error();
-            return Err(Error::new_err(format!(
-                "madvise(MADV_DONTFORK) on {lo:#x}-{hi:#x} before fork: {e}"
-            )));
+    crate::errors::guard("_before_fork", || {
+        let maps = uffd_mappings()
+            .map_err(|e| Error::new_err(format!("reading /proc/self/smaps before fork: {e}")))?;
+        for &(lo, hi) in &maps {
+            // SAFETY: [lo, hi) is a whole mapping of this process (a VMA from smaps). MADV_DONTFORK
+            // only stops the child from inheriting it; it changes neither contents, protection nor
+            // addresses in this process, so nothing that points into it is affected.
+            let rc =
+                unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_DONTFORK) };
+            if rc != 0 {
+                let e = std::io::Error::last_os_error();
+                return Err(Error::new_err(format!(
+                    "madvise(MADV_DONTFORK) on {lo:#x}-{hi:#x} before fork: {e}"
+                )));
+            }
         }
-    }
-    Ok(maps.len())
+        Ok(maps.len())
+    })
 }
 
 /// Registers the fork hook (and exposes it as `usermm._before_fork` for the tests).

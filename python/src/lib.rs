@@ -43,6 +43,7 @@ fn usermm_py(m: &Bound<'_, PyModule>) -> PyResult<()> {
             "CommitLimitError",
             "UserfaultfdError",
             "IoError",
+            "InternalError",
         ],
     )?;
     Ok(())

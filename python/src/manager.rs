@@ -38,8 +38,9 @@ const DEFAULT_BUDGET: &str = "256M";
 /// settings: the seed switches and laptop_mode, as "name=value,..." (like USERMM_SET) or a dict.
 /// swap_encrypt: True = the file and Redis tiers store every page encrypted (ChaCha20-Poly1305,
 ///     a random key held only in memory; like USERMM_SWAP_ENCRYPT=1).
-/// swap_keep: True = a "file:PATH" swap file is kept when the manager goes (default: truncated
-///     and removed, also at interpreter exit).
+/// swap_keep: True = a "file:PATH" swap file is kept at its path when the manager goes
+///     (default: the file never has a name on disk, or its path is unlinked as it is opened, so
+///     its blocks are freed when the manager goes, even if the process is killed).
 ///
 /// Arrays and regions keep their manager alive: deleting the Manager object does not invalidate
 /// them; the manager stops when the last of them is gone.
@@ -107,21 +108,23 @@ impl Manager {
         swap_encrypt: bool,
         swap_keep: bool,
     ) -> PyResult<Self> {
-        let budget = match budget.filter(|b| !b.is_none()) {
-            Some(b) => args::size("budget", b)?,
-            None => usermm::parse_size(DEFAULT_BUDGET).map_err(mm_err)?,
-        };
-        let swap_size = match swap_size.filter(|s| !s.is_none()) {
-            Some(s) => args::size("swap_size", s)?,
-            None => budget.saturating_mul(4),
-        };
-        let mut cfg = MmConfig::new(budget)
-            .swap(args::swap(swap, swap_size)?)
-            .overcommit(overcommit)
-            .settings(args::settings(settings)?);
-        cfg.swap_encrypt = swap_encrypt;
-        cfg.swap_keep = swap_keep;
-        Manager::open(py, cfg)
+        crate::errors::guard("Manager()", || {
+            let budget = match budget.filter(|b| !b.is_none()) {
+                Some(b) => args::size("budget", b)?,
+                None => usermm::parse_size(DEFAULT_BUDGET).map_err(mm_err)?,
+            };
+            let swap_size = match swap_size.filter(|s| !s.is_none()) {
+                Some(s) => args::size("swap_size", s)?,
+                None => budget.saturating_mul(4),
+            };
+            let mut cfg = MmConfig::new(budget)
+                .swap(args::swap(swap, swap_size)?)
+                .overcommit(overcommit)
+                .settings(args::settings(settings)?);
+            cfg.swap_encrypt = swap_encrypt;
+            cfg.swap_keep = swap_keep;
+            Manager::open(py, cfg)
+        })
     }
 
     /// A writable, C-contiguous, zero-filled numpy array of `shape` and `dtype` (any numpy dtype
@@ -134,39 +137,41 @@ impl Manager {
         shape: &Bound<'py, PyAny>,
         dtype: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let py = slf.py();
-        let dims = args::shape(shape)?;
-        let np = py.import("numpy")?;
-        let dtype = dtype.cloned().unwrap_or_else(|| py.None().into_bound(py));
-        let dt = match np.getattr("dtype")?.call1((&dtype,)) {
-            Ok(dt) => dt,
-            Err(e) => {
-                let err = invalid(format!(
-                    "dtype {}: not a numpy data type ({})",
-                    dtype.repr()?,
-                    e.value(py)
-                ));
-                err.set_cause(py, Some(e));
-                return Err(err);
-            }
-        };
-        if dt.getattr("hasobject")?.is_truthy()? {
-            return Err(invalid(format!(
-                "dtype {}: holds Python object references, which cannot live in a usermm \
+        crate::errors::guard("Manager.array", || {
+            let py = slf.py();
+            let dims = args::shape(shape)?;
+            let np = py.import("numpy")?;
+            let dtype = dtype.cloned().unwrap_or_else(|| py.None().into_bound(py));
+            let dt = match np.getattr("dtype")?.call1((&dtype,)) {
+                Ok(dt) => dt,
+                Err(e) => {
+                    let err = invalid(format!(
+                        "dtype {}: not a numpy data type ({})",
+                        dtype.repr()?,
+                        e.value(py)
+                    ));
+                    err.set_cause(py, Some(e));
+                    return Err(err);
+                }
+            };
+            if dt.getattr("hasobject")?.is_truthy()? {
+                return Err(invalid(format!(
+                    "dtype {}: holds Python object references, which cannot live in a usermm \
                  region; use a numeric, bool, bytes, str or structured dtype without objects",
-                dt.repr()?
-            )));
-        }
-        // A subarray dtype such as ('f8', (2, 3)) adds its shape to the array's.
-        let itemsize: usize = dt.getattr("itemsize")?.extract()?;
-        let nbytes = args::nbytes(&dims, itemsize)?;
-        let region = region_type(py)?.call1((slf, nbytes))?;
-        let kw = PyDict::new(py);
-        kw.set_item("shape", PyTuple::new(py, &dims)?)?;
-        kw.set_item("dtype", dt)?;
-        kw.set_item("buffer", region)?;
-        kw.set_item("order", "C")?;
-        np.getattr("ndarray")?.call((), Some(&kw))
+                    dt.repr()?
+                )));
+            }
+            // A subarray dtype such as ('f8', (2, 3)) adds its shape to the array's.
+            let itemsize: usize = dt.getattr("itemsize")?.extract()?;
+            let nbytes = args::nbytes(&dims, itemsize)?;
+            let region = region_type(py)?.call1((slf, nbytes))?;
+            let kw = PyDict::new(py);
+            kw.set_item("shape", PyTuple::new(py, &dims)?)?;
+            kw.set_item("dtype", dt)?;
+            kw.set_item("buffer", region)?;
+            kw.set_item("order", "C")?;
+            np.getattr("ndarray")?.call((), Some(&kw))
+        })
     }
 
     /// Maps `nbytes` bytes (an int or a size string such as "64M") of zero-filled memory as a
@@ -176,7 +181,9 @@ impl Manager {
         slf: &Bound<'py, Self>,
         nbytes: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        region_type(slf.py())?.call1((slf, nbytes))
+        crate::errors::guard("Manager.map_anon", || {
+            region_type(slf.py())?.call1((slf, nbytes))
+        })
     }
 
     /// Maps a file through usermm's page cache as a `usermm.Region`: `nbytes` bytes from
@@ -196,95 +203,105 @@ impl Manager {
         offset: Option<&Bound<'py, PyAny>>,
         shared: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let py = slf.py();
-        let kw = pyo3::types::PyDict::new(py);
-        kw.set_item("path", path)?;
-        kw.set_item("offset", offset)?;
-        kw.set_item("shared", shared)?;
-        let n = match nbytes {
-            Some(n) => n.clone(),
-            None => py.None().into_bound(py),
-        };
-        region_type(py)?.call((slf, n), Some(&kw))
+        crate::errors::guard("Manager.map_file", || {
+            let py = slf.py();
+            let kw = pyo3::types::PyDict::new(py);
+            kw.set_item("path", path)?;
+            kw.set_item("offset", offset)?;
+            kw.set_item("shared", shared)?;
+            let n = match nbytes {
+                Some(n) => n.clone(),
+                None => py.None().into_bound(py),
+            };
+            region_type(py)?.call((slf, n), Some(&kw))
+        })
     }
 
     /// Writes back every dirty file page and fdatasyncs the files (sync(2)); raises the first
     /// writeback error not yet reported to this manager's syncs.
     fn sync(&self, py: Python<'_>) -> PyResult<()> {
-        let mm = self.mm().clone();
-        py.detach(move || mm.sync()).map_err(mm_err)
+        crate::errors::guard("Manager.sync", || {
+            let mm = self.mm().clone();
+            py.detach(move || mm.sync()).map_err(mm_err)
+        })
     }
 
     /// The counters, named as in /proc/vmstat (pgfault, pgmajfault, pswpin, pswpout,
     /// pgscan_kswapd, allocstall, nr_anon_pages, ...): a dict of name to int.
     fn vmstat<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        for (name, v) in self.mm().vmstat().iter() {
-            d.set_item(name, v)?;
-        }
-        Ok(d)
+        crate::errors::guard("Manager.vmstat", || {
+            let d = PyDict::new(py);
+            for (name, v) in self.mm().vmstat().iter() {
+                d.set_item(name, v)?;
+            }
+            Ok(d)
+        })
     }
 
     /// The memory budget in bytes.
     #[getter]
-    fn budget(&self) -> u64 {
-        self.mm().budget()
+    fn budget(&self) -> PyResult<u64> {
+        crate::errors::guard("Manager.budget", || Ok(self.mm().budget()))
     }
 
     /// Bytes of memory (frames) in use now; at most the budget.
     #[getter]
-    fn resident_bytes(&self) -> u64 {
-        self.mm().resident_bytes()
+    fn resident_bytes(&self) -> PyResult<u64> {
+        crate::errors::guard("Manager.resident_bytes", || Ok(self.mm().resident_bytes()))
     }
 
     /// The highest resident_bytes seen since the manager started.
     #[getter]
-    fn peak_resident_bytes(&self) -> u64 {
-        self.mm().peak_resident_bytes()
+    fn peak_resident_bytes(&self) -> PyResult<u64> {
+        crate::errors::guard("Manager.peak_resident_bytes", || {
+            Ok(self.mm().peak_resident_bytes())
+        })
     }
 
     /// The swap device's capacity in bytes (0 without swap).
     #[getter]
-    fn swap_bytes(&self) -> u64 {
-        self.mm().swap_bytes()
+    fn swap_bytes(&self) -> PyResult<u64> {
+        crate::errors::guard("Manager.swap_bytes", || Ok(self.mm().swap_bytes()))
     }
 
     /// A description of the swap device, e.g. "file:/tmp/usermm-swap-123 (O_DIRECT)" or "ram".
     #[getter]
-    fn swap(&self) -> String {
-        self.mm().swap_name()
+    fn swap(&self) -> PyResult<String> {
+        crate::errors::guard("Manager.swap", || Ok(self.mm().swap_name()))
     }
 
     /// The swap tiers, top first: a list of (description, counters dict), e.g. the zswap pool
     /// with zswpout, zswpin, zswpwb, zswap_pool_bytes, ..., then the device below it.
     fn swap_tiers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let out = PyList::empty(py);
-        for (tier, counters) in self.mm().swap_tiers() {
-            let d = PyDict::new(py);
-            for (n, v) in counters {
-                d.set_item(n, v)?;
+        crate::errors::guard("Manager.swap_tiers", || {
+            let out = PyList::empty(py);
+            for (tier, counters) in self.mm().swap_tiers() {
+                let d = PyDict::new(py);
+                for (n, v) in counters {
+                    d.set_item(n, v)?;
+                }
+                out.append((tier, d))?;
             }
-            out.append((tier, d))?;
-        }
-        Ok(out)
+            Ok(out)
+        })
     }
 
     /// Bytes committed by live regions (strict accounting counts every mapped byte).
     #[getter]
-    fn committed_bytes(&self) -> u64 {
-        self.mm().commit().0
+    fn committed_bytes(&self) -> PyResult<u64> {
+        crate::errors::guard("Manager.committed_bytes", || Ok(self.mm().commit().0))
     }
 
     /// The commit limit in bytes: budget + swap.
     #[getter]
-    fn commit_limit_bytes(&self) -> u64 {
-        self.mm().commit().1
+    fn commit_limit_bytes(&self) -> PyResult<u64> {
+        crate::errors::guard("Manager.commit_limit_bytes", || Ok(self.mm().commit().1))
     }
 
     /// Whether mapping beyond the commit limit is allowed.
     #[getter]
-    fn overcommit(&self) -> bool {
-        self.mm().config().overcommit
+    fn overcommit(&self) -> PyResult<bool> {
+        crate::errors::guard("Manager.overcommit", || Ok(self.mm().config().overcommit))
     }
 
     /// The seed switches and laptop_mode this manager runs with: a dict of name to value
@@ -292,42 +309,50 @@ impl Manager {
     /// Passing it back as Manager(settings=...) gives the same settings.
     #[getter]
     fn settings<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = &self.mm().config().settings;
-        let d = PyDict::new(py);
-        for (info, b) in s.iter() {
-            d.set_item(
-                info.name,
-                match b {
-                    Behaviour::Old => info.old,
-                    Behaviour::New => info.new,
-                },
-            )?;
-        }
-        d.set_item("laptop_mode", if s.laptop_mode { "on" } else { "off" })?;
-        Ok(d)
+        crate::errors::guard("Manager.settings", || {
+            let s = &self.mm().config().settings;
+            let d = PyDict::new(py);
+            for (info, b) in s.iter() {
+                d.set_item(
+                    info.name,
+                    match b {
+                        Behaviour::Old => info.old,
+                        Behaviour::New => info.new,
+                    },
+                )?;
+            }
+            d.set_item("laptop_mode", if s.laptop_mode { "on" } else { "off" })?;
+            Ok(d)
+        })
     }
 
     /// How userfaultfd was opened: "dev_userfaultfd" or "syscall_full" (full mode: system calls
     /// on swapped-out array memory fault it in), or "user_mode_only" (such calls fail with
     /// EFAULT; touch the memory first).
     #[getter]
-    fn uffd_mode(&self) -> &'static str {
-        match self.mm().uffd_info().origin {
-            Origin::DevUserfaultfd => "dev_userfaultfd",
-            Origin::SyscallFull => "syscall_full",
-            Origin::SyscallUserModeOnly => "user_mode_only",
-        }
+    fn uffd_mode(&self) -> PyResult<&'static str> {
+        crate::errors::guard("Manager.uffd_mode", || {
+            Ok(match self.mm().uffd_info().origin {
+                Origin::DevUserfaultfd => "dev_userfaultfd",
+                Origin::SyscallFull => "syscall_full",
+                Origin::SyscallUserModeOnly => "user_mode_only",
+            })
+        })
     }
 
-    fn __repr__(&self) -> String {
-        let mm = self.mm();
-        format!(
-            "<usermm.Manager budget={} swap={} resident={} peak={}>",
-            mm.budget(),
-            mm.swap_name(),
-            mm.resident_bytes(),
-            mm.peak_resident_bytes()
-        )
+    fn __repr__(&self) -> PyResult<String> {
+        crate::errors::guard("Manager.__repr__", || {
+            Ok({
+                let mm = self.mm();
+                format!(
+                    "<usermm.Manager budget={} swap={} resident={} peak={}>",
+                    mm.budget(),
+                    mm.swap_name(),
+                    mm.resident_bytes(),
+                    mm.peak_resident_bytes()
+                )
+            })
+        })
     }
 }
 
@@ -355,32 +380,34 @@ fn current_default(py: Python<'_>) -> Option<Py<Manager>> {
 /// manager swaps to an unlinked temporary file and a UserWarning names the file.
 #[pyfunction]
 pub fn default(py: Python<'_>) -> PyResult<Py<Manager>> {
-    if let Some(m) = current_default(py) {
-        return Ok(m);
-    }
-    // Made without the lock held (creation releases the GIL); if another thread won the race,
-    // its manager is kept and this one dropped.
-    // The one way every front end makes a process's default manager (Mm::from_env): a swap
-    // file named by USERMM_SWAP=file:PATH that another manager holds (another process of the
-    // same program, a multiprocessing worker) is not shared; this one swaps to a temporary
-    // file, with a warning naming the file.
-    let made = py.detach(Mm::from_env).map_err(mm_err)?;
-    if let Some(note) = &made.swap_note {
-        let warnings = py.import("warnings")?;
-        warnings.call_method1("warn", (format!("usermm: {note}"),))?;
-    }
-    let made = Py::new(py, Manager::from_mm(made.mm, fork::pid()))?;
-    let (result, replaced) = {
-        let mut g = DEFAULT
-            .lock_py_attached(py)
-            .unwrap_or_else(|e| e.into_inner());
-        match g.as_ref() {
-            Some(m) if !fork::is_inherited(m.get().pid) => (m.clone_ref(py), Some(made)),
-            _ => (made.clone_ref(py), g.replace(made)),
+    crate::errors::guard("default", || {
+        if let Some(m) = current_default(py) {
+            return Ok(m);
         }
-    };
-    drop(replaced); // the loser of a race, or the parent's (leaked by Manager's Drop)
-    Ok(result)
+        // Made without the lock held (creation releases the GIL); if another thread won the race,
+        // its manager is kept and this one dropped.
+        // The one way every front end makes a process's default manager (Mm::from_env): a swap
+        // file named by USERMM_SWAP=file:PATH that another manager holds (another process of the
+        // same program, a multiprocessing worker) is not shared; this one swaps to a temporary
+        // file, with a warning naming the file.
+        let made = py.detach(Mm::from_env).map_err(mm_err)?;
+        if let Some(note) = &made.swap_note {
+            let warnings = py.import("warnings")?;
+            warnings.call_method1("warn", (format!("usermm: {note}"),))?;
+        }
+        let made = Py::new(py, Manager::from_mm(made.mm, fork::pid()))?;
+        let (result, replaced) = {
+            let mut g = DEFAULT
+                .lock_py_attached(py)
+                .unwrap_or_else(|e| e.into_inner());
+            match g.as_ref() {
+                Some(m) if !fork::is_inherited(m.get().pid) => (m.clone_ref(py), Some(made)),
+                _ => (made.clone_ref(py), g.replace(made)),
+            }
+        };
+        drop(replaced); // the loser of a race, or the parent's (leaked by Manager's Drop)
+        Ok(result)
+    })
 }
 
 /// The switches: a list of dicts with name, seed (the commit in shared/seeds), old, new and
@@ -389,20 +416,22 @@ pub fn default(py: Python<'_>) -> PyResult<Py<Manager>> {
 /// ("on"/"off").
 #[pyfunction]
 pub fn switches(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
-    let l = PyList::empty(py);
-    for i in usermm::settings::SWITCHES {
-        let d = PyDict::new(py);
-        d.set_item("name", i.name)?;
-        d.set_item("seed", i.seed)?;
-        d.set_item("old", i.old)?;
-        d.set_item("new", i.new)?;
-        let default = match i.default {
-            usermm::Behaviour::Old => i.old,
-            usermm::Behaviour::New => i.new,
-        };
-        d.set_item("default", default)?;
-        d.set_item("what", i.what)?;
-        l.append(d)?;
-    }
-    Ok(l)
+    crate::errors::guard("switches", || {
+        let l = PyList::empty(py);
+        for i in usermm::settings::SWITCHES {
+            let d = PyDict::new(py);
+            d.set_item("name", i.name)?;
+            d.set_item("seed", i.seed)?;
+            d.set_item("old", i.old)?;
+            d.set_item("new", i.new)?;
+            let default = match i.default {
+                usermm::Behaviour::Old => i.old,
+                usermm::Behaviour::New => i.new,
+            };
+            d.set_item("default", default)?;
+            d.set_item("what", i.what)?;
+            l.append(d)?;
+        }
+        Ok(l)
+    })
 }

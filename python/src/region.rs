@@ -14,7 +14,7 @@
 
 use std::ffi::{c_int, c_void};
 
-use pyo3::exceptions::{PyBufferError, PySystemError};
+use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -79,92 +79,96 @@ impl RegionBase {
         offset: Option<&Bound<'_, PyAny>>,
         shared: bool,
     ) -> PyResult<Self> {
-        fork::check(manager.pid, "Manager")?;
-        let offset = match offset.filter(|o| !o.is_none()) {
-            Some(o) => args::length("offset", o)? as u64,
-            None => 0,
-        };
-        if path.is_none() && offset != 0 {
-            return Err(invalid(format!(
-                "offset={offset}: an offset is only meaningful with a path"
-            )));
-        }
-        // The file's size now: a mapping reaching past it would raise SIGBUS on access, which
-        // kills the interpreter, so it is refused here (as Python's own mmap module does).
-        let file_len = match &path {
-            Some(p) => Some(args::mappable_file_len(p)?),
-            None => None,
-        };
-        let nbytes = if nbytes.is_none() {
-            let (Some(p), Some(len)) = (&path, file_len) else {
-                return Err(invalid(
-                    "nbytes: None is only allowed with a path (the rest of the file)",
-                ));
+        crate::errors::guard("Region()", || {
+            fork::check(manager.pid, "Manager")?;
+            let offset = match offset.filter(|o| !o.is_none()) {
+                Some(o) => args::length("offset", o)? as u64,
+                None => 0,
             };
-            len.checked_sub(offset).filter(|n| *n > 0).ok_or_else(|| {
-                invalid(format!(
-                    "offset {offset} is at or past the end of {} ({len} bytes)",
-                    p.display()
-                ))
-            })? as usize
-        } else {
-            args::length("nbytes", nbytes)?
-        };
-        if let (Some(p), Some(len)) = (&path, file_len) {
-            let end = offset.checked_add(nbytes as u64);
-            if end.is_none_or(|end| end > len) {
+            if path.is_none() && offset != 0 {
                 return Err(invalid(format!(
+                    "offset={offset}: an offset is only meaningful with a path"
+                )));
+            }
+            // The file's size now: a mapping reaching past it would raise SIGBUS on access, which
+            // kills the interpreter, so it is refused here (as Python's own mmap module does).
+            let file_len = match &path {
+                Some(p) => Some(args::mappable_file_len(p)?),
+                None => None,
+            };
+            let nbytes = if nbytes.is_none() {
+                let (Some(p), Some(len)) = (&path, file_len) else {
+                    return Err(invalid(
+                        "nbytes: None is only allowed with a path (the rest of the file)",
+                    ));
+                };
+                len.checked_sub(offset).filter(|n| *n > 0).ok_or_else(|| {
+                    invalid(format!(
+                        "offset {offset} is at or past the end of {} ({len} bytes)",
+                        p.display()
+                    ))
+                })? as usize
+            } else {
+                args::length("nbytes", nbytes)?
+            };
+            if let (Some(p), Some(len)) = (&path, file_len) {
+                let end = offset.checked_add(nbytes as u64);
+                if end.is_none_or(|end| end > len) {
+                    return Err(invalid(format!(
                     "offset {offset} + nbytes {nbytes} reaches past the end of {} ({len} bytes); \
                      touching that part would kill the process with SIGBUS: map less, or extend \
                      the file first (os.truncate)",
                     p.display()
                 )));
+                }
             }
-        }
-        let mm = manager.mm().clone();
-        let region = py
-            .detach(move || match path {
-                Some(p) => mm.map_file(
-                    p,
-                    offset,
-                    nbytes.max(1),
-                    if shared {
-                        usermm::MapKind::Shared
-                    } else {
-                        usermm::MapKind::Private
-                    },
-                ),
-                None => mm.map_anon(nbytes.max(1)),
+            let mm = manager.mm().clone();
+            let region = py
+                .detach(move || match path {
+                    Some(p) => mm.map_file(
+                        p,
+                        offset,
+                        nbytes.max(1),
+                        if shared {
+                            usermm::MapKind::Shared
+                        } else {
+                            usermm::MapKind::Private
+                        },
+                    ),
+                    None => mm.map_anon(nbytes.max(1)),
+                })
+                .map_err(mm_err)?;
+            Ok(RegionBase {
+                region: Some(region),
+                nbytes,
+                pid: fork::pid(),
             })
-            .map_err(mm_err)?;
-        Ok(RegionBase {
-            region: Some(region),
-            nbytes,
-            pid: fork::pid(),
         })
     }
 
     /// The number of bytes the buffer exports.
     #[getter]
-    fn nbytes(&self) -> usize {
-        self.nbytes
+    fn nbytes(&self) -> PyResult<usize> {
+        crate::errors::guard("Region.nbytes", || Ok(self.nbytes))
     }
 
-    fn __len__(&self) -> usize {
-        self.nbytes
+    fn __len__(&self) -> PyResult<usize> {
+        crate::errors::guard("Region.__len__", || Ok(self.nbytes))
     }
 
     /// The address of the first byte (for ctypes and C code; the memory changes under reclaim,
     /// so access it only through pointers, never cache it).
     #[getter]
-    fn address(&self) -> usize {
-        self.region().as_ptr() as usize
+    fn address(&self) -> PyResult<usize> {
+        crate::errors::guard("Region.address", || Ok(self.region().as_ptr() as usize))
     }
 
     /// The Manager serving this region (a new handle on the same manager).
     #[getter]
-    fn manager(&self) -> Manager {
-        Manager::from_mm(self.region().mm(), self.pid)
+    fn manager(&self) -> PyResult<Manager> {
+        crate::errors::guard("Region.manager", || {
+            Ok(Manager::from_mm(self.region().mm(), self.pid))
+        })
     }
 
     /// Frees the memory and swap of `[offset, offset + length)` (like `madvise(MADV_DONTNEED)`):
@@ -177,10 +181,12 @@ impl RegionBase {
         offset: Option<&Bound<'_, PyAny>>,
         length: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        fork::check(self.pid, "Region")?;
-        let r = self.region();
-        let (offset, len) = range_args(r, "discard", offset, length)?;
-        py.detach(|| r.discard(offset, len)).map_err(mm_err)
+        crate::errors::guard("Region.discard", || {
+            fork::check(self.pid, "Region")?;
+            let r = self.region();
+            let (offset, len) = range_args(r, "discard", offset, length)?;
+            py.detach(|| r.discard(offset, len)).map_err(mm_err)
+        })
     }
 
     /// Advice on how the region will be used (`madvise(2)`): "random" (faults read only their
@@ -196,9 +202,10 @@ impl RegionBase {
         offset: Option<&Bound<'_, PyAny>>,
         length: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        fork::check(self.pid, "Region")?;
-        let r = self.region();
-        let pattern = match advice {
+        crate::errors::guard("Region.advise", || {
+            fork::check(self.pid, "Region")?;
+            let r = self.region();
+            let pattern = match advice {
             "normal" => usermm::AccessPattern::Normal,
             "random" => usermm::AccessPattern::Random,
             "sequential" => usermm::AccessPattern::Sequential,
@@ -212,23 +219,26 @@ impl RegionBase {
                 )))
             }
         };
-        if offset.is_some_and(|o| !o.is_none()) || length.is_some_and(|l| !l.is_none()) {
-            return Err(invalid(format!(
-                "advice {advice:?} applies to the whole region: give no offset or length"
-            )));
-        }
-        r.set_access_pattern(pattern);
-        Ok(())
+            if offset.is_some_and(|o| !o.is_none()) || length.is_some_and(|l| !l.is_none()) {
+                return Err(invalid(format!(
+                    "advice {advice:?} applies to the whole region: give no offset or length"
+                )));
+            }
+            r.set_access_pattern(pattern);
+            Ok(())
+        })
     }
 
     /// The access pattern set by `advise`: "normal", "random" or "sequential".
     #[getter]
-    fn access_pattern(&self) -> &'static str {
-        match self.region().access_pattern() {
-            usermm::AccessPattern::Random => "random",
-            usermm::AccessPattern::Sequential => "sequential",
-            _ => "normal",
-        }
+    fn access_pattern(&self) -> PyResult<&'static str> {
+        crate::errors::guard("Region.access_pattern", || {
+            Ok(match self.region().access_pattern() {
+                usermm::AccessPattern::Random => "random",
+                usermm::AccessPattern::Sequential => "sequential",
+                _ => "normal",
+            })
+        })
     }
 
     /// Writes back the dirty pages of `[offset, offset + length)` of a shared file region and
@@ -241,18 +251,22 @@ impl RegionBase {
         offset: Option<&Bound<'_, PyAny>>,
         length: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        fork::check(self.pid, "Region")?;
-        let r = self.region();
-        let (offset, len) = range_args(r, "flush", offset, length)?;
-        py.detach(|| r.flush(offset, len)).map_err(mm_err)
+        crate::errors::guard("Region.flush", || {
+            fork::check(self.pid, "Region")?;
+            let r = self.region();
+            let (offset, len) = range_args(r, "flush", offset, length)?;
+            py.detach(|| r.flush(offset, len)).map_err(mm_err)
+        })
     }
 
-    fn __repr__(&self) -> String {
-        format!(
-            "<usermm.Region nbytes={} address={:#x}>",
-            self.nbytes,
-            self.region().as_ptr() as usize
-        )
+    fn __repr__(&self) -> PyResult<String> {
+        crate::errors::guard("Region.__repr__", || {
+            Ok(format!(
+                "<usermm.Region nbytes={} address={:#x}>",
+                self.nbytes,
+                self.region().as_ptr() as usize
+            ))
+        })
     }
 }
 
@@ -375,7 +389,10 @@ unsafe extern "C" fn region_getbuffer(
     let err = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(fill)) {
         Ok(Ok(())) => return 0,
         Ok(Err(e)) => e,
-        Err(_) => PySystemError::new_err("usermm.Region: panic while exporting the buffer"),
+        Err(_) => crate::errors::InternalError::new_err(
+            "internal error in usermm (a panic was caught at the Python boundary in \
+             Region.__getbuffer__); please report it",
+        ),
     };
     if !view.is_null() {
         // SAFETY: on failure the protocol wants view->obj NULL; view is valid (checked).

@@ -186,3 +186,72 @@ def test_swap_encrypt_and_swap_keep_reach_the_file_device(tmp_path):
     data = path.read_bytes()
     assert bytes([0x5A]) * 4096 not in data
     path.unlink()
+
+
+def test_a_panic_becomes_internal_error_not_a_crash():
+    """A Rust panic inside an entry point reaches Python as usermm.InternalError (an ordinary
+    Exception naming the call and the panic), never as PyO3's PanicException (a BaseException
+    that `except Exception` misses) or a crash; the module keeps working afterwards."""
+    from usermm import usermm as native  # the extension module itself (private names)
+
+    with pytest.raises(usermm.InternalError) as e:
+        native._test_panic("injected by the test")
+    msg = str(e.value)
+    assert "injected by the test" in msg and "_test_panic" in msg and "report" in msg, msg
+    assert isinstance(e.value, usermm.Error) and isinstance(e.value, Exception)
+    assert usermm.parse_size("4k") == 4096
+
+
+def _entry_points(src):
+    """(name, body) of every function PyO3 exposes in one source file: the methods of
+    #[pymethods] blocks and the #[pyfunction]s (unsafe FFI slots excluded)."""
+    import re
+
+    def close(s, i):  # index of the brace matching s[i] == "{", skipping strings and comments
+        depth = 0
+        while True:
+            c = s[i]
+            if c == '"':
+                i += 1
+                while s[i] != '"':
+                    i += 2 if s[i] == "\\" else 1
+            elif s.startswith("//", i):
+                i = s.index("\n", i)
+                continue
+            elif c == "{":
+                depth += 1
+            elif c == "}":
+                depth -= 1
+                if depth == 0:
+                    return i
+            i += 1
+
+    blocks = [(m.end() - 1, close(src, m.end() - 1))
+              for m in re.finditer(r"#\[pymethods\]\s*impl \w+ \{", src)]
+    out = []
+    for m in re.finditer(r"\n\s*(?:pub )?fn (\w+)", src):
+        inside = any(a < m.start() < b for a, b in blocks)
+        attrs = src[:m.start()].rstrip().rsplit("\n\n", 1)[-1]
+        if not inside and "#[pyfunction]" not in attrs:
+            continue
+        open_ = src.index("{", src.index(")", m.end()))
+        out.append((m.group(1), src[open_ + 1:close(src, open_)].strip()))
+    return out
+
+
+def test_every_entry_point_runs_behind_the_panic_guard():
+    """Every method and function the module exposes (python/src) runs its whole body inside
+    errors::guard, so no panic can cross into Python. A new entry point without it fails here."""
+    src_dir = os.path.join(os.path.dirname(__file__), os.pardir, "src")
+    seen, unguarded = 0, []
+    for name in sorted(os.listdir(src_dir)):
+        if not name.endswith(".rs"):
+            continue
+        with open(os.path.join(src_dir, name)) as f:
+            src = f.read()
+        for fn, body in _entry_points(src):
+            seen += 1
+            if not (body.startswith("crate::errors::guard(") or body.startswith("guard(")):
+                unguarded.append(f"{name}: {fn}: {body[:60]!r}")
+    assert seen >= 30, f"found only {seen} entry points: the scan is broken"
+    assert not unguarded, "entry points outside the panic guard:\n" + "\n".join(unguarded)
