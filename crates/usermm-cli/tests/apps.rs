@@ -20,7 +20,12 @@ fn is_root() -> bool {
 
 #[test]
 fn quick_cases_give_native_output_on_both_engines() {
-    let engines = if is_root() { "usermm,kernel" } else { "usermm" };
+    let engines = if is_root() {
+        "usermm,kernel"
+    } else {
+        usermm_sys::skip_test("not root: bench apps runs on usermm only, no kernel engine");
+        "usermm"
+    };
     let o = usermm()
         .args(["bench", "apps", "--quick", "--json", "--engine", engines])
         .args(["--swap-size", "1G"])

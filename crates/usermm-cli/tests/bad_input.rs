@@ -217,7 +217,12 @@ fn every_bad_argument_is_named() {
             2,
             &["laptop_mode", "name=value"],
         ),
-        (&["info", "--set", "=on"], &[], 2, &["unknown switch \"\""]),
+        (
+            &["info", "--set", "=on"],
+            &[],
+            2,
+            &["\"=on\"", "no name before"],
+        ),
         (
             &["info"],
             &[("USERMM_SET", "laptop_mode=2")],

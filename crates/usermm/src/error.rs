@@ -125,6 +125,8 @@ pub enum ConfigError {
     UnknownSwitch { name: String, known: String },
     #[error("setting {item:?} has no value: write name=value, e.g. accessed_init=old")]
     NoValue { item: String },
+    #[error("setting {item:?} has no name before '=': write name=value, e.g. accessed_init=old")]
+    NoName { item: String },
     #[error("laptop_mode={value:?}: use on or off")]
     LaptopMode { value: String },
     /// A setting this front end cannot honour; `why` says why and what to use instead.

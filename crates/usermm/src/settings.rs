@@ -288,6 +288,9 @@ impl Settings {
             let (name, value) = item
                 .split_once('=')
                 .ok_or_else(|| Error::from(ConfigError::NoValue { item: item.into() }))?;
+            if name.trim().is_empty() {
+                return Err(ConfigError::NoName { item: item.into() }.into());
+            }
             self.set(name.trim(), value.trim())?;
         }
         Ok(())

@@ -150,6 +150,32 @@ proptest! {
     }
 }
 
+/// Whether error message `m` names `value`: all of it (trimmed), or, for a list such as
+/// USERMM_SET's or a swap chain, the item that is wrong.
+fn names_value(m: &str, value: &str) -> bool {
+    let quoted = |t: &str| {
+        m.contains(&format!("{t:?}"))
+            || m.contains(&format!("'{t}'"))
+            || m.contains(&format!("`{t}`"))
+    };
+    let v = value.trim();
+    // The items of a list (USERMM_SET's "a=b,c=d", a swap chain "zswap+file") and their parts.
+    let mut parts: Vec<&str> = Vec::new();
+    for item in v.split(',') {
+        parts.push(item);
+        parts.extend(item.split('='));
+        parts.extend(item.split('+'));
+    }
+    m.contains(v)
+        || quoted(value)
+        || quoted(v)
+        || parts
+            .into_iter()
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .any(quoted)
+}
+
 /// The environment is process-wide: one test sets and clears every variable in turn.
 #[test]
 fn environment_values_are_named_when_bad() {
@@ -165,7 +191,7 @@ fn environment_values_are_named_when_bad() {
     let clear = || vars.iter().for_each(|v| std::env::remove_var(v));
     clear();
     assert!(MmConfig::from_env().is_ok());
-    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(256));
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(2048));
     let strat = (0usize..vars.len(), "[ -~]{0,16}");
     runner
         .run(&strat, |(i, value)| {
@@ -176,6 +202,12 @@ fn environment_values_are_named_when_bad() {
             if let Err(e) = r {
                 let m = msg(e);
                 prop_assert!(m.contains(vars[i]), "{}={value:?}: {m}", vars[i]);
+                // The value, or the part of it that is wrong, is named too.
+                prop_assert!(
+                    names_value(&m, &value),
+                    "{}={value:?}: the message does not name the value: {m}",
+                    vars[i]
+                );
             }
             Ok(())
         })
