@@ -13,7 +13,8 @@
 //! So, before `os.fork()` (hook registered with `os.register_at_fork`), every
 //! userfaultfd-registered mapping of the process gets `MADV_DONTFORK`: frame pools and region
 //! views, found in /proc/self/smaps by their `um` VmFlag. The child then has no such mappings
-//! (reading an inherited array crashes it with SIGSEGV), and the parent's pages stay exclusive.
+//! (reading an inherited array crashes it with SIGSEGV, after a line on stderr saying why:
+//! usermm-sys `forkguard`), and the parent's pages stay exclusive.
 //! Every `Manager` and `Region` remembers the process that made it. In another process, mapping
 //! or discarding through it raises `usermm.Error`, and dropping it leaks the child's copy instead
 //! of touching the shared userfaultfd.

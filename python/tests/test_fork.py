@@ -13,6 +13,13 @@ from conftest import HERE, run_python
 def case(name, **kw):
     r = run_python(os.path.join(HERE, "forkwork.py"), name, timeout=120, **kw)
     assert r.returncode == 0, r.stderr
+    if name == "read":
+        # The child is told why before it dies: one line naming the address, the parent and
+        # the way out (the SIGSEGV itself is unchanged).
+        assert "usermm: SIGSEGV at 0x" in r.stderr, r.stderr
+        assert "fork() child of pid " in r.stderr and '"spawn"' in r.stderr, r.stderr
+    else:
+        assert "usermm: SIGSEGV" not in r.stderr, r.stderr
     return r.stdout.split()
 
 

@@ -186,6 +186,16 @@ fn c_config_swap_encrypt_and_keep() {
     assert!(text.contains("swapopts: plain "), "{text}");
 }
 
+/// A fork child touching usermm memory (not inherited: MADV_DONTFORK) dies of SIGSEGV after one
+/// line on stderr naming the address, the range, the parent and what to do; a SIGSEGV elsewhere
+/// in a child says nothing of usermm; the parent's memory is intact.
+#[test]
+fn c_fork_child_is_told_why_it_faults() {
+    let exe = capi_test("capi_test_fork", false);
+    let (o, text) = run(&exe, "fork", SMALL);
+    assert_passed(&o, &text, 13);
+}
+
 #[test]
 fn c_bad_budget_in_environment_is_named() {
     let exe = capi_test("capi_test_badenv", false);

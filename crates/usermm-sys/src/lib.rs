@@ -3,7 +3,7 @@
 //! system calls the memory manager and its front ends need (mmap/madvise, pread/pwrite into
 //! mapped memory and batches of them through io_uring, fallocate, userfaultfd and PAGEMAP_SCAN
 //! ioctls, a few process calls, the SIGBUS handler through which a faulting thread serves its
-//! own fault).
+//! own fault, the SIGSEGV note a fork child gets where its parent's usermm memory was).
 //! Everything above it (the usermm core, usermm-vma, the CLI, the Python module) is safe Rust;
 //! the core reaches this crate as `crate::sys` and does not re-export it.
 //!
@@ -16,6 +16,7 @@
 //! that the kernel performs directly on the mapping.
 
 pub mod error;
+pub mod forkguard;
 pub mod mem;
 pub mod pagemap;
 pub mod ring;

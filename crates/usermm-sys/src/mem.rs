@@ -18,6 +18,8 @@ use crate::error::{Result, SysError, Syscall};
 pub struct Mapping {
     ptr: NonNull<u8>,
     len: usize,
+    /// Advised `DontFork`: recorded for fork children ([`crate::forkguard`]) until dropped.
+    fork_guarded: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: a Mapping is an address range owned by this process; every access goes through
@@ -132,6 +134,7 @@ impl Mapping {
         Ok(Mapping {
             ptr: NonNull::new(start as *mut u8).expect("mmap returned null"),
             len,
+            fork_guarded: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -176,6 +179,7 @@ impl Mapping {
         Ok(Mapping {
             ptr: NonNull::new(p as *mut u8).expect("mmap returned null"),
             len,
+            fork_guarded: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -216,6 +220,12 @@ impl Mapping {
                 Syscall::Madvise,
                 format!("({advice:?}) of {len:#x} bytes at {:#x}", self.addr() + off),
             ));
+        }
+        if advice == Advice::DontFork {
+            // A fork child touching the range is told why it gets SIGSEGV.
+            self.fork_guarded
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            crate::forkguard::remember(self.addr() + off, len);
         }
         Ok(())
     }
@@ -541,6 +551,9 @@ impl Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
+        if *self.fork_guarded.get_mut() {
+            crate::forkguard::forget(self.addr(), self.len);
+        }
         // SAFETY: we own [ptr, ptr+len) since creation; no references into it exist.
         unsafe { libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.len) };
     }

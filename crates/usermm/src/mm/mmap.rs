@@ -95,7 +95,8 @@ fn new_region(mm: &Mm, len: usize, file: Option<FileMap>, noreserve: bool) -> Re
         .map_err(|e| undo(Error::io("madvise(NOHUGEPAGE) on a region", e)))?;
     // Not inherited by fork(2): a child would share the pages, and the kernel refuses to move
     // pages mapped twice, stalling this manager's faults and reclaim until the child exits. A
-    // child touching the range gets SIGSEGV, never stale data.
+    // child touching the range gets SIGSEGV, never stale data, after a line saying why
+    // (usermm-sys forkguard, which the DontFork advice registers the range with).
     view.advise(0, view.len(), Advice::DontFork)
         .map_err(|e| undo(Error::io("madvise(DONTFORK) on a region", e)))?;
     m.mm.uffd
