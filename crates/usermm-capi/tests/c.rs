@@ -1,4 +1,5 @@
-//! Builds the C test (tests/c/capi_test.c) and the C example (examples/c/usermm_example.c)
+//! Builds the C test (tests/c/capi_test.c, with tests/c/touch_ctor.c as a library it dlopens)
+//! and the C example (examples/c/usermm_example.c)
 //! with gcc against libusermm.so and libusermm.a as cargo just built them, runs them and
 //! checks their output. Needs gcc (CI installs it).
 
@@ -194,6 +195,35 @@ fn c_fork_child_is_told_why_it_faults() {
     let exe = capi_test("capi_test_fork", false);
     let (o, text) = run(&exe, "fork", SMALL);
     assert_passed(&o, &text, 13);
+}
+
+/// A fault taken inside dlopen(3) (a library constructor reading swapped-out usermm memory,
+/// with the dynamic loader's lock held) is served: the handler threads registered their
+/// thread-local destructors, which takes that lock, when they started, not on their first
+/// swap-in. It hung every time before (the C program's alarm turns a hang into a failure).
+#[test]
+fn c_fault_inside_dlopen_is_served() {
+    let exe = capi_test("capi_test_dlopen", false);
+    let lib = lib_dir().join("libusermm_touch_ctor.so");
+    let o = Command::new("gcc")
+        .args(["-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(manifest().join("tests/c/touch_ctor.c"))
+        .output()
+        .expect("running gcc (install gcc)");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut c = Command::new(&exe);
+    c.args(["dlopen", lib.to_str().unwrap()]);
+    for (k, v) in SMALL {
+        c.env(k, v);
+    }
+    let o = c.output().expect("running the C program");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_passed(&o, &text, 8);
 }
 
 #[test]

@@ -45,6 +45,13 @@ thread_local! {
     static RING: RefCell<Option<IoUring>> = const { RefCell::new(None) };
 }
 
+/// Registers this thread's ring slot (its destructor) now, on a thread about to serve faults:
+/// the first use of a thread-local with a destructor registers it with glibc, which takes the
+/// dynamic loader's lock, and a fault taken by a thread inside dlopen(3) holds that lock.
+pub fn warm_thread_local() {
+    RING.with(|_| {});
+}
+
 /// Whether this process can use io_uring (probed once by making a ring).
 pub fn available() -> bool {
     match AVAILABLE.load(Ordering::Relaxed) {

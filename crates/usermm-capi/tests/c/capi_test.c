@@ -16,6 +16,7 @@
  */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <fcntl.h>
@@ -637,6 +638,41 @@ static void test_fork(void) {
     CHECK(usermm_munmap(p, len) == 0, "usermm_munmap");
 }
 
+/* A fault taken with the dynamic loader's lock held (a library constructor running inside
+ * dlopen touches swapped-out usermm memory) is served: the fault path never needs that lock
+ * (a handler thread registering a thread-local destructor on its first swap-in took it, and the
+ * program hung for good). alarm() turns a hang into a failure. */
+static void test_dlopen(const char *lib) {
+    alarm(60);
+    usermm_mm *mm = usermm_default();
+    CHECK(mm != NULL, "usermm_default");
+    size_t len = 64 << 20, n = len / 8;
+    uint64_t *p = usermm_mmap(NULL, len, RW, PA, -1, 0);
+    CHECK(p != MAP_FAILED, "usermm_mmap: %s", usermm_last_error());
+    if (p == MAP_FAILED)
+        return;
+    for (size_t i = 0; i < n; i++)
+        p[i] = pattern(i);
+    CHECK(stat_of(mm, "pswpout") > 0, "nothing swapped out");
+    char addr[32];
+    snprintf(addr, sizeof addr, "%" PRIxPTR, (uintptr_t)&p[7]);
+    setenv("USERMM_TOUCH_ADDR", addr, 1);
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    CHECK(h != NULL, "dlopen %s: %s", lib, dlerror());
+    if (h) {
+        uint64_t *v = dlsym(h, "usermm_touch_value");
+        CHECK(v != NULL && *v == pattern(7), "the constructor read %#" PRIx64 ", want %#" PRIx64,
+              v ? *v : 0, pattern(7));
+        dlclose(h);
+    }
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += p[i] != pattern(i);
+    CHECK(bad == 0, "%zu words wrong", bad);
+    CHECK(usermm_munmap(p, len) == 0, "usermm_munmap");
+    alarm(0);
+}
+
 int main(int argc, char **argv) {
     const char *what = argc > 1 ? argv[1] : "";
     if (!strcmp(what, "big"))
@@ -651,8 +687,10 @@ int main(int argc, char **argv) {
         test_swapopts();
     else if (!strcmp(what, "fork"))
         test_fork();
+    else if (!strcmp(what, "dlopen") && argc > 2)
+        test_dlopen(argv[2]);
     else {
-        fprintf(stderr, "usage: capi_test big|bad|handle|badenv|swapopts|fork\n");
+        fprintf(stderr, "usage: capi_test big|bad|handle|badenv|swapopts|fork|dlopen LIB\n");
         return 2;
     }
     printf("%d passed, %d failed\n", passed, failed);

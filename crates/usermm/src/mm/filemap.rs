@@ -1229,6 +1229,7 @@ fn ra_worker_cpu(m: &MmInner) -> Option<crate::sync::MutexGuard<'_, ()>> {
 /// window of a file no longer in the file table (closed and forgotten, its id perhaps reused
 /// by another file since) is skipped: its pages would name that other file.
 fn ra_worker_main(m: Arc<MmInner>) {
+    super::pool::warm_thread_locals();
     RA_WORKER.with(|w| w.set(true));
     let mut done = false;
     while let Some(r) = m.ra.pop(done) {

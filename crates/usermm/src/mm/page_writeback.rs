@@ -248,6 +248,7 @@ pub(crate) fn balance_dirty_pages(m: &MmInner, mapping: &AddressSpace) {
 /// One device's flusher (`wb_workfn`): background writeback while over the background
 /// threshold or asked by reclaim, and periodic writeback of expired mappings.
 fn wb_workfn(m: Arc<MmInner>, b: Arc<Bdi>) {
+    super::pool::warm_thread_locals();
     let interval = Duration::from_millis(m.cfg.dirty_writeback_centisecs.max(1) as u64 * 10);
     let expire_ms = m.cfg.dirty_expire_centisecs as u64 * 10;
     loop {

@@ -259,6 +259,19 @@ thread_local! {
     static BOUNCE: std::cell::RefCell<Option<Mapping>> = const { std::cell::RefCell::new(None) };
 }
 
+/// Called first by every thread usermm starts (fault handlers, the watchdog, kswapd, flushers,
+/// readahead workers): touches each thread-local of the fault and reclaim paths that has a
+/// destructor, so that glibc registers the destructors now. Registering takes the dynamic
+/// loader's lock (`__cxa_thread_atexit_impl`), and a program thread inside dlopen(3) holds it:
+/// a library constructor, or glibc loading libgcc_s for backtrace(3), touching swapped-out
+/// usermm memory waited for a handler that waited for the loader lock, for good (seen under
+/// `usermm run` with numpy; capi_test's "dlopen" case reproduced it every time).
+pub(crate) fn warm_thread_locals() {
+    BOUNCE.with(|_| {});
+    crate::swap::zswap::warm_thread_local();
+    crate::sys::ring::warm_thread_local();
+}
+
 /// Runs `f` with this thread's bounce buffer (512 pages, unregistered, reused so its pages stay
 /// populated): device reads land there, then UFFDIO_COPY places them. Under
 /// `fault_path=sigbus` every faulting thread has one (its readahead windows' worth resident,

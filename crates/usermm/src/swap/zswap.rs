@@ -253,6 +253,11 @@ thread_local! {
         const { RefCell::new(None) };
 }
 
+/// Registers this thread's zstd context slot now (see [`crate::mm::pool::warm_thread_locals`]).
+pub(crate) fn warm_thread_local() {
+    ZSTD.with(|_| {});
+}
+
 fn with_zstd<R>(
     level: i32,
     f: impl FnOnce(
