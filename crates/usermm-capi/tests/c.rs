@@ -206,7 +206,9 @@ fn c_fault_inside_dlopen_is_served() {
     let exe = capi_test("capi_test_dlopen", false);
     let lib = lib_dir().join("libusermm_touch_ctor.so");
     let o = Command::new("gcc")
-        .args(["-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o"])
+        .args([
+            "-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o",
+        ])
         .arg(&lib)
         .arg(manifest().join("tests/c/touch_ctor.c"))
         .output()
