@@ -270,6 +270,9 @@ pub(crate) fn warm_thread_locals() {
     BOUNCE.with(|_| {});
     crate::swap::zswap::warm_thread_local();
     crate::sys::ring::warm_thread_local();
+    // The Redis Cluster client's random node choice (a reconnect, a failover) uses rand's
+    // thread-local generator, whose first use registers a destructor the same way.
+    drop(rand::rng());
 }
 
 /// Runs `f` with this thread's bounce buffer (512 pages, unregistered, reused so its pages stay
