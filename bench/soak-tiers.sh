@@ -30,6 +30,7 @@ declare -A args=(
   [encrypted-file]="--swap file --swap-encrypt"
 )
 start=$(date -u +%FT%TZ)
+rev="$(git rev-parse --short HEAD)$(git diff --quiet || echo '+changes')"
 for n in "${names[@]}"; do
   mkdir -p "$work/$n"
   # shellcheck disable=SC2086 # args are words
@@ -39,7 +40,7 @@ done
 wait
 {
   echo "# Issue 16: $dur soaks on each swap tier, all seven at once at nice 10 on $(nproc) vCPUs,"
-  echo "# $start to $(date -u +%FT%TZ), binary $(git rev-parse --short HEAD)$(git diff --quiet || echo '+changes')."
+  echo "# $start to $(date -u +%FT%TZ), $bin at HEAD $rev (when it started)."
   echo "#   usermm bench soak --duration $dur --budget 16M --swap TIER --swap-size 256M --dir DIR [extra]"
   echo "# (4 threads, seed 1, audits every 5 s; each fails on a mismatch, an Mm::audit inconsistency, a"
   echo "# stuck fault, an unhealthy Mm::health() or a counter only a usermm bug makes nonzero)."
