@@ -22,6 +22,9 @@ fn manifest() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The flags every C file here is compiled with.
+const CFLAGS: [&str; 4] = ["-O2", "-Wall", "-Wextra", "-Werror"];
+
 fn gcc(src: &Path, out: &str, static_link: bool) -> PathBuf {
     let lib = lib_dir();
     for f in ["libusermm.so", "libusermm.a"] {
@@ -33,7 +36,8 @@ fn gcc(src: &Path, out: &str, static_link: bool) -> PathBuf {
     }
     let exe = lib.join(out);
     let mut cmd = Command::new("gcc");
-    cmd.args(["-O2", "-Wall", "-Wextra", "-Werror", "-o"])
+    cmd.args(CFLAGS)
+        .arg("-o")
         .arg(&exe)
         .arg(src)
         .arg(format!("-I{}", manifest().join("include").display()));
@@ -64,8 +68,13 @@ fn gcc(src: &Path, out: &str, static_link: bool) -> PathBuf {
 }
 
 fn run(exe: &Path, arg: &str, env: &[(&str, &str)]) -> (Output, String) {
+    run_args(exe, &[arg], env)
+}
+
+/// [`run`] with several arguments.
+fn run_args(exe: &Path, args: &[&str], env: &[(&str, &str)]) -> (Output, String) {
     let mut c = Command::new(exe);
-    c.arg(arg);
+    c.args(args);
     for v in [
         "USERMM_BUDGET",
         "USERMM_SWAP",
@@ -206,25 +215,14 @@ fn c_fault_inside_dlopen_is_served() {
     let exe = capi_test("capi_test_dlopen", false);
     let lib = lib_dir().join("libusermm_touch_ctor.so");
     let o = Command::new("gcc")
-        .args([
-            "-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o",
-        ])
+        .args(CFLAGS)
+        .args(["-shared", "-fPIC", "-o"])
         .arg(&lib)
         .arg(manifest().join("tests/c/touch_ctor.c"))
         .output()
         .expect("running gcc (install gcc)");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let mut c = Command::new(&exe);
-    c.args(["dlopen", lib.to_str().unwrap()]);
-    for (k, v) in SMALL {
-        c.env(k, v);
-    }
-    let o = c.output().expect("running the C program");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let (o, text) = run_args(&exe, &["dlopen", lib.to_str().unwrap()], SMALL);
     assert_passed(&o, &text, 8);
 }
 

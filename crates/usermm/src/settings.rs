@@ -288,10 +288,11 @@ impl Settings {
             let (name, value) = item
                 .split_once('=')
                 .ok_or_else(|| Error::from(ConfigError::NoValue { item: item.into() }))?;
-            if name.trim().is_empty() {
+            let name = name.trim();
+            if name.is_empty() {
                 return Err(ConfigError::NoName { item: item.into() }.into());
             }
-            self.set(name.trim(), value.trim())?;
+            self.set(name, value.trim())?;
         }
         Ok(())
     }

@@ -1191,11 +1191,8 @@ pub fn page_cache_async_ra(
         }
         RaPush::StartWorker => {
             let me = m.self_ref.lock().as_ref().and_then(|w| w.upgrade());
-            let spawned = me.map(|me| {
-                std::thread::Builder::new()
-                    .name("usermm-ra".into())
-                    .spawn(move || ra_worker_main(me))
-            });
+            let spawned =
+                me.map(|me| super::spawn_thread("usermm-ra".into(), move || ra_worker_main(me)));
             match spawned {
                 Some(Ok(t)) => m.ra.threads.lock().push(t),
                 failed => {
@@ -1229,7 +1226,6 @@ fn ra_worker_cpu(m: &MmInner) -> Option<crate::sync::MutexGuard<'_, ()>> {
 /// window of a file no longer in the file table (closed and forgotten, its id perhaps reused
 /// by another file since) is skipped: its pages would name that other file.
 fn ra_worker_main(m: Arc<MmInner>) {
-    super::pool::warm_thread_locals();
     RA_WORKER.with(|w| w.set(true));
     let mut done = false;
     while let Some(r) = m.ra.pop(done) {

@@ -319,7 +319,6 @@ pub fn stuck_faults(h: &HandlerState, after: Duration) -> Vec<StuckFault> {
 /// invisible to the handler slots, so the watchdog reads them, logs each address with its
 /// page's state, and serves them itself (`fault_unread`).
 pub fn watchdog_main(m: Arc<MmInner>) {
-    super::pool::warm_thread_locals();
     let mut reported: Vec<usize> = Vec::new();
     let mut last_reads = u64::MAX;
     let mut unread_since: Option<Instant> = None;
@@ -417,7 +416,6 @@ struct Held {
 /// a live handler, or this one, serves them), the death is logged and counted
 /// (`handler_died`, [`Mm::health`](super::Mm::health)), and the thread starts over.
 pub fn handler_main(m: Arc<MmInner>, slot: usize) {
-    super::pool::warm_thread_locals();
     use std::panic::{catch_unwind, AssertUnwindSafe};
     let mut held = Held {
         msgs: [Msg::default(); 32],

@@ -602,22 +602,18 @@ impl Mm {
         };
         for i in 0..handlers {
             let m = inner.clone();
-            let t = std::thread::Builder::new()
-                .name(format!("usermm-fault{i}"))
-                .spawn(move || handler::handler_main(m, i))
-                .map_err(|e| spawn_failed(&format!("fault handler thread {i} of {handlers}"), e))?;
+            let t = super::spawn_thread(format!("usermm-fault{i}"), move || {
+                handler::handler_main(m, i)
+            })
+            .map_err(|e| spawn_failed(&format!("fault handler thread {i} of {handlers}"), e))?;
             h.threads.lock().push(t);
         }
         let m = inner.clone();
-        let t = std::thread::Builder::new()
-            .name("usermm-watchdog".into())
-            .spawn(move || handler::watchdog_main(m))
+        let t = super::spawn_thread("usermm-watchdog".into(), move || handler::watchdog_main(m))
             .map_err(|e| spawn_failed("the fault watchdog", e))?;
         h.threads.lock().push(t);
         let m = inner.clone();
-        let t = std::thread::Builder::new()
-            .name("usermm-kswapd".into())
-            .spawn(move || vmscan::kswapd_main(m))
+        let t = super::spawn_thread("usermm-kswapd".into(), move || vmscan::kswapd_main(m))
             .map_err(|e| spawn_failed("kswapd", e))?;
         h.threads.lock().push(t);
         if self_served {

@@ -83,6 +83,21 @@ pub mod vmscan;
 #[cfg(not(loom))]
 pub mod workingset;
 
+/// Starts a usermm thread (a fault handler, the watchdog, kswapd, a flusher, a readahead
+/// worker): named `name`, running `f` after [`pool::warm_thread_locals`], so no thread usermm
+/// starts registers a thread-local destructor, which takes the dynamic loader's lock, while
+/// serving a fault.
+#[cfg(not(loom))]
+pub(crate) fn spawn_thread(
+    name: String,
+    f: impl FnOnce() + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new().name(name).spawn(move || {
+        pool::warm_thread_locals();
+        f()
+    })
+}
+
 #[cfg(not(loom))]
 pub use manager::*;
 #[cfg(not(loom))]

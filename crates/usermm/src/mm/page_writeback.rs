@@ -122,10 +122,7 @@ fn bdi_of(m: &MmInner, dev: u64) -> Arc<Bdi> {
     drop(map);
     if let Some(me) = m.self_ref.lock().as_ref().and_then(|w| w.upgrade()) {
         let bb = b.clone();
-        match std::thread::Builder::new()
-            .name(format!("usermm-flush-{dev:x}"))
-            .spawn(move || wb_workfn(me, bb))
-        {
+        match super::spawn_thread(format!("usermm-flush-{dev:x}"), move || wb_workfn(me, bb)) {
             Ok(t) => m.wb.threads.lock().push(t),
             Err(e) => log::error!("spawning the flusher for device {dev:#x}: {e}"),
         }
@@ -248,7 +245,6 @@ pub(crate) fn balance_dirty_pages(m: &MmInner, mapping: &AddressSpace) {
 /// One device's flusher (`wb_workfn`): background writeback while over the background
 /// threshold or asked by reclaim, and periodic writeback of expired mappings.
 fn wb_workfn(m: Arc<MmInner>, b: Arc<Bdi>) {
-    super::pool::warm_thread_locals();
     let interval = Duration::from_millis(m.cfg.dirty_writeback_centisecs.max(1) as u64 * 10);
     let expire_ms = m.cfg.dirty_expire_centisecs as u64 * 10;
     loop {

@@ -259,8 +259,7 @@ thread_local! {
     static BOUNCE: std::cell::RefCell<Option<Mapping>> = const { std::cell::RefCell::new(None) };
 }
 
-/// Called first by every thread usermm starts (fault handlers, the watchdog, kswapd, flushers,
-/// readahead workers): touches each thread-local of the fault and reclaim paths that has a
+/// Called first by every thread usermm starts ([`super::spawn_thread`]): touches each thread-local of the fault and reclaim paths that has a
 /// destructor, so that glibc registers the destructors now. Registering takes the dynamic
 /// loader's lock (`__cxa_thread_atexit_impl`), and a program thread inside dlopen(3) holds it:
 /// a library constructor, or glibc loading libgcc_s for backtrace(3), touching swapped-out

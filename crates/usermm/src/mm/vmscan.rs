@@ -111,7 +111,6 @@ pub fn try_to_free_pages(m: &MmInner, nr: usize) -> usize {
 /// kswapd: sleeps until woken below the low watermark, then reclaims until free frames reach
 /// the high watermark (`balance_pgdat`).
 pub fn kswapd_main(m: std::sync::Arc<MmInner>) {
-    super::pool::warm_thread_locals();
     loop {
         {
             let mut p = m.node.kswapd.pending.lock();
