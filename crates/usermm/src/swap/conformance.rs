@@ -680,10 +680,15 @@ fn file_swap_encrypted_pages_are_unreadable_and_tamper_evident() {
         use std::os::unix::fs::FileExt;
         // (The path is unlinked at open; the device's descriptor still names the file.)
         let f = std::fs::OpenOptions::new()
+            .read(true)
             .write(true)
             .open(unlinked_fd_of(&path))
             .unwrap();
-        f.write_at(&[0x55], 7 * 4096 + 100).unwrap(); // slot 6 starts at byte 7 * 4096
+        // Flip the bits of one ciphertext byte (writing a fixed value left it unchanged when the
+        // byte already held it, one run in 256). Slot 6 starts at byte 7 * 4096.
+        let mut b = [0u8];
+        f.read_exact_at(&mut b, 7 * 4096 + 100).unwrap();
+        f.write_at(&[!b[0]], 7 * 4096 + 100).unwrap();
         f.sync_all().unwrap();
     }
     let dst = pool(2);
