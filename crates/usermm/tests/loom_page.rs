@@ -99,7 +99,14 @@ impl FaultEnv for World {
         }
         p.set(pg::DIRTY);
     }
-    fn unprotect(&self, _idx: PgOff) {}
+    fn unprotect(&self, _idx: PgOff, _n: u64) {}
+    fn write_window(&self, _idx: PgOff) -> u64 {
+        1
+    }
+    fn write_expected(&self, _idx: PgOff) -> bool {
+        false
+    }
+    fn writes_advance(&self, _idx: PgOff, _next: PgOff) {}
     fn place(&self, _idx: PgOff, f: Pfn, _wp: bool) -> bool {
         assert_eq!(get(&self.model.free[f.idx()]), 0, "mapping free frame {f}");
         assert_eq!(

@@ -86,6 +86,18 @@ fn pass(s: &Setup, t: usize, tag: u64, write: bool, stride: usize) {
     }
 }
 
+/// What every run here ends with: the budget held, nothing poisoned, the manager consistent.
+/// `swapped`: pages went out to swap and came back.
+fn assert_clean_run(mm: &usermm::Mm, swapped: bool) {
+    let vm = mm.vmstat();
+    assert!(mm.peak_resident_bytes() <= BUDGET, "{vm}");
+    if swapped {
+        assert!(vm.val("pswpout") > 0 && vm.val("pswpin") > 0, "{vm}");
+    }
+    assert_eq!(vm.val("oom_poison"), 0, "{vm}");
+    assert_consistent(mm);
+}
+
 fn run_threads(
     s: &Arc<Setup>,
     threads: usize,
@@ -161,10 +173,7 @@ fn many_threads_write_then_verify_with(mode: (bool, bool)) {
             });
             let vm = s.mm.vmstat();
             eprintln!("{vm}");
-            assert!(s.mm.peak_resident_bytes() <= BUDGET, "{vm}");
-            assert!(vm.val("pswpout") > 0 && vm.val("pswpin") > 0, "{vm}");
-            assert_eq!(vm.val("oom_poison"), 0, "{vm}");
-            assert_consistent(&s.mm);
+            assert_clean_run(&s.mm, true);
             assert_eq!(
                 vm.val("swap_write_error") + vm.val("swap_read_error"),
                 0,
@@ -200,10 +209,7 @@ fn many_threads_rewrite_rounds_with(mode: (bool, bool)) {
                     pass(s, t, round, false, 1);
                 }
             });
-            let vm = s.mm.vmstat();
-            assert!(s.mm.peak_resident_bytes() <= BUDGET, "{vm}");
-            assert_eq!(vm.val("oom_poison"), 0, "{vm}");
-            assert_consistent(&s.mm);
+            assert_clean_run(&s.mm, false);
         },
     );
 }
@@ -312,9 +318,7 @@ fn mixed_faults_with_concurrent_discard_with(mode: (bool, bool)) {
             .collect();
         let vm = mm.vmstat();
         assert!(failed.is_empty(), "threads {failed:?} failed\n{vm}");
-        assert!(mm.peak_resident_bytes() <= BUDGET, "{vm}");
-        assert_eq!(vm.val("oom_poison"), 0, "{vm}");
-        assert_consistent(&mm);
+        assert_clean_run(&mm, false);
     });
 }
 
@@ -371,6 +375,67 @@ fn rewrites_by_a_few_threads_are_never_lost() {
             );
         }
     });
+}
+
+/// Read-modify-write passes (each word read, then rewritten: the write fault-around over clean
+/// swap-cache pages and the writable swap-ins of a write run) by 8 threads at once, each over
+/// its own word of every page of two shared 8 MiB regions (so one thread's run unprotects pages
+/// another is reading or writing) and over a private 2 MiB region, at a quarter of the data's
+/// size. Every round's value must be read back: a lost write shows as the previous round's.
+/// Over both replacement policies and both fault paths.
+#[test]
+fn read_modify_write_passes_by_many_threads() {
+    for mode in MODES {
+        read_modify_write_passes_with(mode);
+    }
+}
+
+fn read_modify_write_passes_with(mode: (bool, bool)) {
+    init_log();
+    const T: usize = 8;
+    with_watchdog(
+        120,
+        "8 threads read-modify-writing 34 MiB with an 8 MiB budget",
+        move || {
+            let s = setup(T, &[8, 8], 2 << 20, mode);
+            run_threads(&s, T, |s, t, b| {
+                b.wait();
+                pass(s, t, 1, true, 1);
+                for round in 1..=3u64 {
+                    b.wait();
+                    // The values `pass` writes and checks, round by round.
+                    for (ri, r) in s.shared.iter().enumerate() {
+                        let tag = |k: u64| k ^ (ri as u64) << 32;
+                        let pages = r.len() / PAGE;
+                        let start = t * pages / T;
+                        for k in 0..pages {
+                            let p = (start + k) % pages;
+                            let off = shared_off(p, t);
+                            let got = r.read_u64(off);
+                            let want = pattern(tag(round), p as u64, t as u64);
+                            assert_eq!(got, want, "thread {t} round {round} shared {ri} page {p}");
+                            r.write_u64(off, pattern(tag(round + 1), p as u64, t as u64));
+                        }
+                    }
+                    let r = &s.private[t];
+                    for p in 0..r.len() / PAGE {
+                        let q = (t * 100_000 + p) as u64;
+                        for w in 0..8 {
+                            let off = private_off(p, w);
+                            let got = r.read_u64(off);
+                            let want = pattern(round ^ 0xabc, q, w as u64);
+                            assert_eq!(got, want, "thread {t} round {round} private page {p}");
+                            r.write_u64(off, pattern((round + 1) ^ 0xabc, q, w as u64));
+                        }
+                    }
+                }
+                b.wait();
+                pass(s, t, 4, false, 1);
+            });
+            eprintln!("{}", s.mm.vmstat());
+            assert_clean_run(&s.mm, true);
+        },
+    );
 }
 
 /// The shape of issue 10's livelock reproduction (`usermm bench usemem --tasks 8 --random -j 4096

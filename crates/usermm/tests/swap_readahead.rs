@@ -262,6 +262,61 @@ fn write_after_swap_in_is_never_lost() {
     assert_consistent(&mm);
 }
 
+/// A read-modify-write pass over swapped-out pages (numpy's in-place `a *= 3`, a sort's merge
+/// buffer): each page is read (a swap-in, clean) and then written. The writes continue a
+/// sequential run, so the pages are mapped writable in runs (write fault-around over clean
+/// swap-cache pages, and swap-ins where the run expects its next write) instead of one
+/// write-protect fault per page; every page is still written to swap exactly once more and no
+/// write is lost.
+#[test]
+fn read_modify_write_pass_maps_runs_writable() {
+    init_log();
+    let (mm, r) = swapped_out(26);
+    let pages = r.len() / PAGE;
+    let before = mm.vmstat();
+    for p in 0..pages {
+        let v = r.read_u64(p * PAGE + 4000);
+        assert_eq!(v, pattern(26, p as u64, 500), "page {p} before the rewrite");
+        r.write_u64(p * PAGE + 4000, v ^ 0x5a5a);
+    }
+    settle(&mm);
+    let d = mm.vmstat().delta(&before);
+    eprintln!(
+        "read-modify-write: {pages} pages, pgfault {} wp_fault {} pgmajfault {}",
+        d.val("pgfault"),
+        d.val("wp_fault"),
+        d.val("pgmajfault")
+    );
+    assert!(
+        d.val("wp_fault") * 8 < pages as u64,
+        "one write-protect fault per page or close: the writes did not take runs\n{d}"
+    );
+    assert!(
+        d.val("pgfault") * 4 < pages as u64,
+        "a sequential read-modify-write pass faulted on most pages\n{d}"
+    );
+    let before = mm.vmstat();
+    reclaim_all(&mm);
+    let dr = mm.vmstat().delta(&before);
+    assert_eq!(r.resident_pages(), 0, "{dr}");
+    // Pages of the pass may have been evicted (and written) while it ran, under the 4 MiB
+    // budget; between the pass and the final eviction every page is written exactly once.
+    assert_eq!(
+        d.val("pswpout") + dr.val("pswpout"),
+        pages as u64,
+        "every rewritten page is written to swap once\npass: {d}\neviction: {dr}"
+    );
+    for p in 0..pages {
+        assert_eq!(
+            r.read_u64(p * PAGE + 4000),
+            pattern(26, p as u64, 500) ^ 0x5a5a,
+            "page {p} after the rewrite was evicted"
+        );
+        assert_eq!(r.read_u64(p * PAGE), pattern(26, p as u64, 0), "page {p}");
+    }
+    assert_consistent(&mm);
+}
+
 /// A region declared random (`AccessPattern::Random`, MADV_RANDOM) reads back only the pages
 /// it faults on, even sequentially; declared sequential, scattered faults still read ahead.
 #[test]

@@ -701,12 +701,22 @@ impl page_state::FaultEnv for RegionFaultEnv<'_> {
     fn try_to_free_swap(&self, f: Pfn) {
         swap_state::try_to_free_swap(self.m, f);
     }
-    fn unprotect(&self, idx: PgOff) {
+    fn unprotect(&self, idx: PgOff, n: u64) {
         let addr = self.r.page_addr(idx);
-        if let Err(e) = self.m.mm.uffd.writeprotect(addr, PAGE_SIZE, false, true) {
+        let len = n.usize() * PAGE_SIZE;
+        if let Err(e) = self.m.mm.uffd.writeprotect(addr, len, false, true) {
             self.m.vm.inc(Item::MmWarn);
-            log::error!("UFFDIO_WRITEPROTECT clear at {addr:#x}: {e}");
+            log::error!("UFFDIO_WRITEPROTECT clear of {n} pages at {addr:#x}: {e}");
         }
+    }
+    fn write_window(&self, idx: PgOff) -> u64 {
+        write_window(self.m, self.r, idx) as u64
+    }
+    fn write_expected(&self, idx: PgOff) -> bool {
+        self.r.writes.expects(idx)
+    }
+    fn writes_advance(&self, idx: PgOff, next: PgOff) {
+        self.r.writes.advance(idx, next);
     }
     fn place(&self, idx: PgOff, f: Pfn, wp: bool) -> bool {
         place_parked(self.m, self.r, idx, f, wp)
@@ -878,7 +888,10 @@ fn do_swap_page(
             pool::free_frames(m, &frames, false);
             return;
         }
-        let keep = !sw.full() && !write;
+        // A read where a sequential writer expects its next write (a read-modify-write pass)
+        // maps the page writable and drops its swap copy, as the write would.
+        let rmw = !write && r.writes.expects(idx);
+        let keep = !sw.full() && !write && !rmw;
         let (used, unused) =
             swap_state::park_readahead(m, sw, r, idx, &slots, &frames, &ok, &mut rest, bounce);
         // The faulting page: copied straight into the view, write-protected while its swap copy
@@ -901,6 +914,9 @@ fn do_swap_page(
             active,
             used,
         );
+        if rmw {
+            r.writes.advance(idx, idx + 1);
+        }
         drop(rest);
         drop(g);
         pool::free_frames(m, &unused, false);

@@ -44,8 +44,17 @@ pub trait FaultEnv {
     /// `try_to_free_swap`: drops the swap copy of locked page `f`, about to be written, and
     /// marks it dirty.
     fn try_to_free_swap(&self, f: Pfn);
-    /// Clears the write protection of the page mapped at `idx` (errors are logged).
-    fn unprotect(&self, idx: PgOff);
+    /// Clears the write protection of the `n` pages mapped from `idx` (errors are logged).
+    fn unprotect(&self, idx: PgOff, n: u64);
+    /// The write fault-around window (pages, at least 1) for a write at `idx`: it grows while
+    /// the region's writes continue a sequential run, as for never-written pages
+    /// ([`WriteStreams`](super::region::WriteStreams)).
+    fn write_window(&self, idx: PgOff) -> u64;
+    /// Whether a sequential write run expects its next write at `idx`: a read fault there is
+    /// the read half of a read-modify-write pass, so the pages are mapped writable at once.
+    fn write_expected(&self, idx: PgOff) -> bool;
+    /// The write run that reached `idx` continues at `next`.
+    fn writes_advance(&self, idx: PgOff, next: PgOff);
     /// Places locked, parked frame `f` at page `idx` of the view from its pool slot,
     /// write-protected when `wp`; false if it could not be mapped (it stays parked).
     fn place(&self, idx: PgOff, f: Pfn, wp: bool) -> bool;
@@ -127,12 +136,21 @@ pub fn frame_fault(
             // do_wp_page on a clean swap-cache page: it becomes dirty, its swap copy is stale.
             env.try_to_free_swap(f);
             p.clear(pg::WP);
-            env.unprotect(idx);
+            // Write fault-around: a sequential writer over swapped-in pages (a read-modify-write
+            // pass) takes the clean pages mapped after this one with it, one ioctl for the run,
+            // instead of one write-protect fault per page.
+            let around = wp_around(pages, pt, env, idx, env.write_window(idx));
+            env.unprotect(idx, 1 + around.len() as u64);
+            env.writes_advance(idx, idx + 1 + around.len() as u64);
+            for (g2, f2) in around.into_iter().rev() {
+                drop(g2);
+                pages[f2].unlock();
+            }
             vm.inc(Item::WpFault);
             vm.inc(Item::Pgfault);
         } else if wp {
             // Write-protected though we did not ask (a leftover marker): clear it.
-            env.unprotect(idx);
+            env.unprotect(idx, 1);
         }
         drop(g);
         p.unlock();
@@ -140,7 +158,10 @@ pub fn frame_fault(
         return Some(Fault::Done);
     }
     let was_ra = p.test_clear(pg::READAHEAD);
-    if !map_parked(pages, vm, env, idx, f, write) {
+    // A read where a sequential writer expects its next write (a read-modify-write pass over
+    // swapped pages): map writable, as the write that follows would make it.
+    let rmw = !write && env.write_expected(idx);
+    if !map_parked(pages, vm, env, idx, f, write || rmw) {
         // The thread stays asleep: the deferred retry resolves it (a wake would only make it
         // fault again on the same unmapped page).
         drop(g);
@@ -169,7 +190,7 @@ pub fn frame_fault(
             let g2 = pt.try_lock(j);
             let ok = match &g2 {
                 Some(g2) if g2.get() == Pte::Frame(f2) && p2.test_clear(pg::READAHEAD) => {
-                    map_parked(pages, vm, env, j, f2, false)
+                    map_parked(pages, vm, env, j, f2, rmw)
                 }
                 _ => false,
             };
@@ -185,10 +206,51 @@ pub fn frame_fault(
             j += 1;
         }
     }
+    if rmw {
+        env.writes_advance(idx, last + 1);
+    }
     drop(g);
     p.unlock();
     env.wake(idx, last - idx + 1);
     Some(Fault::Done)
+}
+
+/// The write fault-around of a write-protect fault at `idx` (whose page and pte the caller
+/// holds locked): up to `win - 1` pages after it that are mapped, clean and write-protected
+/// (swap-cache pages whose swap copy is still valid), each locked (page, then pte; trylock:
+/// the run stops at the first page that is busy or different), its swap copy dropped and
+/// PG_wp cleared. The caller unprotects the run and releases the locks.
+fn wp_around<'a>(
+    pages: &MemMap,
+    pt: &'a PageTable,
+    env: &impl FaultEnv,
+    idx: PgOff,
+    win: u64,
+) -> Vec<(super::pgtable::PteGuard<'a>, Pfn)> {
+    let mut out = Vec::new();
+    let end = PgOff::new(pt.npages());
+    let mut j = idx + 1;
+    while j < end && j - idx < win {
+        let Pte::Frame(f2) = pt.get(j) else { break };
+        let p2 = &pages[f2];
+        if !(p2.test(pg::MAPPED) && p2.test(pg::WP) && p2.trylock()) {
+            break;
+        }
+        match pt.try_lock(j) {
+            Some(g2) if g2.get() == Pte::Frame(f2) && p2.test(pg::MAPPED) && p2.test(pg::WP) => {
+                env.try_to_free_swap(f2);
+                p2.clear(pg::WP);
+                out.push((g2, f2));
+            }
+            other => {
+                drop(other);
+                p2.unlock();
+                break;
+            }
+        }
+        j += 1;
+    }
+    out
 }
 
 /// What `page_check_references` decided for an isolated page.

@@ -378,6 +378,13 @@ impl WriteStreams {
         1
     }
 
+    /// Whether a stream expects its next write at `idx` (nothing changes).
+    pub fn expects(&self, idx: PgOff) -> bool {
+        self.next
+            .iter()
+            .any(|n| n.load(Ordering::Relaxed) == idx.raw())
+    }
+
     /// The stream that faulted at `idx` continues at `next`.
     pub fn advance(&self, idx: PgOff, next: PgOff) {
         for k in 0..WRITE_STREAMS {
