@@ -44,7 +44,8 @@ pub(crate) fn swap_writepage(
 }
 
 /// `swap_readpage` for a batch (the I/O of `swapin_readahead`, or one page): reads `slots` into
-/// `bounce`, page k at offset k pages, one device call per run of consecutive slots. Returns,
+/// `bounce`, page k at offset k pages, the runs of consecutive slots in one device call
+/// (`SwapDevice::read_runs`: all in flight at once where the device can). Returns,
 /// per page, whether it was read; a failed run is logged and counted (`swap_read_error`).
 pub(crate) fn swap_readpage(
     m: &MmInner,
@@ -53,17 +54,24 @@ pub(crate) fn swap_readpage(
     bounce: &Mapping,
 ) -> Vec<bool> {
     let mut ok = vec![true; slots.len()];
-    for run in pool::runs(slots, |a, b| b == a.next()) {
-        let (k, e) = (run.start, run.end);
-        let offs: Vec<usize> = (k..e).map(|j| j * PAGE_SIZE).collect();
-        if let Err(err) = sw.dev.read_pages(slots[k].offset(), bounce, &offs) {
+    let runs: Vec<std::ops::Range<usize>> = pool::runs(slots, |a, b| b == a.next()).collect();
+    let offs: Vec<usize> = (0..slots.len()).map(|j| j * PAGE_SIZE).collect();
+    let reqs: Vec<crate::swap::SlotRun<'_>> = runs
+        .iter()
+        .map(|run| crate::swap::SlotRun {
+            slot: slots[run.start].offset(),
+            pages: &offs[run.clone()],
+        })
+        .collect();
+    for (run, res) in runs.iter().zip(sw.dev.read_runs(&reqs, bounce)) {
+        if let Err(err) = res {
             log::error!(
                 "swap read of slots {}..{} failed: {err}",
-                slots[k],
-                slots[e - 1].next()
+                slots[run.start],
+                slots[run.end - 1].next()
             );
             m.vm.inc(Item::SwapReadError);
-            ok[k..e].iter_mut().for_each(|o| *o = false);
+            ok[run.clone()].iter_mut().for_each(|o| *o = false);
         }
     }
     ok

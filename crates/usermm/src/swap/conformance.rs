@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::faulty::FailMode;
-use super::{FaultySwap, FileSwap, FileSwapOptions, RamSwap, SwapDevice};
+use super::{FaultySwap, FileSwap, FileSwapOptions, RamSwap, SlotRun, SwapDevice};
 use crate::conv::Narrow;
 use crate::sys::{Mapping, PAGE_SIZE};
 
@@ -90,6 +90,7 @@ fn conformance_with(dev: &dyn SwapDevice, pat: u64) {
     );
     single_page_round_trip(dev, pat);
     scattered_batch(dev, pat);
+    read_runs(dev, pat);
     bounds(dev, pat);
     overwrite(dev, pat);
     discard_then_write(dev, pat);
@@ -127,6 +128,71 @@ fn scattered_batch(dev: &dyn SwapDevice, pat: u64) {
     dev.read_pages(13, &one, &[P, 0]).unwrap();
     check(&one, P, 13, pat + 2, "sub-range");
     check(&one, 0, 14, pat + 2, "sub-range");
+}
+
+/// Several runs read in one call (`read_runs`, a readahead window over scattered slots): each
+/// run's pages as `read_pages` reads them, one result per run, a bad run (past the end, a page
+/// outside the pool) failing alone.
+fn read_runs(dev: &dyn SwapDevice, pat: u64) {
+    let src = pool(8);
+    let at = [(30u64, 0usize), (31, 1), (40, 2), (41, 3), (42, 4), (50, 5)];
+    for &(slot, k) in &at {
+        fill(&src, k * P, slot, pat + 5);
+        dev.write_pages(slot, &src, &[k * P]).unwrap();
+    }
+    let dst = pool(8);
+    let (a, b, c) = ([6 * P, 0], [P, 2 * P, 7 * P], [4 * P]);
+    let bad = [3 * P];
+    let runs = [
+        SlotRun {
+            slot: 40,
+            pages: &b,
+        },
+        SlotRun {
+            slot: NR,
+            pages: &bad,
+        },
+        SlotRun {
+            slot: 30,
+            pages: &a,
+        },
+        SlotRun {
+            slot: 50,
+            pages: &c,
+        },
+        SlotRun {
+            slot: 41,
+            pages: &[],
+        },
+    ];
+    let res = dev.read_runs(&runs, &dst);
+    assert_eq!(res.len(), runs.len(), "one result per run");
+    assert!(res[1].is_err(), "a run past the end must fail");
+    for k in [0, 2, 3, 4] {
+        assert!(res[k].is_ok(), "run {k}: {:?}", res[k]);
+    }
+    for (slot, off) in [
+        (40, P),
+        (41, 2 * P),
+        (42, 7 * P),
+        (30, 6 * P),
+        (31, 0),
+        (50, 4 * P),
+    ] {
+        check(&dst, off, slot, pat + 5, "read_runs");
+    }
+    // A single run, and none.
+    let one = pool(1);
+    let r = dev.read_runs(
+        &[SlotRun {
+            slot: 42,
+            pages: &[0],
+        }],
+        &one,
+    );
+    assert!(r.len() == 1 && r[0].is_ok(), "{r:?}");
+    check(&one, 0, 42, pat + 5, "read_runs of one run");
+    assert!(dev.read_runs(&[], &one).is_empty());
 }
 
 fn bounds(dev: &dyn SwapDevice, pat: u64) {

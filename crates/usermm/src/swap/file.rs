@@ -45,7 +45,7 @@ use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use super::crypt::SlotCipher;
-use super::SwapDevice;
+use super::{SlotRun, SwapDevice};
 use crate::conv::Narrow;
 use crate::sys::{self, Mapping, PAGE_SIZE};
 
@@ -143,6 +143,22 @@ impl Drop for FileSwap {
 }
 
 impl FileSwap {
+    /// What follows a read of slots `slot..` into `pages`: the page cache's copy dropped (a
+    /// buffered file), the pages decrypted and authenticated (an encrypted one).
+    fn after_read(&self, slot: u64, pool: &Mapping, pages: &[usize]) -> io::Result<()> {
+        if !self.direct {
+            let off = self.base + slot * PAGE;
+            if let Err(e) = sys::fadvise_dontneed(&self.file, off, pages.len() as u64 * PAGE) {
+                log::debug!("fadvise(DONTNEED) on {}: {e}", self.name());
+            }
+        }
+        if let Some(c) = &self.crypt {
+            open_pages(c, slot, pool, pages)
+                .map_err(|e| self.io_error(&e, "read", slot, pages.len()))?;
+        }
+        Ok(())
+    }
+
     /// Opens a swap file of `size` bytes (rounded down to whole pages; at least one page).
     ///
     /// `None` creates an unlinked temporary file in [`std::env::temp_dir`] (honours `$TMPDIR`);
@@ -463,16 +479,44 @@ impl SwapDevice for FileSwap {
         let off = self.base + slot * PAGE;
         pool.pread_pages(&self.file, off, pages)
             .map_err(|e| self.io_error(&e.into(), "read", slot, pages.len()))?;
-        if !self.direct {
-            if let Err(e) = sys::fadvise_dontneed(&self.file, off, pages.len() as u64 * PAGE) {
-                log::debug!("fadvise(DONTNEED) on {}: {e}", self.name());
-            }
+        self.after_read(slot, pool, pages)
+    }
+
+    /// All runs in flight at once through io_uring where this process has it (the runs of a
+    /// readahead window are scattered over the file: one device round trip instead of one per
+    /// run); otherwise, or for a single run, [`FileSwap::read_pages`] per run.
+    fn read_runs(&self, runs: &[SlotRun<'_>], pool: &Mapping) -> Vec<io::Result<()>> {
+        if runs.len() < 2 || !sys::ring::available() {
+            return runs
+                .iter()
+                .map(|r| self.read_pages(r.slot, pool, r.pages))
+                .collect();
         }
-        if let Some(c) = &self.crypt {
-            open_pages(c, slot, pool, pages)
-                .map_err(|e| self.io_error(&e, "read", slot, pages.len()))?;
+        let mut out: Vec<io::Result<()>> = runs
+            .iter()
+            .map(|r| {
+                check_slots(r.slot, r.pages.len() as u64, self.nr_pages)?;
+                check_pool_pages(pool, r.pages)
+            })
+            .collect();
+        let todo: Vec<usize> = (0..runs.len())
+            .filter(|&k| out[k].is_ok() && !runs[k].pages.is_empty())
+            .collect();
+        let ops: Vec<sys::ring::PageIo<'_>> = todo
+            .iter()
+            .map(|&k| sys::ring::PageIo {
+                mem: pool,
+                pages: runs[k].pages,
+                file_off: self.base + runs[k].slot * PAGE,
+            })
+            .collect();
+        for (&k, res) in todo.iter().zip(sys::ring::read_pages(&self.file, &ops)) {
+            let (slot, pages) = (runs[k].slot, runs[k].pages);
+            out[k] = res
+                .map_err(|e| self.io_error(&e.into(), "read", slot, pages.len()))
+                .and_then(|()| self.after_read(slot, pool, pages));
         }
-        Ok(())
+        out
     }
 
     fn discard(&self, slot: u64, n: u64) -> io::Result<()> {

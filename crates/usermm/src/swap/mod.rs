@@ -48,6 +48,15 @@ pub trait SwapDevice: Send + Sync + 'static {
     fn write_pages(&self, slot: u64, pool: &Mapping, pages: &[usize]) -> io::Result<()>;
     /// Reads slots `slot + i` into the pages at `pool` offsets `pages[i]`.
     fn read_pages(&self, slot: u64, pool: &Mapping, pages: &[usize]) -> io::Result<()>;
+    /// Reads several runs at once (a swap-in readahead window whose slots are not consecutive):
+    /// each as [`SwapDevice::read_pages`] would, one result per run. A device that can have
+    /// them all in flight together does so (the swap file through io_uring: a window of four
+    /// runs costs one device round trip, not four); the default reads them in turn.
+    fn read_runs(&self, runs: &[SlotRun<'_>], pool: &Mapping) -> Vec<io::Result<()>> {
+        runs.iter()
+            .map(|r| self.read_pages(r.slot, pool, r.pages))
+            .collect()
+    }
     /// The slots `[slot, slot+n)` no longer hold data; a device may release their space.
     /// Called when a whole swap cluster (`[slot, slot+n)`) is free, before it can be allocated
     /// again (`discard_swap_cluster`).
@@ -81,6 +90,14 @@ pub trait SwapDevice: Send + Sync + 'static {
         self.lower()
             .map_or(std::time::Duration::ZERO, |l| l.retry_window())
     }
+}
+
+/// One run of a [`SwapDevice::read_runs`] batch: slots `slot + i` into the pages at pool
+/// offsets `pages[i]`.
+#[derive(Debug, Clone, Copy)]
+pub struct SlotRun<'a> {
+    pub slot: u64,
+    pub pages: &'a [usize],
 }
 
 /// The tiers of `dev`, top first: each tier's own description and counters.
