@@ -70,6 +70,42 @@ fn sequential_read_back_uses_readahead() {
     assert_consistent(&mm);
 }
 
+/// A stream walking down the region (GNU sort's line array, a reverse scan) gets its
+/// readahead window below the fault, and the pages read ahead are mapped by fault-around in
+/// that direction too.
+#[test]
+fn descending_read_back_uses_readahead_below_the_fault() {
+    init_log();
+    let (mm, r) = swapped_out(27);
+    let pages = r.len() / PAGE;
+    let before = mm.vmstat();
+    for p in (0..pages).rev() {
+        assert_eq!(r.read_u64(p * PAGE), pattern(27, p as u64, 0), "page {p}");
+    }
+    settle(&mm);
+    let d = mm.vmstat().delta(&before);
+    eprintln!(
+        "descending: {pages} pages, pgfault {} pgmajfault {} swap_ra {} swap_ra_hit {}",
+        d.val("pgfault"),
+        d.val("pgmajfault"),
+        d.val("swap_ra"),
+        d.val("swap_ra_hit")
+    );
+    assert!(
+        d.val("swap_ra_hit") * 2 > pages as u64,
+        "most pages should come from readahead\n{d}"
+    );
+    assert!(
+        d.val("pgmajfault") * 4 < pages as u64,
+        "a descending pass took a major fault on most pages\n{d}"
+    );
+    assert!(
+        d.val("pgfault") * 4 < pages as u64,
+        "readahead pages below the fault were not mapped by fault-around\n{d}"
+    );
+    assert_consistent(&mm);
+}
+
 #[test]
 fn random_read_back_gets_little_readahead() {
     init_log();

@@ -281,6 +281,12 @@ impl ReplacementPolicy for Lruvec {
         self.inactive_list_is_low(file)
     }
 
+    /// `shrink_active_list` unmaps every page it deactivates; nothing looks at an active
+    /// page's references before that.
+    fn activate_unmaps(&self) -> bool {
+        false
+    }
+
     fn eviction_token(&self, _file: bool) -> u32 {
         0
     }

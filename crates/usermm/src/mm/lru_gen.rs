@@ -403,6 +403,12 @@ impl ReplacementPolicy for LruGen {
         scanned
     }
 
+    /// Eviction judges a page of the oldest generation by its young bit (PG_mapped): a page
+    /// promoted while still mapped would look referenced there however cold it had become.
+    fn activate_unmaps(&self) -> bool {
+        true
+    }
+
     fn eviction_token(&self, file: bool) -> u32 {
         // The low 32 bits of a sequence number: the test below compares for equality.
         #[allow(clippy::cast_possible_truncation)]

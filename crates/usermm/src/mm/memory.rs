@@ -331,14 +331,24 @@ fn lock_run<'a>(
     max: u64,
     want: impl Fn(Pte) -> bool,
 ) -> Vec<PteGuard<'a>> {
+    lock_run_dir(r, idx, max, false, want)
+}
+
+/// [`lock_run`] upwards, or `down` from `idx` (the entries before it, nearest first).
+fn lock_run_dir<'a>(
+    r: &'a RegionInner,
+    idx: PgOff,
+    max: u64,
+    down: bool,
+    want: impl Fn(Pte) -> bool,
+) -> Vec<PteGuard<'a>> {
+    let room = if down { idx.raw() + 1 } else { r.end() - idx };
     let mut v = Vec::new();
-    let mut j = idx + 1;
-    while j < r.end() && j - idx < max {
-        match r.pt.try_lock(j) {
+    for k in 1..max.min(room) {
+        match r.pt.try_lock(swap_state::run_page(idx, k.usize(), down)) {
             Some(g) if want(g.get()) => v.push(g),
             _ => break,
         }
-        j += 1;
     }
     v
 }
@@ -853,7 +863,7 @@ fn do_swap_page(
     let Some(sw) = &m.swap else {
         return oom(m, r, idx);
     };
-    let win = swap_state::swapin_window(r, idx, 1 << m.cfg.page_cluster);
+    let (win, down) = swap_state::swapin_window(r, idx, 1 << m.cfg.page_cluster);
     let mut frames = Vec::with_capacity(win as usize);
     if !page_alloc::alloc_pages(m, win as usize, &mut frames) {
         return oom(m, r, idx);
@@ -864,7 +874,9 @@ fn do_swap_page(
         pool::free_frames(m, &frames, false);
         return None;
     }
-    let mut rest = lock_run(r, idx, frames.len() as u64, |p| matches!(p, Pte::Swap(_)));
+    let mut rest = lock_run_dir(r, idx, frames.len() as u64, down, |p| {
+        matches!(p, Pte::Swap(_))
+    });
     let n = 1 + rest.len();
     let slots: Vec<SwapEntry> = std::iter::once(slot)
         .chain(rest.iter().map(|g| match g.get() {
@@ -892,8 +904,9 @@ fn do_swap_page(
         // maps the page writable and drops its swap copy, as the write would.
         let rmw = !write && r.writes.expects(idx);
         let keep = !sw.full() && !write && !rmw;
-        let (used, unused) =
-            swap_state::park_readahead(m, sw, r, idx, &slots, &frames, &ok, &mut rest, bounce);
+        let (used, unused) = swap_state::park_readahead(
+            m, sw, r, idx, down, &slots, &frames, &ok, &mut rest, bounce,
+        );
         // The faulting page: copied straight into the view, write-protected while its swap copy
         // stays valid (a later write is a wp fault that drops the copy).
         let active =

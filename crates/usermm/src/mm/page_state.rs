@@ -176,34 +176,13 @@ pub fn frame_fault(
     } else {
         vm.inc(Item::RefFault);
     }
-    // Fault-around over the readahead pages that follow (filemap_map_pages for swap cache).
-    let mut last = idx;
+    // Fault-around over the readahead pages that follow (filemap_map_pages for swap cache), or
+    // those before it when none follows (a stream walking down the region).
+    let (mut first, mut last) = (idx, idx);
     if was_ra {
-        let end = PgOff::new(pt.npages());
-        let mut j = idx + 1;
-        while j < end && j - idx < RA_AROUND {
-            let Pte::Frame(f2) = pt.get(j) else { break };
-            let p2 = &pages[f2];
-            if !p2.test(pg::READAHEAD) || p2.test(pg::MAPPED) || !p2.trylock() {
-                break;
-            }
-            let g2 = pt.try_lock(j);
-            let ok = match &g2 {
-                Some(g2) if g2.get() == Pte::Frame(f2) && p2.test_clear(pg::READAHEAD) => {
-                    map_parked(pages, vm, env, j, f2, rmw)
-                }
-                _ => false,
-            };
-            drop(g2);
-            p2.unlock();
-            if !ok {
-                break;
-            }
-            vm.inc(Item::SwapRaHit);
-            vm.inc(Item::FaultAround);
-            env.ra_hit();
-            last = j;
-            j += 1;
+        last = idx + ra_around(pages, pt, vm, env, idx, false, rmw);
+        if last == idx {
+            first = idx - ra_around(pages, pt, vm, env, idx, true, rmw);
         }
     }
     if rmw {
@@ -211,8 +190,53 @@ pub fn frame_fault(
     }
     drop(g);
     p.unlock();
-    env.wake(idx, last - idx + 1);
+    env.wake(first, last - first + 1);
     Some(Fault::Done)
+}
+
+/// Maps the parked readahead pages next to page `idx` (after it, or before it when `down`),
+/// up to RA_AROUND - 1 of them, stopping at the first that is not one (or is busy); writable
+/// when `rmw`. Returns how many were mapped.
+fn ra_around(
+    pages: &MemMap,
+    pt: &PageTable,
+    vm: &Counters,
+    env: &impl FaultEnv,
+    idx: PgOff,
+    down: bool,
+    rmw: bool,
+) -> u64 {
+    let room = if down {
+        idx.raw() + 1
+    } else {
+        pt.npages() - idx.raw()
+    };
+    let mut n = 0;
+    for k in 1..RA_AROUND.min(room) {
+        let j = if down { idx - k } else { idx + k };
+        let Pte::Frame(f2) = pt.get(j) else { break };
+        let p2 = &pages[f2];
+        if !p2.test(pg::READAHEAD) || p2.test(pg::MAPPED) || !p2.trylock() {
+            break;
+        }
+        let g2 = pt.try_lock(j);
+        let ok = match &g2 {
+            Some(g2) if g2.get() == Pte::Frame(f2) && p2.test_clear(pg::READAHEAD) => {
+                map_parked(pages, vm, env, j, f2, rmw)
+            }
+            _ => false,
+        };
+        drop(g2);
+        p2.unlock();
+        if !ok {
+            break;
+        }
+        vm.inc(Item::SwapRaHit);
+        vm.inc(Item::FaultAround);
+        env.ra_hit();
+        n = k;
+    }
+    n
 }
 
 /// The write fault-around of a write-protect fault at `idx` (whose page and pte the caller
@@ -287,9 +311,11 @@ pub fn page_check_references(p: &super::page::Page) -> PageRef {
 }
 
 /// A referenced page stays (`activate_locked` for Activate), unmapped so that its next
-/// reference is seen. False for a page to reclaim.
+/// reference is seen; an activated one stays mapped when the policy does not look at it before
+/// aging unmaps it (`ReplacementPolicy::activate_unmaps`). False for a page to reclaim.
 pub fn keep_referenced(
     pages: &MemMap,
+    lru: &dyn ReplacementPolicy,
     vm: &Counters,
     f: Pfn,
     r: PageRef,
@@ -300,11 +326,13 @@ pub fn keep_referenced(
         PageRef::Activate => {
             pages[f].set(pg::ACTIVE);
             vm.inc(Item::Pgactivate);
+            if lru.activate_unmaps() {
+                to_unmap.push(f);
+            }
         }
-        PageRef::Keep => {}
+        PageRef::Keep => to_unmap.push(f),
         PageRef::Reclaim | PageRef::ReclaimClean => return false,
     }
-    to_unmap.push(f);
     keep.push(f);
     true
 }
@@ -357,7 +385,7 @@ pub fn shrink_page_list(
     let mut to_unmap = Vec::new();
     for f in isolated {
         let r = page_check_references(&pages[f]);
-        if !keep_referenced(pages, vm, f, r, &mut to_unmap, &mut keep) {
+        if !keep_referenced(pages, lru, vm, f, r, &mut to_unmap, &mut keep) {
             reclaim.push(f);
         }
     }

@@ -174,6 +174,14 @@ pub trait ReplacementPolicy: Send + Sync + Debug {
         vm: &Counters,
     ) -> usize;
 
+    /// Whether a page reclaim activates is unmapped at once (its young bit cleared) so that its
+    /// next reference is seen. False for a policy whose aging unmaps every page it moves down
+    /// and looks at no reference before that: the two-list LRU's `shrink_active_list`
+    /// deactivates every anonymous page it scans whatever its young bit, as Linux's does, so a
+    /// reference to an active page would be a fault (a round trip here) that tells nobody
+    /// anything.
+    fn activate_unmaps(&self) -> bool;
+
     /// `workingset_eviction`: the token a page of this type evicted now leaves in its shadow.
     fn eviction_token(&self, file: bool) -> u32;
 
@@ -261,7 +269,9 @@ mod conformance {
                 match page_check_references(&pages[f]) {
                     PageRef::Activate => {
                         pages[f].set(pg::ACTIVE);
-                        pages[f].clear(pg::MAPPED);
+                        if p.activate_unmaps() {
+                            pages[f].clear(pg::MAPPED);
+                        }
                         keep.push(f);
                     }
                     PageRef::Keep => {

@@ -159,25 +159,41 @@ pub(crate) fn try_to_free_swap(m: &MmInner, f: Pfn) {
 
 /// The swap-in readahead window of a major fault at page `idx` of `r` (`swapin_nr_pages` fed
 /// with the region's readahead state: the last major fault, the readahead hits since, the last
-/// window), at most `max` pages (`1 << page_cluster`).
-pub(crate) fn swapin_window(r: &RegionInner, idx: PgOff, max: u32) -> u32 {
+/// window), at most `max` pages (`1 << page_cluster`), and its direction: `true` when the
+/// faults walk down the region (GNU sort's line array, a reverse scan), so the window is the
+/// pages below `idx` (swap_vma_ra_win places it by the same test: a fault at `prev - 1`).
+pub(crate) fn swapin_window(r: &RegionInner, idx: PgOff, max: u32) -> (u32, bool) {
     let last = r.last_major.swap(idx.raw(), Ordering::Relaxed);
     let pattern = r.access_pattern();
     if pattern == AccessPattern::Random {
         // VM_RAND_READ: swap_vma_readahead reads only the faulting page.
-        return 1;
+        return (1, false);
     }
-    let seq = pattern == AccessPattern::Sequential
-        || last != u64::MAX && {
-            let last = PgOff::new(last);
-            idx == last.next()
-                || idx.next() == last
-                || idx > last && idx - last <= 2 * u64::from(r.ra_win.load(Ordering::Relaxed))
-        };
+    let prev_win = r.ra_win.load(Ordering::Relaxed);
+    let prev = u64::from(prev_win);
+    let (up, down) = if last == u64::MAX {
+        (false, false)
+    } else {
+        let last = PgOff::new(last);
+        (
+            idx == last.next() || idx > last && idx - last <= 2 * prev,
+            idx.next() == last || idx < last && last - idx <= 2 * prev,
+        )
+    };
+    let seq = pattern == AccessPattern::Sequential || up || down;
     let hits = r.ra_hits.swap(0, Ordering::Relaxed);
-    let win = swapin_nr_pages(hits, seq, r.ra_win.load(Ordering::Relaxed), max);
+    let win = swapin_nr_pages(hits, seq, prev_win, max);
     r.ra_win.store(win, Ordering::Relaxed);
-    win
+    (win, down && !up)
+}
+
+/// Page `k` of a readahead run from `idx` (`k` = 0: the faulting page), upwards or `down`.
+pub(crate) fn run_page(idx: PgOff, k: usize, down: bool) -> PgOff {
+    if down {
+        idx - k as u64
+    } else {
+        idx + k as u64
+    }
 }
 
 /// `swapin_readahead`'s pages around the faulting one (pages 1.. of `slots`, read into
@@ -191,6 +207,7 @@ pub(crate) fn park_readahead(
     sw: &SwapState,
     r: &RegionInner,
     idx: PgOff,
+    down: bool,
     slots: &[SwapEntry],
     frames: &[Pfn],
     ok: &[bool],
@@ -212,7 +229,7 @@ pub(crate) fn park_readahead(
             super::workingset::workingset_refault(m, space, slots[k].cache_index(), false);
         let active = if refault { pg::ACTIVE } else { 0 };
         p.init(
-            Owner::Anon(r.id, idx + k as u64),
+            Owner::Anon(r.id, run_page(idx, k, down)),
             pg::UPTODATE | pg::SWAPBACKED | pg::SWAPCACHE | pg::READAHEAD | active,
         );
         p.set_swap_entry(slots[k]);

@@ -503,7 +503,15 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
         }
         let swapbacked = p.test(pg::SWAPBACKED);
         let r = page_check_references(p);
-        if keep_referenced(&m.node.pages, &m.vm, f, r, &mut to_unmap, &mut keep) {
+        if keep_referenced(
+            &m.node.pages,
+            &*m.node.lru,
+            &m.vm,
+            f,
+            r,
+            &mut to_unmap,
+            &mut keep,
+        ) {
             continue;
         }
         let reclaim_clean = r == PageRef::ReclaimClean;
