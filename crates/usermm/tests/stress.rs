@@ -438,6 +438,44 @@ fn read_modify_write_passes_with(mode: (bool, bool)) {
     );
 }
 
+/// 8 threads writing top down at once (the windows below the fault of a writer walking down),
+/// each its own word of every page of two shared 8 MiB regions and its own private region,
+/// with constant reclaim; then every word is checked. Both policies, both fault paths.
+#[test]
+fn descending_writers_by_many_threads() {
+    for mode in MODES {
+        init_log();
+        const T: usize = 8;
+        with_watchdog(
+            120,
+            "8 threads writing 32 MiB top down with an 8 MiB budget",
+            move || {
+                let s = setup(T, &[8, 8], 2 << 20, mode);
+                run_threads(&s, T, |s, t, b| {
+                    b.wait();
+                    // The values `pass` checks, written from the last page down.
+                    for (ri, r) in s.shared.iter().enumerate() {
+                        for p in (0..r.len() / PAGE).rev() {
+                            let v = pattern(5 ^ (ri as u64) << 32, p as u64, t as u64);
+                            r.write_u64(shared_off(p, t), v);
+                        }
+                    }
+                    let r = &s.private[t];
+                    for p in (0..r.len() / PAGE).rev() {
+                        for w in (0..8).rev() {
+                            let v = pattern(5 ^ 0xabc, (t * 100_000 + p) as u64, w as u64);
+                            r.write_u64(private_off(p, w), v);
+                        }
+                    }
+                    b.wait();
+                    pass(s, t, 5, false, 1);
+                });
+                assert_clean_run(&s.mm, true);
+            },
+        );
+    }
+}
+
 /// The shape of issue 10's livelock reproduction (`usermm bench usemem --tasks 8 --random -j 4096
 /// --repeat 2 --budget 64M 128M`), scaled to CI: 8 threads, each writing one word per page of its
 /// own 16 MiB region in random page order (with replacement, two passes), then replaying the

@@ -290,3 +290,33 @@ fn sequential_writes_fault_once_per_window() {
         assert_eq!(r.read_u64(p * PAGE), p as u64 | 1);
     }
 }
+
+/// A writer walking down its memory (GNU sort fills its line array from the top) gets the same
+/// windows below the fault, under a budget a quarter of the data (pages evicted as it goes):
+/// every page holds what was written, the faults are per window, not per page.
+#[test]
+fn descending_writes_fault_once_per_window() {
+    init_log();
+    let mm = mm_ram(8 * MIB, 64 * MIB);
+    let r = mm.map_anon(32 << 20).unwrap();
+    let pages = r.len() / PAGE;
+    for p in (0..pages).rev() {
+        r.write_u64(p * PAGE + 8, pattern(28, p as u64, 0));
+    }
+    settle(&mm);
+    let vm = mm.vmstat();
+    let faults = vm.val("pgfault");
+    assert!(
+        faults <= (pages / 32) as u64,
+        "{faults} faults for {pages} pages written top down (no window below the fault?)\n{vm}"
+    );
+    for p in 0..pages {
+        assert_eq!(
+            r.read_u64(p * PAGE + 8),
+            pattern(28, p as u64, 0),
+            "page {p}"
+        );
+        assert_eq!(r.read_u64(p * PAGE), 0, "page {p} word 0");
+    }
+    assert_consistent(&mm);
+}

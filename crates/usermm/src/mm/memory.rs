@@ -424,21 +424,36 @@ fn do_anonymous_page_win(
     idx: PgOff,
     force: Option<usize>,
 ) -> Option<Fault> {
-    let win = force.unwrap_or_else(|| write_window(m, r, idx) as usize);
+    let (win, down) = match force {
+        Some(w) => (w, false),
+        None => {
+            let (w, down) = r.writes.window_dir(idx, m.cfg.fault_around_max, true);
+            (w as usize, down)
+        }
+    };
     let want = win;
     let mut frames = Vec::with_capacity(win);
     if !page_alloc::alloc_pages(m, win, &mut frames) {
         return oom(m, r, idx);
     }
-    let mut g = r.pt.lock(idx);
+    let g = r.pt.lock(idx);
     if g.get() != Pte::None {
         drop(g);
         pool::free_frames(m, &frames, false);
         return None;
     }
-    let mut rest = lock_run(r, idx, frames.len() as u64, |p| p == Pte::None);
-    let n = 1 + rest.len();
-    let addr = r.page_addr(idx);
+    // The window: pages idx.. upwards, or ..=idx downwards for a writer walking down; the
+    // entries locked in page order (`lo` first).
+    let mut run = lock_run_dir(r, idx, frames.len() as u64, down, |p| p == Pte::None);
+    let n = 1 + run.len();
+    let lo = if down { idx - run.len() as u64 } else { idx };
+    if down {
+        run.reverse();
+        run.push(g);
+    } else {
+        run.insert(0, g);
+    }
+    let addr = r.page_addr(lo);
     // Runs of at least MOVE_MIN_RUN consecutive recycled frames are zeroed in place and moved
     // (one TLB shootdown per run); the other pages are copied from the zero source and their
     // recycled slots dropped in batches. One ioctl per run.
@@ -504,21 +519,24 @@ fn do_anonymous_page_win(
         }
         k = e;
     }
-    // Before the thread is woken: its next fault may reach another handler at once.
-    r.writes.advance(idx, idx + done.max(1) as u64);
+    // Before the thread is woken: its next fault may reach another handler at once. A
+    // stream walking down goes on below its window (which a short map leaves where it was).
+    let next = if !down {
+        idx + done.max(1) as u64
+    } else if done == n && lo.raw() > 0 {
+        lo - 1
+    } else {
+        idx
+    };
+    r.writes.advance(idx, next);
     let flags = pg::UPTODATE | pg::DIRTY | pg::SWAPBACKED | pg::MAPPED;
     for k in 0..done {
         let f = frames[k];
-        m.node.pages[f].init(Owner::Anon(r.id, idx + k as u64), flags);
-        if k == 0 {
-            g.set(Pte::Frame(f));
-        } else {
-            rest[k - 1].set(Pte::Frame(f));
-        }
+        m.node.pages[f].init(Owner::Anon(r.id, lo + k as u64), flags);
+        run[k].set(Pte::Frame(f));
     }
     m.node.lru.add(&m.node.pages, &frames[..done], &m.vm);
-    drop(rest);
-    drop(g);
+    drop(run);
     pool::free_frames(m, &frames[done..], false);
     m.vm.inc(Item::Pgfault);
     m.vm.add(Item::Pgalloc, done as u64);

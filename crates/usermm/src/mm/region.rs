@@ -348,6 +348,8 @@ pub const WRITE_STREAMS: usize = 8;
 pub struct WriteStreams {
     next: [AtomicU64; WRITE_STREAMS],
     win: [AtomicU32; WRITE_STREAMS],
+    /// The stream walks down the region (its windows end just below the last one).
+    down: [AtomicBool; WRITE_STREAMS],
     clock: AtomicU32,
 }
 
@@ -356,6 +358,7 @@ impl Default for WriteStreams {
         WriteStreams {
             next: std::array::from_fn(|_| AtomicU64::new(u64::MAX)),
             win: std::array::from_fn(|_| AtomicU32::new(1)),
+            down: std::array::from_fn(|_| AtomicBool::new(false)),
             clock: AtomicU32::new(0),
         }
     }
@@ -365,24 +368,55 @@ impl WriteStreams {
     /// The window for a write fault at `idx`: doubled up to `max` when a stream continues at
     /// `idx`, else 1 (a new stream, expecting `idx` until [`WriteStreams::advance`]).
     pub fn window(&self, idx: PgOff, max: u32) -> u32 {
+        self.window_dir(idx, max, false).0
+    }
+
+    /// [`WriteStreams::window`] for a caller that can also map a window below `idx` (`down_ok`):
+    /// a fault just below the window a stream mapped last turns that stream into one walking
+    /// down (GNU sort fills its line array from the top), and the answer says which way the
+    /// window goes. A caller then advances the stream to the page below its window.
+    pub fn window_dir(&self, idx: PgOff, max: u32, down_ok: bool) -> (u32, bool) {
         for k in 0..WRITE_STREAMS {
             if self.next[k].load(Ordering::Relaxed) == idx.raw() {
                 let w = (self.win[k].load(Ordering::Relaxed) * 2).min(max).max(1);
                 self.win[k].store(w, Ordering::Relaxed);
-                return w;
+                let down = self.down[k].load(Ordering::Relaxed);
+                if down && !down_ok {
+                    self.down[k].store(false, Ordering::Relaxed);
+                }
+                return (w, down && down_ok);
+            }
+        }
+        if down_ok {
+            for k in 0..WRITE_STREAMS {
+                let (n, w) = (
+                    self.next[k].load(Ordering::Relaxed),
+                    self.win[k].load(Ordering::Relaxed),
+                );
+                if !self.down[k].load(Ordering::Relaxed)
+                    && idx.raw().checked_add(1 + u64::from(w)) == Some(n)
+                {
+                    let w = 2.min(max).max(1);
+                    self.down[k].store(true, Ordering::Relaxed);
+                    self.win[k].store(w, Ordering::Relaxed);
+                    self.next[k].store(idx.raw(), Ordering::Relaxed);
+                    return (w, true);
+                }
             }
         }
         let k = self.clock.fetch_add(1, Ordering::Relaxed) as usize % WRITE_STREAMS;
         self.win[k].store(1, Ordering::Relaxed);
+        self.down[k].store(false, Ordering::Relaxed);
         self.next[k].store(idx.raw(), Ordering::Relaxed);
-        1
+        (1, false)
     }
 
-    /// Whether a stream expects its next write at `idx` (nothing changes).
+    /// Whether a stream walking up expects its next write at `idx` (nothing changes).
     pub fn expects(&self, idx: PgOff) -> bool {
-        self.next
-            .iter()
-            .any(|n| n.load(Ordering::Relaxed) == idx.raw())
+        (0..WRITE_STREAMS).any(|k| {
+            self.next[k].load(Ordering::Relaxed) == idx.raw()
+                && !self.down[k].load(Ordering::Relaxed)
+        })
     }
 
     /// The stream that faulted at `idx` continues at `next`.
@@ -420,6 +454,32 @@ mod write_stream_tests {
         // A write elsewhere starts over at 1; a stream's own next write goes on growing.
         assert_eq!(w.window(PgOff::new(50_000), 64), 1);
         assert_eq!(w.window(PgOff::new(next[0]), 64), 64);
+    }
+
+    #[test]
+    fn a_stream_walking_down_grows_its_window_below() {
+        let w = WriteStreams::default();
+        // Two faults one page apart downwards turn the stream around.
+        let top = PgOff::new(10_000);
+        assert_eq!(w.window_dir(top, 64, true), (1, false));
+        w.advance(top, top + 1);
+        let mut idx = top - 1;
+        let mut wins = vec![];
+        for _ in 0..7 {
+            let (win, down) = w.window_dir(idx, 64, true);
+            assert!(down, "fault at {idx} after windows {wins:?}");
+            wins.push(win);
+            w.advance(idx, idx - win as u64);
+            idx = idx - win as u64;
+        }
+        assert_eq!(wins, [2, 4, 8, 16, 32, 64, 64]);
+        assert!(
+            !w.expects(idx),
+            "a downward stream is no read-modify-write run"
+        );
+        // A caller that maps upwards only gets an upward window from the same stream.
+        assert_eq!(w.window_dir(idx, 64, false), (64, false));
+        assert_eq!(w.window(PgOff::new(500), 64), 1);
     }
 
     #[test]
