@@ -342,10 +342,9 @@ fn lock_run_dir<'a>(
     down: bool,
     want: impl Fn(Pte) -> bool,
 ) -> Vec<PteGuard<'a>> {
-    let room = if down { idx.raw() + 1 } else { r.end() - idx };
     let mut v = Vec::new();
-    for k in 1..max.min(room) {
-        match r.pt.try_lock(swap_state::run_page(idx, k.usize(), down)) {
+    for k in 1..max.min(r.pt.room(idx, down)) {
+        match r.pt.try_lock(idx.step(k, down)) {
             Some(g) if want(g.get()) => v.push(g),
             _ => break,
         }

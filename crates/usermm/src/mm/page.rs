@@ -196,6 +196,15 @@ impl PgOff {
     pub const fn round_down(self, n: u64) -> PgOff {
         PgOff(self.0 - self.0 % n)
     }
+    /// The page `k` pages from this one, upwards or `down` (a run walked in either direction).
+    #[inline]
+    pub const fn step(self, k: u64, down: bool) -> PgOff {
+        if down {
+            PgOff(self.0 - k)
+        } else {
+            PgOff(self.0 + k)
+        }
+    }
     /// The pages `[from, to)` in order (`Range<PgOff>` cannot iterate on stable Rust).
     pub fn range(from: PgOff, to: PgOff) -> impl DoubleEndedIterator<Item = PgOff> + Clone {
         (from.0..to.0).map(PgOff)

@@ -206,14 +206,9 @@ fn ra_around(
     down: bool,
     rmw: bool,
 ) -> u64 {
-    let room = if down {
-        idx.raw() + 1
-    } else {
-        pt.npages() - idx.raw()
-    };
     let mut n = 0;
-    for k in 1..RA_AROUND.min(room) {
-        let j = if down { idx - k } else { idx + k };
+    for k in 1..RA_AROUND.min(pt.room(idx, down)) {
+        let j = idx.step(k, down);
         let Pte::Frame(f2) = pt.get(j) else { break };
         let p2 = &pages[f2];
         if !p2.test(pg::READAHEAD) || p2.test(pg::MAPPED) || !p2.trylock() {
@@ -252,9 +247,8 @@ fn wp_around<'a>(
     win: u64,
 ) -> Vec<(super::pgtable::PteGuard<'a>, Pfn)> {
     let mut out = Vec::new();
-    let end = PgOff::new(pt.npages());
-    let mut j = idx + 1;
-    while j < end && j - idx < win {
+    for k in 1..win.min(pt.room(idx, false)) {
+        let j = idx + k;
         let Pte::Frame(f2) = pt.get(j) else { break };
         let p2 = &pages[f2];
         if !(p2.test(pg::MAPPED) && p2.test(pg::WP) && p2.trylock()) {
@@ -272,7 +266,6 @@ fn wp_around<'a>(
                 break;
             }
         }
-        j += 1;
     }
     out
 }

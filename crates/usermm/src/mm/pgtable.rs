@@ -112,6 +112,16 @@ impl PageTable {
         self.npages
     }
 
+    /// Pages from `idx` (included) to the table's edge upwards, or to page 0 `down`: the
+    /// longest run walked from `idx` that way.
+    pub fn room(&self, idx: PgOff, down: bool) -> u64 {
+        if down {
+            idx.raw() + 1
+        } else {
+            self.npages - idx.raw()
+        }
+    }
+
     fn split(idx: u64) -> (usize, usize, usize) {
         let leaf = idx.usize() & (FANOUT - 1);
         let mid = ((idx >> FANOUT_SHIFT) as usize) & (FANOUT - 1);

@@ -187,15 +187,6 @@ pub(crate) fn swapin_window(r: &RegionInner, idx: PgOff, max: u32) -> (u32, bool
     (win, down && !up)
 }
 
-/// Page `k` of a readahead run from `idx` (`k` = 0: the faulting page), upwards or `down`.
-pub(crate) fn run_page(idx: PgOff, k: usize, down: bool) -> PgOff {
-    if down {
-        idx - k as u64
-    } else {
-        idx + k as u64
-    }
-}
-
 /// `swapin_readahead`'s pages around the faulting one (pages 1.. of `slots`, read into
 /// `bounce` by `page_io::swap_readpage`): each read page is copied into its frame's pool slot and parked in
 /// the swap cache with PG_readahead, its entry (`rest[k - 1]`, locked) set to the frame; its
@@ -229,7 +220,7 @@ pub(crate) fn park_readahead(
             super::workingset::workingset_refault(m, space, slots[k].cache_index(), false);
         let active = if refault { pg::ACTIVE } else { 0 };
         p.init(
-            Owner::Anon(r.id, run_page(idx, k, down)),
+            Owner::Anon(r.id, idx.step(k as u64, down)),
             pg::UPTODATE | pg::SWAPBACKED | pg::SWAPCACHE | pg::READAHEAD | active,
         );
         p.set_swap_entry(slots[k]);

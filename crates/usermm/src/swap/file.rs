@@ -487,10 +487,7 @@ impl SwapDevice for FileSwap {
     /// run); otherwise, or for a single run, [`FileSwap::read_pages`] per run.
     fn read_runs(&self, runs: &[SlotRun<'_>], pool: &Mapping) -> Vec<io::Result<()>> {
         if runs.len() < 2 || !sys::ring::available() {
-            return runs
-                .iter()
-                .map(|r| self.read_pages(r.slot, pool, r.pages))
-                .collect();
+            return super::read_runs_in_turn(self, runs, pool);
         }
         let mut out: Vec<io::Result<()>> = runs
             .iter()

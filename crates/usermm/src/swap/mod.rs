@@ -53,9 +53,7 @@ pub trait SwapDevice: Send + Sync + 'static {
     /// them all in flight together does so (the swap file through io_uring: a window of four
     /// runs costs one device round trip, not four); the default reads them in turn.
     fn read_runs(&self, runs: &[SlotRun<'_>], pool: &Mapping) -> Vec<io::Result<()>> {
-        runs.iter()
-            .map(|r| self.read_pages(r.slot, pool, r.pages))
-            .collect()
+        read_runs_in_turn(self, runs, pool)
     }
     /// The slots `[slot, slot+n)` no longer hold data; a device may release their space.
     /// Called when a whole swap cluster (`[slot, slot+n)`) is free, before it can be allocated
@@ -98,6 +96,18 @@ pub trait SwapDevice: Send + Sync + 'static {
 pub struct SlotRun<'a> {
     pub slot: u64,
     pub pages: &'a [usize],
+}
+
+/// [`SwapDevice::read_runs`] one run after another with `read_pages` (the default, and a
+/// device's fallback where it cannot batch).
+pub fn read_runs_in_turn<D: SwapDevice + ?Sized>(
+    dev: &D,
+    runs: &[SlotRun<'_>],
+    pool: &Mapping,
+) -> Vec<io::Result<()>> {
+    runs.iter()
+        .map(|r| dev.read_pages(r.slot, pool, r.pages))
+        .collect()
 }
 
 /// The tiers of `dev`, top first: each tier's own description and counters.
