@@ -107,6 +107,49 @@ fn descending_read_back_uses_readahead_below_the_fault() {
 }
 
 #[test]
+fn interleaved_descending_streams_get_readahead_around_the_fault() {
+    // GNU sort's merge pass: several runs read from their ends down, two pages of each in
+    // turn. A major fault in one stream mostly follows one in another, so the window has no
+    // direction; centred on the fault (swap_vma_ra_win), its lower half is what the stream
+    // reads next, and its upper half (pages the stream already has) is skipped, not read.
+    init_log();
+    let (mm, r) = swapped_out(33);
+    let pages = r.len() / PAGE;
+    let streams = 3;
+    let len = pages / streams;
+    let before = mm.vmstat();
+    for k in (0..len / 2).rev() {
+        for s in 0..streams {
+            for p in [s * len + 2 * k + 1, s * len + 2 * k] {
+                assert_eq!(r.read_u64(p * PAGE), pattern(33, p as u64, 0), "page {p}");
+            }
+        }
+    }
+    settle(&mm);
+    let d = mm.vmstat().delta(&before);
+    let read = (len / 2 * 2 * streams) as u64;
+    eprintln!(
+        "interleaved: {read} pages, pgmajfault {} swap_ra {} swap_ra_hit {} pswpin {}",
+        d.val("pgmajfault"),
+        d.val("swap_ra"),
+        d.val("swap_ra_hit"),
+        d.val("pswpin")
+    );
+    // Every other page at most (the window of a stream grows to four pages, one of them below
+    // the fault); an upward window reads nothing the streams use: three major faults in four.
+    assert!(
+        d.val("pgmajfault") * 5 < read * 3,
+        "the interleaved streams took {} major faults for {read} pages\n{d}",
+        d.val("pgmajfault")
+    );
+    assert!(
+        d.val("swap_ra_hit") * 10 >= d.val("swap_ra") * 9,
+        "readahead read pages the streams did not use\n{d}"
+    );
+    assert_consistent(&mm);
+}
+
+#[test]
 fn random_read_back_gets_little_readahead() {
     init_log();
     let (mm, r) = swapped_out(21);

@@ -352,6 +352,41 @@ fn lock_run_dir<'a>(
     v
 }
 
+/// The swap entries of the readahead window of a major fault at page `idx` of `r` (`win`
+/// pages with the fault, placed by `place`), locked, with their pages: those after the fault
+/// first, nearest first, then those before it from the lowest up, so that consecutive slots
+/// stay runs in the read. As in `swap_vma_readahead`, the window's other entries are skipped,
+/// not an end: a resident page, a page never written or an entry another fault holds leaves a
+/// gap the window reads past.
+fn lock_swap_window<'a>(
+    r: &'a RegionInner,
+    idx: PgOff,
+    win: u64,
+    place: swap_state::RaPlace,
+) -> (Vec<PgOff>, Vec<PteGuard<'a>>) {
+    let below = match place {
+        swap_state::RaPlace::Up => 0,
+        swap_state::RaPlace::Down => win - 1,
+        swap_state::RaPlace::Around => (win - 1) / 2,
+    }
+    .min(r.pt.room(idx, true) - 1);
+    let above = (win - 1 - below).min(r.pt.room(idx, false) - 1);
+    let mut at = Vec::new();
+    let mut guards = Vec::new();
+    let pages = (1..=above)
+        .map(|k| idx + k)
+        .chain((1..=below).rev().map(|k| idx - k));
+    for i in pages {
+        if let Some(g) = r.pt.try_lock(i) {
+            if matches!(g.get(), Pte::Swap(_)) {
+                at.push(i);
+                guards.push(g);
+            }
+        }
+    }
+    (at, guards)
+}
+
 /// Read of a never-written page: the shared zero page, write-protected so that a later write
 /// comes to us (do_anonymous_page's read branch). Costs no frame.
 fn do_anonymous_zero_page(m: &MmInner, r: &RegionInner, idx: PgOff) -> Option<Fault> {
@@ -880,7 +915,7 @@ fn do_swap_page(
     let Some(sw) = &m.swap else {
         return oom(m, r, idx);
     };
-    let (win, down) = swap_state::swapin_window(r, idx, 1 << m.cfg.page_cluster);
+    let (win, place) = swap_state::swapin_window(r, idx, 1 << m.cfg.page_cluster);
     let mut frames = Vec::with_capacity(win as usize);
     if !page_alloc::alloc_pages(m, win as usize, &mut frames) {
         return oom(m, r, idx);
@@ -891,9 +926,7 @@ fn do_swap_page(
         pool::free_frames(m, &frames, false);
         return None;
     }
-    let mut rest = lock_run_dir(r, idx, frames.len() as u64, down, |p| {
-        matches!(p, Pte::Swap(_))
-    });
+    let (at, mut rest) = lock_swap_window(r, idx, frames.len() as u64, place);
     let n = 1 + rest.len();
     let slots: Vec<SwapEntry> = std::iter::once(slot)
         .chain(rest.iter().map(|g| match g.get() {
@@ -921,9 +954,8 @@ fn do_swap_page(
         // maps the page writable and drops its swap copy, as the write would.
         let rmw = !write && r.writes.expects(idx);
         let keep = !sw.full() && !write && !rmw;
-        let (used, unused) = swap_state::park_readahead(
-            m, sw, r, idx, down, &slots, &frames, &ok, &mut rest, bounce,
-        );
+        let (used, unused) =
+            swap_state::park_readahead(m, sw, r, &at, &slots, &frames, &ok, &mut rest, bounce);
         // The faulting page: copied straight into the view, write-protected while its swap copy
         // stays valid (a later write is a wp fault that drops the copy).
         let active =

@@ -58,7 +58,7 @@ impl SwapState {
     /// `writeback_tags`: the old behaviour of seed 000 (the swap cache maintains writeback marks);
     /// false sets AS_NO_WRITEBACK_TAGS on every swap-cache space.
     pub fn new(dev: Arc<dyn SwapDevice>, writeback_tags: bool) -> SwapState {
-        let slots = SwapSlots::new(dev.nr_pages());
+        let slots = SwapSlots::with_order(dev.nr_pages(), dev.reuse_freed_first());
         let n = dev.nr_pages().div_ceil(SWAP_ADDRESS_SPACE_PAGES).max(1);
         let flags = as_flags::SWAP
             | if writeback_tags {
@@ -157,17 +157,29 @@ pub(crate) fn try_to_free_swap(m: &MmInner, f: Pfn) {
     p.set(pg::DIRTY);
 }
 
+/// Where a swap-in readahead window lies relative to the faulting page (`swap_vma_ra_win`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RaPlace {
+    /// The faults walk up the region: the pages after the fault.
+    Up,
+    /// The faults walk down (GNU sort's line array, a reverse scan): the pages before it.
+    Down,
+    /// No direction: centred on the fault, `(win - 1) / 2` pages before it and the rest after.
+    Around,
+}
+
 /// The swap-in readahead window of a major fault at page `idx` of `r` (`swapin_nr_pages` fed
 /// with the region's readahead state: the last major fault, the readahead hits since, the last
-/// window), at most `max` pages (`1 << page_cluster`), and its direction: `true` when the
-/// faults walk down the region (GNU sort's line array, a reverse scan), so the window is the
-/// pages below `idx` (swap_vma_ra_win places it by the same test: a fault at `prev - 1`).
-pub(crate) fn swapin_window(r: &RegionInner, idx: PgOff, max: u32) -> (u32, bool) {
+/// window), at most `max` pages (`1 << page_cluster`), and where it lies: after the fault when
+/// the faults walk up the region, before it when they walk down, centred on it otherwise, as
+/// `swap_vma_ra_win` places it. (Several streams interleaved in one region, a merge pass, look
+/// directionless; the centred window serves a stream going either way.)
+pub(crate) fn swapin_window(r: &RegionInner, idx: PgOff, max: u32) -> (u32, RaPlace) {
     let last = r.last_major.swap(idx.raw(), Ordering::Relaxed);
     let pattern = r.access_pattern();
     if pattern == AccessPattern::Random {
         // VM_RAND_READ: swap_vma_readahead reads only the faulting page.
-        return (1, false);
+        return (1, RaPlace::Up);
     }
     let prev_win = r.ra_win.load(Ordering::Relaxed);
     let prev = u64::from(prev_win);
@@ -184,21 +196,27 @@ pub(crate) fn swapin_window(r: &RegionInner, idx: PgOff, max: u32) -> (u32, bool
     let hits = r.ra_hits.swap(0, Ordering::Relaxed);
     let win = swapin_nr_pages(hits, seq, prev_win, max);
     r.ra_win.store(win, Ordering::Relaxed);
-    (win, down && !up)
+    let place = if up || pattern == AccessPattern::Sequential && !down {
+        RaPlace::Up
+    } else if down {
+        RaPlace::Down
+    } else {
+        RaPlace::Around
+    };
+    (win, place)
 }
 
 /// `swapin_readahead`'s pages around the faulting one (pages 1.. of `slots`, read into
-/// `bounce` by `page_io::swap_readpage`): each read page is copied into its frame's pool slot and parked in
-/// the swap cache with PG_readahead, its entry (`rest[k - 1]`, locked) set to the frame; its
-/// next access is a minor fault. Returns the frames used and those left over (read errors,
-/// `frames` beyond `slots`).
+/// `bounce` by `page_io::swap_readpage`, page `at[k - 1]` of `r`): each read page is copied into
+/// its frame's pool slot and parked in the swap cache with PG_readahead, its entry (`rest[k -
+/// 1]`, locked) set to the frame; its next access is a minor fault. Returns the frames used and
+/// those left over (read errors, `frames` beyond `slots`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn park_readahead(
     m: &MmInner,
     sw: &SwapState,
     r: &RegionInner,
-    idx: PgOff,
-    down: bool,
+    at: &[PgOff],
     slots: &[SwapEntry],
     frames: &[Pfn],
     ok: &[bool],
@@ -220,7 +238,7 @@ pub(crate) fn park_readahead(
             super::workingset::workingset_refault(m, space, slots[k].cache_index(), false);
         let active = if refault { pg::ACTIVE } else { 0 };
         p.init(
-            Owner::Anon(r.id, idx.step(k as u64, down)),
+            Owner::Anon(r.id, at[k - 1]),
             pg::UPTODATE | pg::SWAPBACKED | pg::SWAPCACHE | pg::READAHEAD | active,
         );
         p.set_swap_entry(slots[k]);
