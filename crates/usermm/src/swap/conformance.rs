@@ -790,10 +790,11 @@ fn ram_swap() {
 
 #[test]
 fn ram_swap_allocates_on_demand() {
-    // 1 GiB of slots costs nothing until written, and discarded slots give their memory back.
+    // 1 GiB of slots costs nothing until written.
     let dev = RamSwap::new(1 << 30).unwrap();
     assert_eq!(dev.nr_pages(), 1 << 18);
     assert_eq!(dev.resident_bytes().unwrap(), 0);
+    assert!(dev.reuse_freed_first());
     let src = pool(16);
     for i in 0..16 {
         fill(&src, i * P, 1000 + i as u64, 9);
@@ -801,8 +802,10 @@ fn ram_swap_allocates_on_demand() {
     let pages: Vec<usize> = (0..16).map(|i| i * P).collect();
     dev.write_pages(1000, &src, &pages).unwrap();
     assert_eq!(dev.resident_bytes().unwrap(), 16 * P as u64);
+    // Discarded slots stay warm (their memory is kept for the next write there).
     dev.discard(1000, 8).unwrap();
-    assert_eq!(dev.resident_bytes().unwrap(), 8 * P as u64);
+    assert_eq!(dev.warm_pages(), 8);
+    assert_eq!(dev.resident_bytes().unwrap(), 16 * P as u64);
     let dst = pool(16);
     dev.read_pages(1008, &dst, &pages[..8]).unwrap();
     for i in 0..8 {
@@ -814,12 +817,58 @@ fn ram_swap_allocates_on_demand() {
             "kept after neighbour discard",
         );
     }
-    // A discarded slot reads as zeros (the read maps the shared zero page, which mincore
-    // counts but which costs no memory).
+    // A warm slot written again holds the new data and is warm no more.
+    fill(&src, 0, 1000, 10);
+    dev.write_pages(1000, &src, &[0]).unwrap();
+    assert_eq!(dev.warm_pages(), 7);
     dev.read_pages(1000, &dst, &[0]).unwrap();
-    assert!((0..P).step_by(8).all(|o| dst.read_u64(o) == 0));
-    dev.discard(1000, 1).unwrap();
-    assert_eq!(dev.resident_bytes().unwrap(), 8 * P as u64);
+    check(&dst, 0, 1000, 10, "rewritten warm slot");
+}
+
+#[test]
+fn ram_swap_gives_back_the_oldest_warm_clusters_beyond_its_bound() {
+    // 8 MiB: 2048 slots, at most an eighth (256) warm.
+    let dev = RamSwap::new(8 << 20).unwrap();
+    let src = pool(256);
+    let pages: Vec<usize> = (0..256).map(|i| i * P).collect();
+    for base in [0u64, 256, 512] {
+        for i in 0..256 {
+            fill(&src, i * P, base + i as u64, 11);
+        }
+        dev.write_pages(base, &src, &pages).unwrap();
+    }
+    assert_eq!(dev.resident_bytes().unwrap(), 768 * P as u64);
+    dev.discard(0, 256).unwrap();
+    assert_eq!(dev.warm_pages(), 256);
+    assert_eq!(dev.resident_bytes().unwrap(), 768 * P as u64);
+    // Over the bound: the oldest warm range (slots 0..256) is given back.
+    dev.discard(256, 256).unwrap();
+    assert_eq!(dev.warm_pages(), 256);
+    assert_eq!(dev.resident_bytes().unwrap(), 512 * P as u64);
+    let dst = pool(1);
+    dev.read_pages(0, &dst, &[0]).unwrap();
+    assert!(
+        (0..P).step_by(8).all(|o| dst.read_u64(o) == 0),
+        "a given-back slot reads as zeros"
+    );
+    // The live range beside them kept its data throughout.
+    let all = pool(256);
+    dev.read_pages(512, &all, &pages).unwrap();
+    for i in 0..256 {
+        check(
+            &all,
+            i * P,
+            512 + i as u64,
+            11,
+            "live slots beside discards",
+        );
+    }
+    // Rewriting part of the warm range un-warms just those slots.
+    fill(&src, 0, 300, 12);
+    dev.write_pages(300, &src, &[0]).unwrap();
+    assert_eq!(dev.warm_pages(), 255);
+    dev.read_pages(300, &dst, &[0]).unwrap();
+    check(&dst, 0, 300, 12, "rewritten warm slot");
 }
 
 #[test]

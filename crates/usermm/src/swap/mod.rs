@@ -62,6 +62,13 @@ pub trait SwapDevice: Send + Sync + 'static {
         let _ = (slot, n);
         Ok(())
     }
+    /// Whether wholly free clusters should be handed out again most recently freed first
+    /// (LIFO) instead of Linux's FIFO `free_clusters` order: a device whose freed slots keep
+    /// their memory for a while (the RAM device's warm clusters) reuses that memory instead of
+    /// faulting in and zeroing fresh pages. A stacked tier answers for the device below it.
+    fn reuse_freed_first(&self) -> bool {
+        self.lower().is_some_and(|l| l.reuse_freed_first())
+    }
     /// Slot `slot` was freed (`swap_free` -> `zswap_invalidate`): a tier that keeps per-slot
     /// data drops it now. Cheap; called for every freed slot, with locks of the caller held.
     fn invalidate(&self, slot: u64) {

@@ -3,22 +3,52 @@
 //! write and freed on discard) as used through the swap path of `mm/page_io.c`.
 //!
 //! The device reserves address space only (`MAP_NORESERVE`, no transparent huge pages): a slot
-//! costs memory from its first write until it is discarded (`MADV_DONTNEED` gives the page back),
-//! so a large `--swap-size` costs nothing until pages are really swapped out. Reading a slot that
-//! was never written returns zeros. Pages move by memcpy between the frame pool and the mapping.
+//! costs memory from its first write until it is discarded, so a large `--swap-size` costs
+//! nothing until pages are really swapped out. Reading a slot that was never written returns
+//! zeros. Pages move by memcpy between the frame pool and the mapping.
+//!
+//! Discarded clusters stay warm up to [`WARM_MAX_BYTES`] (at most an eighth of the device):
+//! their pages are kept, and the slot allocator hands the most recently freed cluster out first
+//! ([`SwapDevice::reuse_freed_first`]), so a program that keeps swapping out and in reuses them
+//! instead of faulting in and zeroing a fresh page for every slot written (a Python dict built
+//! under `--swap ram`: 12-18% less system time). Beyond that bound the oldest warm clusters are
+//! given back (`MADV_DONTNEED`, as `brd_do_discard`).
 
+use std::collections::VecDeque;
 use std::io;
 
 use super::file::{check_pool_pages, check_slots, pages_for_size};
 use super::SwapDevice;
 use crate::conv::Narrow;
+use crate::sync::{AtomicU64, Mutex, Ordering};
 use crate::sys::{Advice, Mapping, PAGE_SIZE};
+
+/// The most memory discarded clusters keep for reuse (see the module documentation).
+pub const WARM_MAX_BYTES: u64 = 64 << 20;
+
+/// Warm ranges remembered before those rewritten since are forgotten.
+const WARM_RANGES_MAX: usize = 4096;
 
 /// A swap device in RAM allocated on demand (see the module documentation).
 #[derive(Debug)]
 pub struct RamSwap {
     mem: Mapping,
     nr_pages: u64,
+    /// One bit per slot: discarded, page kept (warm). Set only by `discard` (the slots are free
+    /// and cannot be allocated meanwhile); cleared under `warm` by the first write and by the
+    /// drop of an old warm range.
+    warm_bits: Box<[AtomicU64]>,
+    warm: Mutex<Warm>,
+    /// Warm pages allowed.
+    warm_cap: u64,
+}
+
+/// The warm ranges, oldest first (entries whose slots were written since are skipped when
+/// popped), and the number of warm pages.
+#[derive(Debug, Default)]
+struct Warm {
+    ranges: VecDeque<(u64, u64)>,
+    pages: u64,
 }
 
 impl RamSwap {
@@ -40,7 +70,71 @@ impl RamSwap {
         if let Err(e) = mem.advise(0, bytes, Advice::NoHugePage) {
             log::debug!("madvise(NOHUGEPAGE) on the RAM swap device: {e}");
         }
-        Ok(RamSwap { mem, nr_pages })
+        let warm_cap = (WARM_MAX_BYTES / PAGE_SIZE as u64).min(nr_pages / 8);
+        Ok(RamSwap {
+            mem,
+            nr_pages,
+            warm_bits: (0..nr_pages.div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+            warm: Mutex::new(Warm::default()),
+            warm_cap,
+        })
+    }
+
+    /// Before slot `slot` is written: a warm slot stops being warm. Under the lock, so that a
+    /// concurrent drop of the slot's old range (which clears the bit only after its
+    /// MADV_DONTNEED) has finished before the data lands.
+    fn unwarm(&self, slot: u64) {
+        let (w, bit) = ((slot / 64).usize(), 1u64 << (slot % 64));
+        if self.warm_bits[w].load(Ordering::Acquire) & bit == 0 {
+            return;
+        }
+        let mut warm = self.warm.lock();
+        if self.warm_bits[w].fetch_and(!bit, Ordering::AcqRel) & bit != 0 {
+            warm.pages -= 1;
+        }
+    }
+
+    /// Gives back the pages of the oldest warm ranges until at most `warm_cap` are warm
+    /// (`warm` locked).
+    fn shrink_warm(&self, warm: &mut Warm) -> io::Result<()> {
+        while warm.pages > self.warm_cap {
+            let Some((start, n)) = warm.ranges.pop_front() else {
+                break;
+            };
+            let mut s = start;
+            while s < start + n {
+                // The next run of warm slots from `s`.
+                let is_warm = |x: u64| {
+                    self.warm_bits[(x / 64).usize()].load(Ordering::Acquire) & (1 << (x % 64)) != 0
+                };
+                if !is_warm(s) {
+                    s += 1;
+                    continue;
+                }
+                let mut e = s + 1;
+                while e < start + n && is_warm(e) {
+                    e += 1;
+                }
+                self.mem.advise(
+                    s.usize() * PAGE_SIZE,
+                    (e - s).usize() * PAGE_SIZE,
+                    Advice::DontNeed,
+                )?;
+                for x in s..e {
+                    self.warm_bits[(x / 64).usize()].fetch_and(!(1 << (x % 64)), Ordering::Release);
+                }
+                warm.pages -= e - s;
+                s = e;
+            }
+        }
+        Ok(())
+    }
+
+    /// Slots discarded whose pages the device still keeps for reuse.
+    pub fn warm_pages(&self) -> u64 {
+        self.warm.lock().pages
     }
 
     /// Bytes of memory the device holds now (pages written and not discarded), by mincore(2);
@@ -64,6 +158,7 @@ impl SwapDevice for RamSwap {
         check_slots(slot, pages.len() as u64, self.nr_pages)?;
         check_pool_pages(pool, pages)?;
         for (i, &p) in pages.iter().enumerate() {
+            self.unwarm(slot + i as u64);
             self.mem
                 .copy_from((slot.usize() + i) * PAGE_SIZE, pool, p, PAGE_SIZE)?;
         }
@@ -84,11 +179,28 @@ impl SwapDevice for RamSwap {
         if n == 0 {
             return Ok(());
         }
-        // Give the pages back (brd_do_discard); the next read of these slots sees zeros.
-        Ok(self.mem.advise(
-            slot.usize() * PAGE_SIZE,
-            n.usize() * PAGE_SIZE,
-            Advice::DontNeed,
-        )?)
+        // Kept warm for reuse; the oldest warm ranges beyond the bound are given back
+        // (brd_do_discard).
+        let mut warm = self.warm.lock();
+        for x in slot..slot + n {
+            let bit = 1u64 << (x % 64);
+            if self.warm_bits[(x / 64).usize()].fetch_or(bit, Ordering::AcqRel) & bit == 0 {
+                warm.pages += 1;
+            }
+        }
+        warm.ranges.push_back((slot, n));
+        if warm.ranges.len() > WARM_RANGES_MAX {
+            // Ranges rewritten since they were discarded hold nothing warm: forget them.
+            let bits = &self.warm_bits;
+            warm.ranges.retain(|&(s, n)| {
+                (s..s + n)
+                    .any(|x| bits[(x / 64).usize()].load(Ordering::Acquire) & (1 << (x % 64)) != 0)
+            });
+        }
+        self.shrink_warm(&mut warm)
+    }
+
+    fn reuse_freed_first(&self) -> bool {
+        true
     }
 }

@@ -5,8 +5,9 @@
 //! Slots are grouped into clusters of [`SWAPFILE_CLUSTER`] slots. Allocation continues in the
 //! current cluster in slot order, so consecutive calls and the slots of one batch are consecutive
 //! and the device sees sequential writes. When the current cluster is used up, a wholly free
-//! cluster is taken from the free-cluster list (FIFO, like Linux's `free_clusters`); only when none
-//! is left are partially used clusters scanned for holes. Unlike Linux, slot 0 is usable (there
+//! cluster is taken from the free-cluster list (FIFO, like Linux's `free_clusters`; LIFO for a
+//! device that keeps freed clusters' memory warm, [`SwapSlots::with_order`]); only when none is
+//! left are partially used clusters scanned for holes. Unlike Linux, slot 0 is usable (there
 //! is no swap header page).
 //!
 //! State is one bit per slot plus a use counter per cluster, all behind one mutex; the number of
@@ -50,6 +51,8 @@ struct Inner {
     /// Wholly free clusters the device is discarding (`CLUSTER_FLAG_DISCARD`): allocated from
     /// by nobody until [`SwapSlots::discard_done`].
     discarding: Vec<bool>,
+    /// A freed cluster goes to the front of `free_clusters` (reused first) instead of the back.
+    lifo: bool,
 }
 
 /// What `free` found, reported after the lock is released.
@@ -60,8 +63,15 @@ enum FreeOutcome {
 }
 
 impl SwapSlots {
-    /// An allocator for a device of `nr_pages` slots, all free.
+    /// An allocator for a device of `nr_pages` slots, all free; wholly free clusters are
+    /// reused in the order they were freed (Linux's FIFO).
     pub fn new(nr_pages: u64) -> Self {
+        Self::with_order(nr_pages, false)
+    }
+
+    /// [`SwapSlots::new`], with `lifo`: the most recently freed cluster is reused first
+    /// ([`SwapDevice::reuse_freed_first`](super::SwapDevice::reuse_freed_first)).
+    pub fn with_order(nr_pages: u64, lifo: bool) -> Self {
         let nr_clusters = nr_pages.div_ceil(SWAPFILE_CLUSTER);
         let nr_clusters_u32 =
             u32::try_from(nr_clusters).expect("swap device too large for the cluster index");
@@ -73,6 +83,7 @@ impl SwapSlots {
             current: None,
             scan_cursor: 0,
             discarding: vec![false; nr_clusters.usize()],
+            lifo,
         };
         SwapSlots {
             nr_pages,
@@ -233,7 +244,11 @@ impl Inner {
     fn push_free(&mut self, cluster: u32) {
         if !self.on_free_list[cluster as usize] {
             self.on_free_list[cluster as usize] = true;
-            self.free_clusters.push_back(cluster);
+            if self.lifo {
+                self.free_clusters.push_front(cluster);
+            } else {
+                self.free_clusters.push_back(cluster);
+            }
         }
     }
 
@@ -389,6 +404,23 @@ mod tests {
         c.sort_unstable();
         assert_eq!(c, vec![3, 3 * SWAPFILE_CLUSTER + 9]);
         assert_eq!(s.nr_free(), 0);
+    }
+
+    #[test]
+    fn lifo_order_reuses_the_last_freed_cluster_first() {
+        let c = SWAPFILE_CLUSTER;
+        for lifo in [false, true] {
+            let s = SwapSlots::with_order(4 * c, lifo);
+            let a = alloc_vec(&s, 4 * c.usize());
+            assert_eq!(a.len(), 4 * c.usize());
+            // Cluster 0 wholly freed, then cluster 1.
+            for slot in (0..c).chain(c..2 * c) {
+                s.free(slot);
+            }
+            let b = alloc_vec(&s, 1);
+            let want = if lifo { c } else { 0 };
+            assert_eq!(b, vec![want], "lifo {lifo}");
+        }
     }
 
     #[test]
