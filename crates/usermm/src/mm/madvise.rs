@@ -99,6 +99,7 @@ pub(crate) fn zap_page_range(m: &MmInner, r: &RegionInner, from: PgOff, to: PgOf
         let mut zap_from = PgOff::MAX;
         let mut zap_to = PgOff::ZERO;
         let mut freed = Vec::new();
+        let mut file_pages = Vec::new();
         for &i in &used {
             loop {
                 let pte = r.pt.get(i);
@@ -150,14 +151,17 @@ pub(crate) fn zap_page_range(m: &MmInner, r: &RegionInner, from: PgOff, to: PgOf
                         }
                     }
                     Pte::Frame(f) if m.node.pages[f].test(pg::PAGECACHE) => {
-                        // A shared file page: back to the page cache, not freed.
+                        // A shared file page: back to the page cache, not freed. Mapped ones
+                        // move back below, a run per ioctl, still locked (a store meanwhile
+                        // lands in the page and moves with it; a fault waits for the lock).
                         let p = &m.node.pages[f];
-                        if p.test(pg::MAPPED) {
-                            super::rmap::unmap_file_page_at(m, r, i, f);
-                        }
                         g.set(Pte::None);
                         drop(g);
-                        p.unlock();
+                        if p.test(pg::MAPPED) {
+                            file_pages.push((i, f));
+                        } else {
+                            p.unlock();
+                        }
                         break;
                     }
                     Pte::Frame(f) => {
@@ -193,6 +197,10 @@ pub(crate) fn zap_page_range(m: &MmInner, r: &RegionInner, from: PgOff, to: PgOf
                 drop(g);
                 break;
             }
+        }
+        super::rmap::unmap_file_pages_at(m, r, &file_pages);
+        for &(_, f) in &file_pages {
+            m.node.pages[f].unlock();
         }
         if zap_from < zap_to {
             m.vm.warn_on(

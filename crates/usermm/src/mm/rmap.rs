@@ -128,6 +128,42 @@ fn mark_unmapped(m: &MmInner, f: Pfn) {
     m.vm.inc(Item::PgUnmapRef);
 }
 
+/// [`unmap_file_page_at`] for many locked, mapped page-cache pages of `r` (`(idx, frame)`,
+/// ascending by page): one UFFDIO_MOVE per run consecutive in both the view and the pool, so a
+/// munmap of a large file mapping costs a TLB shootdown per run, not per page. Pages a run's
+/// move did not take go one by one.
+pub(crate) fn unmap_file_pages_at(m: &MmInner, r: &RegionInner, pages: &[(PgOff, Pfn)]) {
+    for run in pool::runs(pages, |a, b| b.0 == a.0.next() && b.1 == a.1.next()) {
+        let run = &pages[run];
+        let (idx0, f0) = run[0];
+        for &(_, f) in run {
+            pool::settle(m, f);
+        }
+        let n = run.len();
+        let moved = if n == 1 {
+            0
+        } else {
+            let dst = m.pool.slots.addr() + f0.offset();
+            match m
+                .mm
+                .uffd
+                .move_pages(dst, r.page_addr(idx0), n * PAGE_SIZE, false, true)
+            {
+                Ok(b) => b / PAGE_SIZE,
+                Err(e) => e.done / PAGE_SIZE,
+            }
+            .min(n)
+        };
+        for &(_, f) in &run[..moved] {
+            m.node.pages[f].clear(pg::MAPPED | pg::WP);
+        }
+        m.vm.sub(Item::NrMapped, moved as u64);
+        for &(idx, f) in &run[moved..] {
+            unmap_file_page_at(m, r, idx, f);
+        }
+    }
+}
+
 /// Moves locked, mapped page-cache page `f` from page `idx` of `r`'s view back into its pool
 /// slot (the pte lock of `idx` is held by the caller or not needed).
 pub(crate) fn unmap_file_page_at(m: &MmInner, r: &RegionInner, idx: PgOff, f: Pfn) {
