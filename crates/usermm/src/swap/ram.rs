@@ -11,8 +11,8 @@
 //! their pages are kept, and the slot allocator hands the most recently freed cluster out first
 //! ([`SwapDevice::reuse_freed_first`]), so a program that keeps swapping out and in reuses them
 //! instead of faulting in and zeroing a fresh page for every slot written (a Python dict built
-//! under `--swap ram`: 12-18% less system time). Beyond that bound the oldest warm clusters are
-//! given back (`MADV_DONTNEED`, as `brd_do_discard`).
+//! under `--swap ram`: 294k -> 242k kernel page faults, 6% less system time). Beyond that bound
+//! the oldest warm clusters are given back (`MADV_DONTNEED`, as `brd_do_discard`).
 
 use std::collections::VecDeque;
 use std::io;
