@@ -48,16 +48,7 @@ pub fn try_to_unmap(m: &MmInner, frames: &[Pfn]) {
         let Some(r) = m.mm.region(rid).filter(|r| v[e - 1].1 < r.end()) else {
             continue;
         };
-        let n = e - k;
-        let src = r.page_addr(idx0);
-        let dst = m.pool.slots.addr() + f0.offset();
-        // A partial move reports every page it moved (sys::uffd resumes the kernel's partial
-        // results): those are unmapped; the rest go one by one.
-        let moved = match m.mm.uffd.move_pages(dst, src, n * PAGE_SIZE, false, true) {
-            Ok(b) => b / PAGE_SIZE,
-            Err(e) => e.done / PAGE_SIZE,
-        }
-        .min(n);
+        let moved = move_run_out(m, &r, idx0, f0, e - k);
         for &(_, i, f) in &v[k..k + moved] {
             mark_unmapped(m, f);
             clear_file_pte(&m.node, &r, i, f);
@@ -66,6 +57,23 @@ pub fn try_to_unmap(m: &MmInner, frames: &[Pfn]) {
             try_to_unmap_one(m, &r, idx, f);
         }
     }
+}
+
+/// Moves the `n` mapped pages from page `idx0` of `r`'s view into the pool slots from frame
+/// `f0` with one UFFDIO_MOVE (one TLB shootdown) and returns how many moved: a partial move
+/// reports every page it moved (sys::uffd resumes the kernel's partial results); the caller
+/// unmaps the rest one by one.
+fn move_run_out(m: &MmInner, r: &RegionInner, idx0: PgOff, f0: Pfn, n: usize) -> usize {
+    let dst = m.pool.slots.addr() + f0.offset();
+    match m
+        .mm
+        .uffd
+        .move_pages(dst, r.page_addr(idx0), n * PAGE_SIZE, false, true)
+    {
+        Ok(b) => b / PAGE_SIZE,
+        Err(e) => e.done / PAGE_SIZE,
+    }
+    .min(n)
 }
 
 /// `try_to_unmap_one`: unmaps one locked, mapped page into its pool slot (the fallback of
@@ -131,7 +139,8 @@ fn mark_unmapped(m: &MmInner, f: Pfn) {
 /// [`unmap_file_page_at`] for many locked, mapped page-cache pages of `r` (`(idx, frame)`,
 /// ascending by page): one UFFDIO_MOVE per run consecutive in both the view and the pool, so a
 /// munmap of a large file mapping costs a TLB shootdown per run, not per page. Pages a run's
-/// move did not take go one by one.
+/// move did not take go one by one ([`unmap_file_page_at`], which also copies a page whose
+/// slot still holds its stale copy).
 pub(crate) fn unmap_file_pages_at(m: &MmInner, r: &RegionInner, pages: &[(PgOff, Pfn)]) {
     for run in pool::runs(pages, |a, b| b.0 == a.0.next() && b.1 == a.1.next()) {
         let run = &pages[run];
@@ -139,21 +148,7 @@ pub(crate) fn unmap_file_pages_at(m: &MmInner, r: &RegionInner, pages: &[(PgOff,
         for &(_, f) in run {
             pool::settle(m, f);
         }
-        let n = run.len();
-        let moved = if n == 1 {
-            0
-        } else {
-            let dst = m.pool.slots.addr() + f0.offset();
-            match m
-                .mm
-                .uffd
-                .move_pages(dst, r.page_addr(idx0), n * PAGE_SIZE, false, true)
-            {
-                Ok(b) => b / PAGE_SIZE,
-                Err(e) => e.done / PAGE_SIZE,
-            }
-            .min(n)
-        };
+        let moved = move_run_out(m, r, idx0, f0, run.len());
         for &(_, f) in &run[..moved] {
             m.node.pages[f].clear(pg::MAPPED | pg::WP);
         }

@@ -82,16 +82,26 @@ impl RamSwap {
         })
     }
 
+    /// The word of `warm_bits` holding slot `slot`'s bit, and the bit.
+    fn warm_bit(&self, slot: u64) -> (&AtomicU64, u64) {
+        (&self.warm_bits[(slot / 64).usize()], 1 << (slot % 64))
+    }
+
+    fn is_warm(&self, slot: u64) -> bool {
+        let (w, bit) = self.warm_bit(slot);
+        w.load(Ordering::Acquire) & bit != 0
+    }
+
     /// Before slot `slot` is written: a warm slot stops being warm. Under the lock, so that a
     /// concurrent drop of the slot's old range (which clears the bit only after its
     /// MADV_DONTNEED) has finished before the data lands.
     fn unwarm(&self, slot: u64) {
-        let (w, bit) = ((slot / 64).usize(), 1u64 << (slot % 64));
-        if self.warm_bits[w].load(Ordering::Acquire) & bit == 0 {
+        if !self.is_warm(slot) {
             return;
         }
         let mut warm = self.warm.lock();
-        if self.warm_bits[w].fetch_and(!bit, Ordering::AcqRel) & bit != 0 {
+        let (w, bit) = self.warm_bit(slot);
+        if w.fetch_and(!bit, Ordering::AcqRel) & bit != 0 {
             warm.pages -= 1;
         }
     }
@@ -106,15 +116,12 @@ impl RamSwap {
             let mut s = start;
             while s < start + n {
                 // The next run of warm slots from `s`.
-                let is_warm = |x: u64| {
-                    self.warm_bits[(x / 64).usize()].load(Ordering::Acquire) & (1 << (x % 64)) != 0
-                };
-                if !is_warm(s) {
+                if !self.is_warm(s) {
                     s += 1;
                     continue;
                 }
                 let mut e = s + 1;
-                while e < start + n && is_warm(e) {
+                while e < start + n && self.is_warm(e) {
                     e += 1;
                 }
                 self.mem.advise(
@@ -123,7 +130,8 @@ impl RamSwap {
                     Advice::DontNeed,
                 )?;
                 for x in s..e {
-                    self.warm_bits[(x / 64).usize()].fetch_and(!(1 << (x % 64)), Ordering::Release);
+                    let (w, bit) = self.warm_bit(x);
+                    w.fetch_and(!bit, Ordering::Release);
                 }
                 warm.pages -= e - s;
                 s = e;
@@ -183,19 +191,16 @@ impl SwapDevice for RamSwap {
         // (brd_do_discard).
         let mut warm = self.warm.lock();
         for x in slot..slot + n {
-            let bit = 1u64 << (x % 64);
-            if self.warm_bits[(x / 64).usize()].fetch_or(bit, Ordering::AcqRel) & bit == 0 {
+            let (w, bit) = self.warm_bit(x);
+            if w.fetch_or(bit, Ordering::AcqRel) & bit == 0 {
                 warm.pages += 1;
             }
         }
         warm.ranges.push_back((slot, n));
         if warm.ranges.len() > WARM_RANGES_MAX {
             // Ranges rewritten since they were discarded hold nothing warm: forget them.
-            let bits = &self.warm_bits;
-            warm.ranges.retain(|&(s, n)| {
-                (s..s + n)
-                    .any(|x| bits[(x / 64).usize()].load(Ordering::Acquire) & (1 << (x % 64)) != 0)
-            });
+            warm.ranges
+                .retain(|&(s, n)| (s..s + n).any(|x| self.is_warm(x)));
         }
         self.shrink_warm(&mut warm)
     }
