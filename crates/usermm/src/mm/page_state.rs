@@ -283,18 +283,22 @@ pub enum PageRef {
 /// `page_check_references`: what reclaim does with an isolated, locked page. A mapped page was
 /// referenced through its pte (usermm's "young bit": all mapped pages start out young from the
 /// instantiating fault, so a page takes a second trip around the inactive list to be reclaimed
-/// unless it is referenced again meanwhile); it is kept with PG_referenced set, or activated if
-/// it was referenced before too (or is an in-memory file page, whose eviction costs swap I/O).
+/// unless it is referenced again meanwhile); it is kept, or activated if it was referenced
+/// before too (or is an in-memory file page, whose eviction costs swap I/O), with PG_referenced
+/// set either way.
 /// An unmapped page-cache page referenced by read/write is reclaimed only if clean.
 pub fn page_check_references(p: &super::page::Page) -> PageRef {
     let referenced_ptes = p.test(pg::MAPPED);
     let referenced_page = p.test_clear(pg::REFERENCED);
     let swapbacked = p.test(pg::SWAPBACKED);
     if referenced_ptes {
+        // The mark is set for activated pages as well (as Linux's folio_check_references
+        // does), so that a page deactivated later and used again is activated on its next
+        // check: one probe fault per trip for a hot page, not two.
+        p.set(pg::REFERENCED);
         if referenced_page || (swapbacked && p.test(pg::PAGECACHE)) {
             return PageRef::Activate;
         }
-        p.set(pg::REFERENCED);
         return PageRef::Keep;
     }
     if referenced_page && !swapbacked {

@@ -836,16 +836,16 @@ mod tests {
         let file = pg::PAGECACHE;
         let shmem = pg::PAGECACHE | pg::SWAPBACKED;
         let cases = [
-            (anon | pg::MAPPED | pg::REFERENCED, PageRef::Activate, false),
+            (anon | pg::MAPPED | pg::REFERENCED, PageRef::Activate, true),
             (anon | pg::MAPPED, PageRef::Keep, true),
             (anon | pg::REFERENCED, PageRef::Reclaim, false),
             (anon, PageRef::Reclaim, false),
-            (file | pg::MAPPED | pg::REFERENCED, PageRef::Activate, false),
+            (file | pg::MAPPED | pg::REFERENCED, PageRef::Activate, true),
             (file | pg::MAPPED, PageRef::Keep, true),
             (file | pg::REFERENCED, PageRef::ReclaimClean, false),
             (file, PageRef::Reclaim, false),
             // An in-memory file page is activated on its first pte reference.
-            (shmem | pg::MAPPED, PageRef::Activate, false),
+            (shmem | pg::MAPPED, PageRef::Activate, true),
             (shmem | pg::REFERENCED, PageRef::Reclaim, false),
         ];
         for (flags, want, referenced) in cases {
