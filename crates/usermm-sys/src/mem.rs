@@ -349,18 +349,21 @@ impl Mapping {
     /// Every page must be present (a missing page of a userfaultfd-registered range faults).
     pub fn hash_pages(&self, off: usize, n: usize) -> Result<Vec<u64>> {
         check_range(self.len, off, n * PAGE_SIZE)?;
-        Ok((0..n)
-            .map(|k| {
-                // SAFETY: the page is inside the mapping (checked) and present (the caller's
-                // contract); the slice lives only for the hash, and the caller excludes stores
-                // to the page meanwhile (a concurrent store could only make the hash differ,
-                // which callers treat as "written").
-                let page = unsafe {
-                    std::slice::from_raw_parts(self.as_ptr().add(off + k * PAGE_SIZE), PAGE_SIZE)
-                };
-                twox_hash::XxHash3_64::oneshot(page)
-            })
-            .collect())
+        (0..n)
+            .map(|k| self.hash_page(off + k * PAGE_SIZE))
+            .collect()
+    }
+
+    /// [`Mapping::hash_pages`] of the one page at `off`, without allocating (the fault path
+    /// may run in a signal handler).
+    pub fn hash_page(&self, off: usize) -> Result<u64> {
+        check_range(self.len, off, PAGE_SIZE)?;
+        // SAFETY: the page is inside the mapping (checked) and present (the caller's
+        // contract); the slice lives only for the hash, and the caller excludes stores to the
+        // page meanwhile (a concurrent store could only make the hash differ, which callers
+        // treat as "written").
+        let page = unsafe { std::slice::from_raw_parts(self.as_ptr().add(off), PAGE_SIZE) };
+        Ok(twox_hash::XxHash3_64::oneshot(page))
     }
 
     /// Which pages of `[off, off+len)` (page aligned) have a page mapped (mincore(2)): a store

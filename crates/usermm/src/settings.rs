@@ -68,6 +68,12 @@ pub enum Switch {
     /// protection so that a store by another thread in between marks the page dirty (new,
     /// `move`, the default; bench/filemap-continue.md: 130-214 ns a page against 1980-3413).
     CleanMap,
+    /// How a clean swap-cache page (its swap copy still valid) is mapped, and how a store to it
+    /// is seen: write-protected, its first store a write-protect fault that drops the swap
+    /// copy (old, `wp`), or writable with the hash of its contents recorded, compared when
+    /// reclaim unmaps it (new, `hash`): a changed page has its swap copy dropped then, as
+    /// Linux's reclaim reads the pte dirty bit, and no store ever faults.
+    AnonClean,
 }
 
 /// Static description of one switch.
@@ -188,6 +194,15 @@ pub const SWITCHES: &[SwitchInfo] = &[
         old: "copy",
         new: "move",
         what: "how fault-around maps clean pages into a shared file region: a write-protected copy (the slots dropped after), or a move then write protection, the pages hashed around the gap",
+        default: Behaviour::New,
+    },
+    SwitchInfo {
+        switch: Switch::AnonClean,
+        name: "anon_clean",
+        seed: "issue 13",
+        old: "wp",
+        new: "hash",
+        what: "how a clean swap-cache page is mapped: write-protected (a store faults and drops the swap copy), or writable with its hash recorded and compared when reclaim unmaps it",
         default: Behaviour::New,
     },
 ];

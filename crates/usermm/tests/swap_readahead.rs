@@ -194,7 +194,13 @@ fn random_read_back_gets_little_readahead() {
 #[test]
 fn clean_pages_are_not_written_twice() {
     init_log();
-    let mm = mm_ram(8 * MIB, 64 * MIB);
+    for hash in [false, true] {
+        clean_pages_are_not_written_twice_with(hash);
+    }
+}
+
+fn clean_pages_are_not_written_twice_with(hash: bool) {
+    let mm = mm_ram_anon_clean(8 * MIB, 64 * MIB, hash);
     let n = 512;
     let r = mm.map_anon(n * PAGE).unwrap();
     for p in 0..n {
@@ -240,8 +246,12 @@ fn clean_pages_are_not_written_twice() {
     assert_eq!(
         d3.val("pswpout"),
         0,
-        "clean pages were written to swap again\n{d3}"
+        "clean pages were written to swap again (anon_clean hash: {hash})\n{d3}"
     );
+    if hash {
+        assert_eq!(d3.val("clean_hash_dirty"), 0, "{d3}");
+        assert!(d3.val("clean_hash_clean") >= n as u64, "{d3}");
+    }
     for p in 0..n {
         assert_eq!(
             r.read_u64(p * PAGE + 64),
@@ -252,10 +262,18 @@ fn clean_pages_are_not_written_twice() {
     assert_consistent(&mm);
 }
 
+/// Under both ways of seeing the store (`anon_clean=wp`: a write-protect fault per page;
+/// `hash`: no fault, the changed hash found when reclaim unmaps the page).
 #[test]
 fn written_pages_after_swap_in_are_written_again_and_keep_the_new_data() {
     init_log();
-    let mm = mm_ram(8 * MIB, 64 * MIB);
+    for hash in [false, true] {
+        written_pages_after_swap_in_with(hash);
+    }
+}
+
+fn written_pages_after_swap_in_with(hash: bool) {
+    let mm = mm_ram_anon_clean(8 * MIB, 64 * MIB, hash);
     let n = 512;
     let r = mm.map_anon(n * PAGE).unwrap();
     for p in 0..n {
@@ -293,11 +311,29 @@ fn written_pages_after_swap_in_are_written_again_and_keep_the_new_data() {
         );
     }
     assert_eq!(resident, 0, "{dr}");
-    assert_eq!(
-        dw.val("wp_fault"),
-        dirtied.len() as u64,
-        "each write to a clean swap-cache page is one wp fault\n{dw}"
-    );
+    if hash {
+        assert_eq!(
+            dw.val("wp_fault"),
+            0,
+            "stores to writable pages fault\n{dw}"
+        );
+        assert_eq!(
+            dr.val("clean_hash_dirty"),
+            dirtied.len() as u64,
+            "each re-dirtied page is found changed when unmapped\n{dr}"
+        );
+        assert_eq!(
+            dr.val("clean_hash_clean"),
+            (n - dirtied.len()) as u64,
+            "every other page is found unchanged\n{dr}"
+        );
+    } else {
+        assert_eq!(
+            dw.val("wp_fault"),
+            dirtied.len() as u64,
+            "each write to a clean swap-cache page is one wp fault\n{dw}"
+        );
+    }
     assert_eq!(
         dr.val("pswpout"),
         dirtied.len() as u64,

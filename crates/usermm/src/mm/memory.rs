@@ -758,7 +758,12 @@ impl page_state::FaultEnv for RegionFaultEnv<'_> {
         note_stale(self.m, self.r, idx, pte);
     }
     fn ensure_parked(&self, f: Pfn) -> bool {
-        pool::slot_present(self.m, f) || super::rmap::refill_lost_slot(self.m, f)
+        if pool::slot_present(self.m, f) {
+            // Back in its slot from a view where it may have been written.
+            super::rmap::verify_clean(self.m, f);
+            return true;
+        }
+        super::rmap::refill_lost_slot(self.m, f)
     }
     fn try_to_free_swap(&self, f: Pfn) {
         swap_state::try_to_free_swap(self.m, f);
@@ -791,14 +796,42 @@ impl page_state::FaultEnv for RegionFaultEnv<'_> {
     }
 }
 
+/// Whether clean swap-cache pages are mapped writable with their hash recorded
+/// (`anon_clean=hash`) rather than write-protected.
+fn hashes_clean(m: &MmInner) -> bool {
+    m.cfg.settings.is_new(crate::settings::Switch::AnonClean)
+}
+
+/// Records the hash of locked, parked frame `f`'s slot for `rmap::verify_clean`; false if the
+/// slot is empty or could not be read (the page is then mapped write-protected as before).
+fn record_slot_hash(m: &MmInner, f: Pfn) -> bool {
+    if !pool::slot_present(m, f) {
+        return false;
+    }
+    match m.pool.slots.hash_page(f.offset()) {
+        Ok(h) => {
+            pool::set_clean_hash(m, f, h);
+            true
+        }
+        Err(e) => {
+            log::debug!("hashing pool slot {f}: {e}; mapping it write-protected");
+            false
+        }
+    }
+}
+
 /// Places locked frame `f`, parked in its pool slot, at page `idx` with UFFDIO_COPY
-/// (`place_from_slot`), write-protected when `wp` (a clean page whose swap copy stays valid):
-/// MOVE always installs a writable pte, and write-protecting after a move would leave a window
-/// in which another thread's store lands unseen and the page is later dropped as clean. A
+/// (`place_from_slot`). A clean page whose swap copy stays valid (`wp`) is mapped writable with
+/// its hash recorded under `anon_clean=hash` ([`rmap::verify_clean`](super::rmap::verify_clean) compares at unmap), else
+/// write-protected: MOVE always installs a writable pte, and write-protecting after a move would
+/// leave a window in which another thread's store lands unseen and the page is later dropped
+/// as clean. A
 /// stray page in the view is replaced; an empty slot (the page was zapped behind our back)
 /// maps zeros. False if the page could not be mapped (it stays parked).
 fn place_parked(m: &MmInner, r: &RegionInner, idx: PgOff, f: Pfn, wp: bool) -> bool {
     let dst = r.page_addr(idx);
+    // anon_clean=hash: a clean page is mapped writable, its contents' hash recorded.
+    let wp = wp && !(hashes_clean(m) && record_slot_hash(m, f));
     let place = || place_from_slot(m, f, dst, wp, false);
     let mut res = place();
     if matches!(res, Err(e) if e.is_exists()) {
@@ -874,10 +907,16 @@ impl page_state::SwapinEnv for SwapinFromBounce<'_> {
     fn place_read(&self, idx: PgOff, f: Pfn, wp: bool) {
         let (m, r) = (self.m, self.r);
         let dst = r.page_addr(idx);
-        // Copied from the bounce buffer (write-protected while the swap copy stays valid); a
-        // recycled frame's slot is dropped with the next batch (see place_from_slot for why
-        // not fill + MOVE).
+        // Copied from the bounce buffer (write-protected while the swap copy stays valid, or
+        // writable with its hash recorded under anon_clean=hash); a recycled frame's slot is
+        // dropped with the next batch (see place_from_slot for why not fill + MOVE).
         pool::empty_slot(m, f);
+        let wp = wp
+            && !(hashes_clean(m)
+                && self.bounce.hash_page(0).is_ok_and(|h| {
+                    pool::set_clean_hash(m, f, h);
+                    true
+                }));
         let place = || {
             m.retry_again(PAGE_SIZE, |_| {
                 m.mm.uffd.copy(dst, self.bounce.addr(), PAGE_SIZE, wp, true)

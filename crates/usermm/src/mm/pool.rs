@@ -13,6 +13,7 @@
 
 use std::ops::Range;
 
+use crate::sync::{AtomicU64, Ordering};
 use crate::sys::{Advice, Mapping, PAGE_SIZE};
 use crate::vmstat::Item;
 
@@ -30,16 +31,39 @@ pub struct FramePool {
     pub(crate) zero_src: Mapping,
     /// Pool slots to empty in the next batch (`defer_zap`, the protocol in mm/zap.rs).
     pub(crate) zaps: ZapQueue,
+    /// Per frame, under `anon_clean=hash`: the hash (`| 1`; 0 = none) of the contents a clean
+    /// swap-cache page was mapped writable with, the contents its swap copy holds
+    /// ([`set_clean_hash`], `rmap::verify_clean`).
+    clean_hash: Box<[AtomicU64]>,
 }
 
 impl FramePool {
     pub(crate) fn new(slots: Mapping, zero_src: Mapping) -> FramePool {
+        let frames = slots.len() / PAGE_SIZE;
         FramePool {
             slots,
             zero_src,
             zaps: ZapQueue::default(),
+            clean_hash: (0..frames).map(|_| AtomicU64::new(0)).collect(),
         }
     }
+}
+
+/// `anon_clean=hash`: locked page `f`, a clean swap-cache page, is being mapped writable with
+/// contents whose hash is `h`. Usermm's pte dirty bit: `rmap::verify_clean` compares when the page
+/// is unmapped again.
+pub(crate) fn set_clean_hash(m: &MmInner, f: Pfn, h: u64) {
+    m.pool.clean_hash[f.idx()].store(h | 1, Ordering::Relaxed);
+}
+
+/// Takes frame `f`'s recorded hash (0: none), leaving none.
+pub(crate) fn take_clean_hash(m: &MmInner, f: Pfn) -> u64 {
+    m.pool.clean_hash[f.idx()].swap(0, Ordering::Relaxed)
+}
+
+/// Forgets frame `f`'s recorded hash (its contents were replaced: reread from swap, or zeros).
+pub(crate) fn forget_clean_hash(m: &MmInner, f: Pfn) {
+    m.pool.clean_hash[f.idx()].store(0, Ordering::Relaxed);
 }
 
 /// The runs of `v`: maximal index ranges whose neighbours satisfy `next(prev, cur)` (consecutive

@@ -4,7 +4,9 @@
 //! pages: the region and index in the descriptor's owner) or, for a page-cache page, the file
 //! region named by its `private` word (shared, or private until the page's first store there). Unmapping moves the page into its pool slot with
 //! UFFDIO_MOVE (one ioctl per run of pages consecutive in both the view and the pool); the next
-//! access is a minor fault, which is how usermm observes references.
+//! access is a minor fault, which is how usermm observes references. Unmapping is also where
+//! a store to a clean swap-cache page mapped writable (`anon_clean=hash`) is seen: its hash
+//! no longer matches ([`verify_clean`], the pte dirty bit `try_to_unmap_one` reads in Linux).
 
 use crate::sys::{Advice, PAGE_SIZE};
 use crate::vmstat::Item;
@@ -50,6 +52,7 @@ pub fn try_to_unmap(m: &MmInner, frames: &[Pfn]) {
         };
         let moved = move_run_out(m, &r, idx0, f0, e - k);
         for &(_, i, f) in &v[k..k + moved] {
+            verify_clean(m, f);
             mark_unmapped(m, f);
             clear_file_pte(&m.node, &r, i, f);
         }
@@ -100,6 +103,7 @@ fn try_to_unmap_one(m: &MmInner, r: &RegionInner, idx: PgOff, f: Pfn) {
     }
     match res {
         Ok(_) => {
+            verify_clean(m, f);
             mark_unmapped(m, f);
             clear_file_pte(&m.node, r, idx, f);
         }
@@ -115,6 +119,30 @@ fn try_to_unmap_one(m: &MmInner, r: &RegionInner, idx: PgOff, f: Pfn) {
             }
         }
         Err(e) => log::debug!("UFFDIO_MOVE out of {src:#x}: {e}; page stays mapped"),
+    }
+}
+
+/// Locked page `f` has just gone back to its pool slot (or been found there) from a view where
+/// it was mapped writable: if it is a clean swap-cache page mapped under `anon_clean=hash` and
+/// its contents no longer hash to what they were mapped with, it was written while mapped. Its
+/// swap copy is stale, so it is dropped and the page marked dirty (`try_to_free_swap`), as
+/// Linux's `try_to_unmap_one` moves the pte dirty bit to the folio. xxh3's 64 bits make a
+/// changed page hashing equal a 2^-64 event per unmap of a written page.
+pub(crate) fn verify_clean(m: &MmInner, f: Pfn) {
+    let h = pool::take_clean_hash(m, f);
+    let p = &m.node.pages[f];
+    if h == 0 || !p.test(pg::SWAPCACHE) || p.test(pg::DIRTY) {
+        return;
+    }
+    match m.pool.slots.hash_page(f.offset()) {
+        Ok(now) if now | 1 == h => m.vm.inc(Item::CleanHashClean),
+        res => {
+            if let Err(e) = res {
+                log::error!("hashing pool slot {f}: {e}; the page counts as written");
+            }
+            m.vm.inc(Item::CleanHashDirty);
+            swap_state::try_to_free_swap(m, f);
+        }
     }
 }
 
@@ -219,6 +247,7 @@ pub(crate) fn unmap_file_page(m: &MmInner, f: Pfn) {
 /// failed (the caller retries).
 pub(crate) fn refill_lost_slot(m: &MmInner, f: Pfn) -> bool {
     let p = &m.node.pages[f];
+    pool::forget_clean_hash(m, f);
     m.vm.inc(Item::PgunmapZapped);
     if p.test(pg::SWAPCACHE) && !p.test(pg::DIRTY) {
         if let Some(sw) = &m.swap {
