@@ -90,6 +90,7 @@ items! {
     HandlerSpinSkipped = "handler_spin_skipped",
     CleanHashDirty = "clean_hash_dirty",
     CleanHashClean = "clean_hash_clean",
+    CleanHashPredicted = "clean_hash_predicted",
     FaultSelfServed = "fault_self_served",
     NrDirtied = "nr_dirtied",
     NrWritten = "nr_written",

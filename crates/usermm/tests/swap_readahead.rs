@@ -459,3 +459,68 @@ fn declared_access_pattern_decides_swap_readahead() {
         "a sequential region read nothing ahead\n{d}"
     );
 }
+
+/// `anon_clean=hash`: a region whose pages come back written after every swap-in (a
+/// read-modify-write in random order: no sequential write run to detect) is soon mapped
+/// writable and dirty at swap-in (`clean_hash_predicted`), while a read-only pass over another
+/// region keeps every swap copy (no prediction there, no second write). No write is lost.
+#[test]
+fn regions_whose_pages_come_back_written_skip_the_hash() {
+    init_log();
+    let mm = mm_ram_anon_clean(4 * MIB, 128 * MIB, true);
+    let n = 4096usize;
+    let w = mm.map_anon(n * PAGE).unwrap();
+    let ro = mm.map_anon(n * PAGE).unwrap();
+    for p in 0..n {
+        w.write_u64(p * PAGE, pattern(40, p as u64, 0));
+        ro.write_u64(p * PAGE, pattern(41, p as u64, 0));
+    }
+    reclaim_all(&mm);
+    // A permutation of the pages (odd multiplier modulo a power of two).
+    let order: Vec<usize> = (0..n).map(|k| k.wrapping_mul(2_654_435_761) % n).collect();
+    let before = mm.vmstat();
+    for round in 1..=2u64 {
+        for &p in &order {
+            let v = w.read_u64(p * PAGE);
+            assert_eq!(
+                v,
+                pattern(40 + round - 1, p as u64, 0),
+                "round {round} page {p}"
+            );
+            w.write_u64(p * PAGE, pattern(40 + round, p as u64, 0));
+        }
+    }
+    reclaim_all(&mm);
+    let d = mm.vmstat().delta(&before);
+    eprintln!(
+        "random read-modify-write: clean_hash_dirty {} clean_hash_clean {} clean_hash_predicted {} wp_fault {}",
+        d.val("clean_hash_dirty"),
+        d.val("clean_hash_clean"),
+        d.val("clean_hash_predicted"),
+        d.val("wp_fault")
+    );
+    assert!(
+        d.val("clean_hash_predicted") > n as u64 / 2,
+        "a region whose pages all come back written should stop hashing them\n{d}"
+    );
+    assert_eq!(d.val("wp_fault"), 0, "{d}");
+
+    let before = mm.vmstat();
+    for &p in &order {
+        assert_eq!(ro.read_u64(p * PAGE), pattern(41, p as u64, 0), "page {p}");
+    }
+    reclaim_all(&mm);
+    let d = mm.vmstat().delta(&before);
+    assert_eq!(
+        d.val("clean_hash_predicted"),
+        0,
+        "a read-only region's pages are not predicted written\n{d}"
+    );
+    assert_eq!(d.val("clean_hash_dirty"), 0, "{d}");
+    assert_eq!(d.val("pswpout"), 0, "clean pages were written again\n{d}");
+    for p in 0..n {
+        assert_eq!(w.read_u64(p * PAGE), pattern(42, p as u64, 0), "page {p}");
+        assert_eq!(ro.read_u64(p * PAGE), pattern(41, p as u64, 0), "page {p}");
+    }
+    assert_consistent(&mm);
+}

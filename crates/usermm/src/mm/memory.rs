@@ -760,7 +760,7 @@ impl page_state::FaultEnv for RegionFaultEnv<'_> {
     fn ensure_parked(&self, f: Pfn) -> bool {
         if pool::slot_present(self.m, f) {
             // Back in its slot from a view where it may have been written.
-            super::rmap::verify_clean(self.m, f);
+            super::rmap::verify_clean(self.m, self.r, f);
             return true;
         }
         super::rmap::refill_lost_slot(self.m, f)
@@ -802,6 +802,18 @@ fn hashes_clean(m: &MmInner) -> bool {
     m.cfg.settings.is_new(crate::settings::Switch::AnonClean)
 }
 
+/// anon_clean=hash in a region whose clean swap-cache pages nearly all come back written
+/// ([`DirtyVerdicts`](super::region::DirtyVerdicts)): locked page `f` at `idx` has its swap copy
+/// dropped and is mapped writable and dirty, as the write it is expecting would leave it.
+fn predicted_write(m: &MmInner, r: &RegionInner, idx: PgOff, f: Pfn) -> bool {
+    if !r.verdicts.skip_hash(idx) {
+        return false;
+    }
+    m.vm.inc(Item::CleanHashPredicted);
+    swap_state::try_to_free_swap(m, f);
+    true
+}
+
 /// Records the hash of locked, parked frame `f`'s slot for `rmap::verify_clean`; false if the
 /// slot is empty or could not be read (the page is then mapped write-protected as before).
 fn record_slot_hash(m: &MmInner, f: Pfn) -> bool {
@@ -830,8 +842,9 @@ fn record_slot_hash(m: &MmInner, f: Pfn) -> bool {
 /// maps zeros. False if the page could not be mapped (it stays parked).
 fn place_parked(m: &MmInner, r: &RegionInner, idx: PgOff, f: Pfn, wp: bool) -> bool {
     let dst = r.page_addr(idx);
-    // anon_clean=hash: a clean page is mapped writable, its contents' hash recorded.
-    let wp = wp && !(hashes_clean(m) && record_slot_hash(m, f));
+    // anon_clean=hash: a clean page is mapped writable, its contents' hash recorded; or, in a
+    // region whose such pages come back written, writable and dirty at once.
+    let wp = wp && !(hashes_clean(m) && (predicted_write(m, r, idx, f) || record_slot_hash(m, f)));
     let place = || place_from_slot(m, f, dst, wp, false);
     let mut res = place();
     if matches!(res, Err(e) if e.is_exists()) {
@@ -992,7 +1005,12 @@ fn do_swap_page(
         // A read where a sequential writer expects its next write (a read-modify-write pass)
         // maps the page writable and drops its swap copy, as the write would.
         let rmw = !write && r.writes.expects(idx);
-        let keep = !sw.full() && !write && !rmw;
+        // Or the region's pages mapped clean nearly all come back written (anon_clean=hash).
+        let predicted = hashes_clean(m) && !write && !rmw && r.verdicts.skip_hash(idx);
+        if predicted {
+            m.vm.inc(Item::CleanHashPredicted);
+        }
+        let keep = !sw.full() && !write && !rmw && !predicted;
         let (used, unused) =
             swap_state::park_readahead(m, sw, r, &at, &slots, &frames, &ok, &mut rest, bounce);
         // The faulting page: copied straight into the view, write-protected while its swap copy

@@ -116,6 +116,7 @@ fn new_region(mm: &Mm, len: usize, file: Option<FileMap>, noreserve: bool) -> Re
             file,
             huge,
             noreserve,
+            verdicts: Default::default(),
         })
     });
     Ok(Region { r, h: mm.h.clone() })

@@ -52,7 +52,7 @@ pub fn try_to_unmap(m: &MmInner, frames: &[Pfn]) {
         };
         let moved = move_run_out(m, &r, idx0, f0, e - k);
         for &(_, i, f) in &v[k..k + moved] {
-            verify_clean(m, f);
+            verify_clean(m, &r, f);
             mark_unmapped(m, f);
             clear_file_pte(&m.node, &r, i, f);
         }
@@ -103,7 +103,7 @@ fn try_to_unmap_one(m: &MmInner, r: &RegionInner, idx: PgOff, f: Pfn) {
     }
     match res {
         Ok(_) => {
-            verify_clean(m, f);
+            verify_clean(m, r, f);
             mark_unmapped(m, f);
             clear_file_pte(&m.node, r, idx, f);
         }
@@ -127,16 +127,21 @@ fn try_to_unmap_one(m: &MmInner, r: &RegionInner, idx: PgOff, f: Pfn) {
 /// its contents no longer hash to what they were mapped with, it was written while mapped. Its
 /// swap copy is stale, so it is dropped and the page marked dirty (`try_to_free_swap`), as
 /// Linux's `try_to_unmap_one` moves the pte dirty bit to the folio. xxh3's 64 bits make a
-/// changed page hashing equal a 2^-64 event per unmap of a written page.
-pub(crate) fn verify_clean(m: &MmInner, f: Pfn) {
+/// changed page hashing equal a 2^-64 event per unmap of a written page. The verdict is
+/// recorded in region `r`'s [`DirtyVerdicts`](super::region::DirtyVerdicts).
+pub(crate) fn verify_clean(m: &MmInner, r: &RegionInner, f: Pfn) {
     let h = pool::take_clean_hash(m, f);
     let p = &m.node.pages[f];
     if h == 0 || !p.test(pg::SWAPCACHE) || p.test(pg::DIRTY) {
         return;
     }
     match m.pool.slots.hash_page(f.offset()) {
-        Ok(now) if now | 1 == h => m.vm.inc(Item::CleanHashClean),
+        Ok(now) if now | 1 == h => {
+            m.vm.inc(Item::CleanHashClean);
+            r.verdicts.note(false);
+        }
         res => {
+            r.verdicts.note(true);
             if let Err(e) = res {
                 log::error!("hashing pool slot {f}: {e}; the page counts as written");
             }
