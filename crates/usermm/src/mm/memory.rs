@@ -739,6 +739,13 @@ fn place_from_slot(
             done: 0,
         });
     }
+    copy_from_slot(m, f, dst, wp)
+}
+
+/// UFFDIO_COPY of frame `f`'s slot, known to hold its page, to `dst` (write-protected if `wp`);
+/// the slot's copy is queued to be dropped with the next batch.
+fn copy_from_slot(m: &MmInner, f: Pfn, dst: usize, wp: bool) -> Result<usize, OpError> {
+    let src = m.pool.slots.addr() + f.offset();
     m.retry_again(PAGE_SIZE, |_| m.mm.uffd.copy(dst, src, PAGE_SIZE, wp, true))
         .inspect(|_| pool::defer_zap(m, f))
 }
@@ -803,15 +810,15 @@ fn hashes_clean(m: &MmInner) -> bool {
 }
 
 /// anon_clean=hash in a region whose clean swap-cache pages nearly all come back written
-/// ([`DirtyVerdicts`](super::region::DirtyVerdicts)): locked page `f` at `idx` has its swap copy
-/// dropped and is mapped writable and dirty, as the write it is expecting would leave it.
-fn predicted_write(m: &MmInner, r: &RegionInner, idx: PgOff, f: Pfn) -> bool {
-    if !r.verdicts.skip_hash(idx) {
-        return false;
+/// ([`DirtyVerdicts`](super::region::DirtyVerdicts)): the clean page at `idx` is to be mapped
+/// writable and dirty, its swap copy dropped, as the write it is expecting would leave it
+/// (counted: `clean_hash_predicted`).
+fn write_predicted(m: &MmInner, r: &RegionInner, idx: PgOff) -> bool {
+    let predicted = hashes_clean(m) && r.verdicts.skip_hash(idx);
+    if predicted {
+        m.vm.inc(Item::CleanHashPredicted);
     }
-    m.vm.inc(Item::CleanHashPredicted);
-    swap_state::try_to_free_swap(m, f);
-    true
+    predicted
 }
 
 /// Records the hash of locked, parked frame `f`'s slot for `rmap::verify_clean`; false if the
@@ -842,10 +849,22 @@ fn record_slot_hash(m: &MmInner, f: Pfn) -> bool {
 /// maps zeros. False if the page could not be mapped (it stays parked).
 fn place_parked(m: &MmInner, r: &RegionInner, idx: PgOff, f: Pfn, wp: bool) -> bool {
     let dst = r.page_addr(idx);
-    // anon_clean=hash: a clean page is mapped writable, its contents' hash recorded; or, in a
-    // region whose such pages come back written, writable and dirty at once.
-    let wp = wp && !(hashes_clean(m) && (predicted_write(m, r, idx, f) || record_slot_hash(m, f)));
-    let place = || place_from_slot(m, f, dst, wp, false);
+    // anon_clean=hash: a clean page is mapped writable and dirty in a region whose such pages
+    // come back written, else writable with its contents' hash recorded (the slot is then
+    // known to hold the page: the copy does not ask mincore again).
+    let predicted = wp && write_predicted(m, r, idx);
+    if predicted {
+        swap_state::try_to_free_swap(m, f);
+    }
+    let hashed = wp && !predicted && hashes_clean(m) && record_slot_hash(m, f);
+    let wp = wp && !predicted && !hashed;
+    let place = || {
+        if hashed {
+            copy_from_slot(m, f, dst, false)
+        } else {
+            place_from_slot(m, f, dst, wp, false)
+        }
+    };
     let mut res = place();
     if matches!(res, Err(e) if e.is_exists()) {
         // The view holds a page although the entry says this one is parked: a stray left by a
@@ -1006,10 +1025,7 @@ fn do_swap_page(
         // maps the page writable and drops its swap copy, as the write would.
         let rmw = !write && r.writes.expects(idx);
         // Or the region's pages mapped clean nearly all come back written (anon_clean=hash).
-        let predicted = hashes_clean(m) && !write && !rmw && r.verdicts.skip_hash(idx);
-        if predicted {
-            m.vm.inc(Item::CleanHashPredicted);
-        }
+        let predicted = !write && !rmw && write_predicted(m, r, idx);
         let keep = !sw.full() && !write && !rmw && !predicted;
         let (used, unused) =
             swap_state::park_readahead(m, sw, r, &at, &slots, &frames, &ok, &mut rest, bounce);

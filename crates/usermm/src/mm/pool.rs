@@ -56,14 +56,10 @@ pub(crate) fn set_clean_hash(m: &MmInner, f: Pfn, h: u64) {
     m.pool.clean_hash[f.idx()].store(h | 1, Ordering::Relaxed);
 }
 
-/// Takes frame `f`'s recorded hash (0: none), leaving none.
+/// Takes frame `f`'s recorded hash (0: none), leaving none (also how a frame whose contents
+/// were replaced, reread from swap or zeros, forgets it).
 pub(crate) fn take_clean_hash(m: &MmInner, f: Pfn) -> u64 {
     m.pool.clean_hash[f.idx()].swap(0, Ordering::Relaxed)
-}
-
-/// Forgets frame `f`'s recorded hash (its contents were replaced: reread from swap, or zeros).
-pub(crate) fn forget_clean_hash(m: &MmInner, f: Pfn) {
-    m.pool.clean_hash[f.idx()].store(0, Ordering::Relaxed);
 }
 
 /// The runs of `v`: maximal index ranges whose neighbours satisfy `next(prev, cur)` (consecutive

@@ -252,7 +252,8 @@ pub(crate) fn unmap_file_page(m: &MmInner, f: Pfn) {
 /// failed (the caller retries).
 pub(crate) fn refill_lost_slot(m: &MmInner, f: Pfn) -> bool {
     let p = &m.node.pages[f];
-    pool::forget_clean_hash(m, f);
+    // The slot is refilled below: the hash of what was mapped no longer applies.
+    pool::take_clean_hash(m, f);
     m.vm.inc(Item::PgunmapZapped);
     if p.test(pg::SWAPCACHE) && !p.test(pg::DIRTY) {
         if let Some(sw) = &m.swap {
