@@ -156,6 +156,7 @@ items! {
     ZswapPoolBytes = "zswap_pool_bytes",
     ZswapSameFilled = "zswap_same_filled",
     ZswapRejectCompressPoor = "zswap_reject_compress_poor",
+    ZswapRejectUnread = "zswap_reject_unread",
     ZswapPoolLimitHit = "zswap_pool_limit_hit",
     ZswapWritebackError = "zswap_writeback_error",
     RedisPagesWritten = "redis_pages_written",

@@ -1186,6 +1186,8 @@ fn zswap_writes_the_oldest_back_under_pressure() {
         let page = text_page(k);
         src.write_bytes(0, &page).unwrap();
         dev.write_pages(k as u64, &src, &[0]).unwrap();
+        // Each page is read once (the pool is useful), so it goes on admitting stores.
+        dev.read_pages(k as u64, &src, &[0]).unwrap();
         pages.push(page);
         assert!(
             dev.pool_bytes() <= max,
@@ -1218,6 +1220,62 @@ fn zswap_writes_the_oldest_back_under_pressure() {
         dst.read_bytes(0, &mut got).unwrap();
         assert!(got == *page, "slot {k}");
     }
+}
+
+/// A full pool that only delays a stream (its entries are written back never read) sends
+/// stores straight to the device below, but for one in 32; once its entries are read again, it
+/// admits every store again. Every page reads back wherever it went.
+#[test]
+fn zswap_full_pool_passes_unread_streams_down() {
+    let lower = Arc::new(RamSwap::new(16 << 20).unwrap());
+    let max = 64 << 10;
+    let dev = Zswap::new(lower.clone(), Compressor::Lz4, max);
+    let src = pool(1);
+    let dst = pool(1);
+    let mut got = [0u8; P];
+    // A stream of 1024 pages never read: after the first writebacks, most stores go down.
+    for k in 0..1024 {
+        src.write_bytes(0, &text_page(k)).unwrap();
+        dev.write_pages(k as u64, &src, &[0]).unwrap();
+    }
+    let rejected = counter(&dev, "zswap_reject_unread");
+    let stored = counter(&dev, "zswpout");
+    assert!(
+        rejected > 700,
+        "a stream through a full pool: {rejected} of 1024 stores went straight down"
+    );
+    assert!(
+        stored > 1024 / 32,
+        "one store in 32 is still admitted: {stored}"
+    );
+    assert_eq!(stored + rejected, 1024);
+    for k in 0..1024 {
+        dev.read_pages(k as u64, &dst, &[0]).unwrap();
+        dst.read_bytes(0, &mut got).unwrap();
+        assert!(got == text_page(k), "slot {k}");
+    }
+    // Now every stored page is read soon after it is stored: the pool is useful again, and
+    // admits every store once the verdict has turned.
+    for k in 0..4096usize {
+        let slot = (1024 + k % 2048) as u64;
+        src.write_bytes(0, &text_page(k + 5000)).unwrap();
+        dev.write_pages(slot, &src, &[0]).unwrap();
+        dev.read_pages(slot, &dst, &[0]).unwrap();
+        dst.read_bytes(0, &mut got).unwrap();
+        assert!(got == text_page(k + 5000), "slot {slot}");
+    }
+    let before = counter(&dev, "zswap_reject_unread");
+    for k in 0..256usize {
+        let slot = (1024 + k) as u64;
+        src.write_bytes(0, &text_page(k + 9000)).unwrap();
+        dev.write_pages(slot, &src, &[0]).unwrap();
+        dev.read_pages(slot, &dst, &[0]).unwrap();
+    }
+    assert_eq!(
+        counter(&dev, "zswap_reject_unread"),
+        before,
+        "a pool whose entries are read admits every store"
+    );
 }
 
 #[test]

@@ -19,6 +19,14 @@
 //! bound. A store that finds the pool more than 1/8 above its bound (writeback cannot keep up,
 //! or the lower device fails) goes to the lower device directly (`zswap_pool_limit_hit`).
 //!
+//! Admission: when the pool is full and the entries it has been writing back were mostly never
+//! read (decaying counts of entries read at least once against entries written back unread; 7
+//! in 8 unread), the pool is only delaying a stream on its way down: compressing a page, then
+//! decompressing it to write it back, costs two passes over it for nothing. Such stores go
+//! straight to the lower device (`zswap_reject_unread`), as Linux's zswap rejects stores while
+//! its pool is full (`zswap_pool_reached_full`) until the shrinker has made room; one store in 32
+//! is still admitted, so a pool whose entries start being read again goes back to admitting.
+//!
 //! Concurrency: one mutex guards the tree (slot -> entry), the LRU (store order) and the counts;
 //! compression, decompression and lower-device I/O run outside it. An entry under writeback
 //! stays readable in the tree until its lower write completes; a store to a slot under
@@ -33,7 +41,7 @@ use std::io;
 use std::sync::Arc;
 
 use super::file::{check_pool_pages, check_slots};
-use super::SwapDevice;
+use super::{SlotRun, SwapDevice};
 use crate::conv::{Narrow, Saturate};
 use crate::sync::{AtomicU64, Mutex, Ordering};
 use crate::sys::{Mapping, PAGE_SIZE};
@@ -44,6 +52,14 @@ pub const MAX_STORED: usize = PAGE_SIZE - PAGE_SIZE / 8;
 
 /// Entries written back per lower-device batch at most (one readahead window's worth).
 const WRITEBACK_BATCH: usize = 64;
+
+/// The admission counts (entries read, entries written back unread) are halved when their sum
+/// passes this: they describe the last few thousand entries.
+const ADMIT_SPAN: u32 = 2048;
+/// No verdict before this many entries were counted.
+const ADMIT_MIN: u32 = 64;
+/// While the pool rejects unread streams, one store in this many is admitted anyway.
+const ADMIT_TRICKLE: u32 = 32;
 
 /// The compression algorithm of a [`Zswap`] pool (`zswap.compressor`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,6 +188,8 @@ struct Entry {
     /// Store order, unique: the LRU key, and how writeback recognises the entry it took.
     gen: u64,
     data: Data,
+    /// Read at least once since it was stored.
+    read: bool,
 }
 
 #[derive(Debug, Default)]
@@ -186,6 +204,12 @@ struct Tree {
     next_gen: u64,
     pool_bytes: u64,
     same_filled: u64,
+    /// Compressed entries read at least once (decaying, see [`ADMIT_SPAN`]).
+    admit_read: u32,
+    /// Compressed entries written back without having been read (decaying).
+    admit_unread: u32,
+    /// Stores seen while rejecting, for the trickle.
+    admit_trickle: u32,
 }
 
 impl Tree {
@@ -213,7 +237,39 @@ impl Tree {
                 self.lru.insert(gen, slot);
             }
         }
-        self.entries.insert(slot, Entry { gen, data });
+        self.entries.insert(
+            slot,
+            Entry {
+                gen,
+                data,
+                read: false,
+            },
+        );
+    }
+
+    /// Counts one compressed entry read for the first time (`read`) or written back unread.
+    fn note(&mut self, read: bool) {
+        if read {
+            self.admit_read += 1;
+        } else {
+            self.admit_unread += 1;
+        }
+        if self.admit_read + self.admit_unread > ADMIT_SPAN {
+            self.admit_read /= 2;
+            self.admit_unread /= 2;
+        }
+    }
+
+    /// Whether a store into a full pool should go to the lower device instead: what the pool
+    /// wrote back lately was mostly never read (7 in 8), except for one store in
+    /// [`ADMIT_TRICKLE`].
+    fn reject_unread(&mut self) -> bool {
+        let n = self.admit_read + self.admit_unread;
+        if n < ADMIT_MIN || self.admit_unread * 8 < n * 7 {
+            return false;
+        }
+        self.admit_trickle = self.admit_trickle.wrapping_add(1);
+        !self.admit_trickle.is_multiple_of(ADMIT_TRICKLE)
     }
 }
 
@@ -227,6 +283,7 @@ pub struct Zswap {
     zswpin: AtomicU64,
     zswpwb: AtomicU64,
     reject_compress_poor: AtomicU64,
+    reject_unread: AtomicU64,
     pool_limit_hit: AtomicU64,
     writeback_error: AtomicU64,
 }
@@ -300,6 +357,7 @@ impl Zswap {
             zswpin: AtomicU64::new(0),
             zswpwb: AtomicU64::new(0),
             reject_compress_poor: AtomicU64::new(0),
+            reject_unread: AtomicU64::new(0),
             pool_limit_hit: AtomicU64::new(0),
             writeback_error: AtomicU64::new(0),
         }
@@ -470,7 +528,9 @@ impl Zswap {
                 continue; // invalidated meanwhile
             }
             if done[i] {
-                t.remove(*slot);
+                if t.remove(*slot).is_some_and(|e| !e.read) {
+                    t.note(false);
+                }
                 written += 1;
             } else {
                 // Keep it, at the old end of the LRU.
@@ -512,9 +572,17 @@ impl SwapDevice for Zswap {
         if pages.is_empty() {
             return Ok(());
         }
-        let over = {
-            let t = self.tree.lock();
-            t.pool_bytes > self.max_pool_bytes + self.max_pool_bytes / 8
+        let (over, unread) = {
+            let mut t = self.tree.lock();
+            let over = t.pool_bytes > self.max_pool_bytes + self.max_pool_bytes / 8;
+            (
+                over,
+                // Full: within 1/8 of the bound, where writeback keeps it (Linux's
+                // `zswap_pool_reached_full` until the pool is below its accept threshold).
+                !over
+                    && t.pool_bytes + self.max_pool_bytes / 8 >= self.max_pool_bytes
+                    && t.reject_unread(),
+            )
         };
         let mut page = [0u8; PAGE_SIZE];
         let mut stored = Vec::with_capacity(pages.len());
@@ -524,6 +592,9 @@ impl SwapDevice for Zswap {
                 Stored::Pool(Data::Same(w))
             } else if over {
                 self.pool_limit_hit.fetch_add(1, Ordering::Relaxed);
+                Stored::Lower
+            } else if unread {
+                self.reject_unread.fetch_add(1, Ordering::Relaxed);
                 Stored::Lower
             } else if let Some(c) = self.compress(&page) {
                 Stored::Pool(Data::Compressed(c))
@@ -574,52 +645,110 @@ impl SwapDevice for Zswap {
     }
 
     fn read_pages(&self, slot: u64, pool: &Mapping, pages: &[usize]) -> io::Result<()> {
-        check_slots(slot, pages.len() as u64, self.nr_pages())?;
-        check_pool_pages(pool, pages)?;
-        if pages.is_empty() {
-            return Ok(());
-        }
-        let found: Vec<Option<Data>> = {
-            let t = self.tree.lock();
-            (0..pages.len() as u64)
-                .map(|i| t.entries.get(&(slot + i)).map(|e| e.data.clone()))
-                .collect()
+        self.read_runs(&[SlotRun { slot, pages }], pool)
+            .pop()
+            .expect("one result per run")
+    }
+
+    /// Pool hits are decompressed here; what the pool does not hold, across all the runs, is
+    /// one `read_runs` batch of the device below (the swap file has it all in flight at once),
+    /// not one read after another.
+    fn read_runs(&self, runs: &[SlotRun<'_>], pool: &Mapping) -> Vec<io::Result<()>> {
+        let mut out: Vec<io::Result<()>> = runs
+            .iter()
+            .map(|r| {
+                check_slots(r.slot, r.pages.len() as u64, self.nr_pages())?;
+                check_pool_pages(pool, r.pages)
+            })
+            .collect();
+        let found: Vec<Vec<Option<Data>>> = {
+            let mut t = self.tree.lock();
+            let mut first_reads = 0;
+            let found = runs
+                .iter()
+                .zip(&out)
+                .map(|(r, ok)| {
+                    if ok.is_err() {
+                        return Vec::new();
+                    }
+                    (0..r.pages.len() as u64)
+                        .map(|i| {
+                            t.entries.get_mut(&(r.slot + i)).map(|e| {
+                                if !e.read && matches!(e.data, Data::Compressed(_)) {
+                                    e.read = true;
+                                    first_reads += 1;
+                                }
+                                e.data.clone()
+                            })
+                        })
+                        .collect()
+                })
+                .collect();
+            for _ in 0..first_reads {
+                t.note(true);
+            }
+            found
         };
         let mut page = [0u8; PAGE_SIZE];
         let mut hits = 0;
-        let mut k = 0;
-        while k < pages.len() {
-            match &found[k] {
-                Some(Data::Same(w)) => {
-                    if *w == 0 {
-                        pool.fill(pages[k], PAGE_SIZE, 0)?;
+        // Sub-runs the pool does not hold: (run, first slot, pages).
+        let mut below: Vec<(usize, SlotRun<'_>)> = Vec::new();
+        for (ri, r) in runs.iter().enumerate() {
+            if out[ri].is_err() {
+                continue;
+            }
+            let found = &found[ri];
+            let mut k = 0;
+            while k < r.pages.len() {
+                let res = match &found[k] {
+                    Some(Data::Same(w)) => if *w == 0 {
+                        pool.fill(r.pages[k], PAGE_SIZE, 0)
                     } else {
                         for c in page.chunks_exact_mut(8) {
                             c.copy_from_slice(&w.to_ne_bytes());
                         }
-                        pool.write_bytes(pages[k], &page)?;
+                        pool.write_bytes(r.pages[k], &page)
                     }
-                    hits += 1;
-                    k += 1;
-                }
-                Some(Data::Compressed(b)) => {
-                    self.decompress(b, &mut page, slot + k as u64)?;
-                    pool.write_bytes(pages[k], &page)?;
-                    hits += 1;
-                    k += 1;
-                }
-                None => {
-                    let mut e = k + 1;
-                    while e < pages.len() && found[e].is_none() {
-                        e += 1;
+                    .map_err(io::Error::from),
+                    Some(Data::Compressed(b)) => self
+                        .decompress(b, &mut page, r.slot + k as u64)
+                        .and_then(|()| Ok(pool.write_bytes(r.pages[k], &page)?)),
+                    None => {
+                        let mut e = k + 1;
+                        while e < r.pages.len() && found[e].is_none() {
+                            e += 1;
+                        }
+                        below.push((
+                            ri,
+                            SlotRun {
+                                slot: r.slot + k as u64,
+                                pages: &r.pages[k..e],
+                            },
+                        ));
+                        k = e;
+                        continue;
                     }
-                    self.lower.read_pages(slot + k as u64, pool, &pages[k..e])?;
-                    k = e;
+                };
+                if let Err(e) = res {
+                    out[ri] = Err(e);
+                    break;
+                }
+                hits += 1;
+                k += 1;
+            }
+        }
+        if !below.is_empty() {
+            let subruns: Vec<SlotRun<'_>> = below.iter().map(|(_, r)| *r).collect();
+            for ((ri, _), res) in below.iter().zip(self.lower.read_runs(&subruns, pool)) {
+                if let Err(e) = res {
+                    if out[*ri].is_ok() {
+                        out[*ri] = Err(e);
+                    }
                 }
             }
         }
         self.zswpin.fetch_add(hits, Ordering::Relaxed);
-        Ok(())
+        out
     }
 
     fn discard(&self, slot: u64, n: u64) -> io::Result<()> {
@@ -665,6 +794,10 @@ impl SwapDevice for Zswap {
             (
                 "zswap_reject_compress_poor",
                 self.reject_compress_poor.load(Ordering::Relaxed),
+            ),
+            (
+                "zswap_reject_unread",
+                self.reject_unread.load(Ordering::Relaxed),
             ),
             (
                 "zswap_pool_limit_hit",
