@@ -249,6 +249,16 @@ pub(crate) fn park_readahead(
     (used, unused)
 }
 
+/// The largest swap-in readahead window: `1 << page_cluster`, or the device's own when it asks
+/// for more ([`crate::swap::SwapDevice::ra_pages`]); page_cluster 0 turns readahead off, as in
+/// Linux.
+pub fn swapin_ra_max(page_cluster: u32, dev_ra: Option<u32>) -> u32 {
+    if page_cluster == 0 {
+        return 1;
+    }
+    (1u32 << page_cluster).max(dev_ra.unwrap_or(0).min(512))
+}
+
 /// `swapin_nr_pages`: the readahead window for a major fault, from the hits since the last one.
 /// `hits`: readahead pages used since the last window; `seq`: this fault continues the last one.
 pub fn swapin_nr_pages(hits: u32, seq: bool, last: u32, max: u32) -> u32 {
@@ -272,6 +282,20 @@ pub fn swapin_nr_pages(hits: u32, seq: bool, last: u32, max: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_device_may_ask_for_a_larger_window() {
+        assert_eq!(swapin_ra_max(5, None), 32);
+        assert_eq!(swapin_ra_max(5, Some(256)), 256);
+        assert_eq!(swapin_ra_max(9, Some(256)), 512);
+        assert_eq!(swapin_ra_max(5, Some(8)), 32);
+        assert_eq!(swapin_ra_max(5, Some(4096)), 512);
+        assert_eq!(
+            swapin_ra_max(0, Some(256)),
+            1,
+            "page_cluster 0: no readahead"
+        );
+    }
 
     #[test]
     fn window_grows_with_hits_and_shrinks_slowly() {

@@ -83,6 +83,13 @@ pub trait SwapDevice: Send + Sync + 'static {
     fn lower(&self) -> Option<&Arc<dyn SwapDevice>> {
         None
     }
+    /// The largest swap-in readahead window this device wants, in pages, when it is larger
+    /// than `page_cluster`'s (a block device's `read_ahead_kb`, `bdi->ra_pages`): a device
+    /// whose every request pays a network round trip reads more per fault. None: the
+    /// `page_cluster` window. A stacked tier answers for the device below it.
+    fn ra_pages(&self) -> Option<u32> {
+        self.lower().and_then(|l| l.ra_pages())
+    }
     /// This tier's own counters, with Linux's names where Linux has them (`zswpout`, ...).
     fn counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
