@@ -25,7 +25,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use usermm::{MmConfig, SwapConfig};
 
 use crate::bench::XorShift;
 use crate::engine::{self, Engine};
@@ -42,8 +41,10 @@ pub const CASES: [&str; 5] = ["sort", "numpy", "pydict", "awk", "perl"];
 pub struct Params {
     pub cases: Vec<String>,
     pub budget: u64,
-    /// `file` or `ram`.
+    /// `file`, `ram`, `zswap+file` or `zswap+ram` (`usermm run --swap`).
     pub swap: String,
+    /// The kernel engine's setup (a memory cgroup of the budget, its swap).
+    pub kernel: kernel::Setup,
     pub swap_size: u64,
     pub runs: u32,
     pub engines: Vec<Engine>,
@@ -630,15 +631,8 @@ pub fn run(p: &Params) -> Result<(), Failure> {
         .map_err(|e| Failure::Run(format!("cannot create {}: {e}", dir.display())))?;
     let _tmp = TempDir(dir.clone());
     let sz = sizes(p.quick);
-    let swap_cfg = match p.swap.as_str() {
-        "ram" => SwapConfig::Ram { size: p.swap_size },
-        _ => SwapConfig::File {
-            path: None,
-            size: p.swap_size,
-        },
-    };
-    let setup = kernel::Setup::from_config(&MmConfig::new(p.budget).swap(swap_cfg));
-    let kernel_swap = if p.swap == "ram" { "zram" } else { "swap file" };
+    let setup = &p.kernel;
+    let kernel_swap = setup.swap_kind();
     let header = format!(
         "usermm bench apps: budget {}, swap {} {} (usermm: `usermm run`; kernel: memory cgroup of the budget + {kernel_swap}), {} run(s) per engine{}",
         mib(p.budget),
@@ -678,7 +672,7 @@ pub fn run(p: &Params) -> Result<(), Failure> {
                 }
                 let mut er = match e {
                     Engine::Usermm => run_usermm(p, &c, &dir, i)?,
-                    Engine::Kernel => run_kernel(&setup, &c, &dir, i)?,
+                    Engine::Kernel => run_kernel(setup, &c, &dir, i)?,
                 };
                 let out = dir.join(format!("{}-{}-{i}.out", c.name, e.name()));
                 match first_difference(&native.stdout, &out)? {

@@ -96,11 +96,11 @@ pub fn run_usemem(
     engines: &[Engine],
     runs: u32,
     cfg: &MmConfig,
+    setup: &kernel::Setup,
     p: &Params,
     json_out: bool,
 ) -> Result<(), Failure> {
     prepare(engines)?;
-    let setup = kernel::Setup::from_config(cfg);
     let multi = engines.len() > 1 || runs > 1;
     let mut reports: Vec<Report> = Vec::new();
     for run in 1..=runs {
@@ -110,7 +110,7 @@ pub fn run_usemem(
             }
             let r = match e {
                 Engine::Usermm => usemem::run_usermm(cfg.clone(), p)?,
-                Engine::Kernel => usemem_kernel(&setup, p)?,
+                Engine::Kernel => usemem_kernel(setup, p)?,
             };
             if multi && !json_out {
                 println!("== run {run}/{runs}: {} ==", e.name());

@@ -74,10 +74,15 @@ enum BenchCmd {
         /// Memory budget: usermm run's --budget and the cgroup's limit (k, M, G suffixes).
         #[arg(long, default_value = "64M")]
         budget: String,
-        /// Swap: file (usermm: a temporary file; kernel: a swap file) or ram (usermm: RAM;
-        /// kernel: zram).
-        #[arg(long, default_value = "file", value_parser = ["file", "ram"])]
+        /// Swap: file (usermm: a temporary file; kernel: a swap file), ram (usermm: RAM;
+        /// kernel: zram), zswap+file or zswap+ram (usermm's compressed tier; kernel: zswap over
+        /// a swap file).
+        #[arg(long, default_value = "file", value_parser = ["file", "ram", "zswap+file", "zswap+ram"])]
         swap: String,
+        /// The kernel engine's swap when it should differ from --swap's kind: ram (zram), file,
+        /// zswap+file or none [default: the kind --swap names]
+        #[arg(long = "kernel-swap", value_name = "SPEC")]
+        kernel_swap: Option<String>,
         /// Swap size on both engines.
         #[arg(long = "swap-size", default_value = "2G")]
         swap_size: String,
@@ -386,6 +391,12 @@ struct RunArgs {
     /// Runs per engine (alternating engines when several).
     #[arg(long, default_value_t = 1)]
     runs: u32,
+    /// The kernel engine's swap when it should differ from --swap's kind (same size): ram
+    /// (zram), file (a swap file), zswap+file (the kernel's zswap over a swap file) or none;
+    /// e.g. `--swap zswap+file --kernel-swap ram` puts usermm's compressed tier against zram
+    /// [default: the kind --swap names]
+    #[arg(long = "kernel-swap", value_name = "SPEC")]
+    kernel_swap: Option<String>,
 }
 
 /// Why the command failed: a usage error (exit 2) or a run error (exit 1).
@@ -498,6 +509,7 @@ fn bench(b: BenchCmd) -> Result<(), Failure> {
             case,
             budget,
             swap,
+            kernel_swap,
             swap_size,
             runs,
             engine: eng,
@@ -514,10 +526,18 @@ fn bench(b: BenchCmd) -> Result<(), Failure> {
             }
             let swap_b = size("--swap-size", &swap_size)?;
             at_least_one("--swap-size", swap_b)?;
+            let swap_cfg = SwapConfig::parse(&swap, swap_b)
+                .map_err(|e| Failure::Usage(format!("--swap: {e}")))?;
+            let kernel = kernel::Setup::with_swap(
+                &MmConfig::new(budget_b).swap(swap_cfg),
+                kernel_swap.as_deref(),
+            )
+            .map_err(|e| Failure::Usage(format!("--kernel-swap: {e}")))?;
             let p = apps::Params {
                 cases: apps::parse_cases(&case)?,
                 budget: budget_b,
                 swap,
+                kernel,
                 swap_size: swap_b,
                 runs,
                 engines: engine::parse_engines(&eng)?,
@@ -796,7 +816,9 @@ fn run_usemem(
 ) -> Result<(), Failure> {
     let engines = engine::parse_engines(&run.engine)?;
     at_least_one("--runs", run.runs as u64)?;
-    engine::run_usemem(&engines, run.runs, cfg, params, run.json)
+    let setup = kernel::Setup::with_swap(cfg, run.kernel_swap.as_deref())
+        .map_err(|e| Failure::Usage(format!("--kernel-swap: {e}")))?;
+    engine::run_usemem(&engines, run.runs, cfg, &setup, params, run.json)
 }
 
 fn main() -> ExitCode {

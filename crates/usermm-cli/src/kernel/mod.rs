@@ -53,6 +53,41 @@ impl Setup {
         }
     }
 
+    /// [`Setup::from_config`], or with the kernel swap device `spec` names (`ram`/`zram`,
+    /// `file`, `zswap`/`zswap+file`, `none`) of the size `cfg`'s swap has: `--kernel-swap`,
+    /// to put one usermm tier against another kernel one (usermm's compressed tier against
+    /// zram).
+    pub fn with_swap(cfg: &MmConfig, spec: Option<&str>) -> Result<Setup, String> {
+        let Some(spec) = spec else {
+            return Ok(Setup::from_config(cfg));
+        };
+        let size = cfg.swap.size().max(4096);
+        let swap = match spec {
+            "ram" | "zram" => SwapConfig::Ram { size },
+            "file" => SwapConfig::File { path: None, size },
+            "zswap" | "zswap+file" => {
+                SwapConfig::parse("zswap+file", size).map_err(|e| e.to_string())?
+            }
+            "none" => SwapConfig::None,
+            other => {
+                return Err(format!(
+                "{other:?} is not a kernel swap device: use ram (zram), file, zswap+file or none"
+            ))
+            }
+        };
+        Ok(Setup::from_config(&MmConfig::new(cfg.budget).swap(swap)))
+    }
+
+    /// What the kernel swaps to, in a few words (for headers).
+    pub fn swap_kind(&self) -> &'static str {
+        match self.swap {
+            Spec::None => "no swap",
+            Spec::Zram { .. } => "zram",
+            Spec::File { .. } => "a swap file",
+            Spec::Zswap { .. } => "zswap over a swap file",
+        }
+    }
+
     fn spec(swap: &SwapConfig) -> Spec {
         match swap {
             SwapConfig::Zswap { zswap, lower } => {
@@ -712,6 +747,35 @@ mod tests {
             MmConfig::new(64 << 20).swap(SwapConfig::parse("zswap:zstd+file", 1 << 30).unwrap());
         assert!(
             matches!(Setup::from_config(&cfg).swap, Spec::Zswap { compressor, .. } if compressor == "zstd")
+        );
+    }
+
+    #[test]
+    fn kernel_swap_overrides_the_device_not_the_size() {
+        let cfg = MmConfig::new(64 << 20).swap(SwapConfig::parse("zswap+file", 1 << 30).unwrap());
+        let s = Setup::with_swap(&cfg, Some("ram")).unwrap();
+        assert_eq!(s.swap_kind(), "zram");
+        assert_eq!((s.budget, s.swap), (64 << 20, Spec::Zram { size: 1 << 30 }));
+        assert_eq!(
+            Setup::with_swap(&cfg, Some("zram")).unwrap().swap,
+            Spec::Zram { size: 1 << 30 }
+        );
+        assert!(matches!(
+            Setup::with_swap(&cfg, Some("file")).unwrap().swap,
+            Spec::File { size, .. } if size == 1 << 30
+        ));
+        assert_eq!(
+            Setup::with_swap(&cfg, Some("none")).unwrap().swap,
+            Spec::None
+        );
+        assert_eq!(
+            Setup::with_swap(&cfg, None).unwrap().swap,
+            Setup::from_config(&cfg).swap
+        );
+        let e = Setup::with_swap(&cfg, Some("redis://h:1")).unwrap_err();
+        assert!(
+            e.contains("\"redis://h:1\"") && e.contains("zswap+file"),
+            "{e}"
         );
     }
 }

@@ -57,6 +57,46 @@ fn zswap_param(name: &str) -> Result<String, String> {
         .map_err(|e| format!("cannot read {p} ({e}): this kernel has no zswap (CONFIG_ZSWAP)"))
 }
 
+/// The algorithms the kernel's crypto API offers (/proc/crypto's `name` lines).
+fn crypto_algorithms() -> Vec<String> {
+    fs::read_to_string("/proc/crypto")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.strip_prefix("name"))
+        .filter_map(|l| l.split_once(':'))
+        .map(|(_, n)| n.trim().to_string())
+        .collect()
+}
+
+/// The compressor for the kernel's zswap: `wanted` if the crypto API has it (or it may be a
+/// module: no /proc/crypto entry for anything), else the fastest of lz4, lzo-rle, lzo, zstd,
+/// deflate it has, with a note saying so for the setup line.
+fn zswap_compressor(wanted: &str) -> Result<(String, String), String> {
+    pick_compressor(wanted, &crypto_algorithms())
+}
+
+/// [`zswap_compressor`] given the crypto API's algorithms.
+fn pick_compressor(wanted: &str, have: &[String]) -> Result<(String, String), String> {
+    if have.is_empty() || have.iter().any(|a| a == wanted) {
+        return Ok((wanted.to_string(), String::new()));
+    }
+    ["lz4", "lzo-rle", "lzo", "zstd", "deflate"]
+        .iter()
+        .find(|a| have.iter().any(|h| h == *a))
+        .map(|a| {
+            (
+                a.to_string(),
+                format!(": this kernel's crypto API has no {wanted}"),
+            )
+        })
+        .ok_or_else(|| {
+            format!(
+                "the kernel's zswap cannot compress with {wanted}: /proc/crypto lists none of \
+                 lz4, lzo-rle, lzo, zstd, deflate"
+            )
+        })
+}
+
 fn set_zswap_param(name: &str, value: &str) -> Result<(), String> {
     let p = format!("{ZSWAP_PARAMS}/{name}");
     fs::write(&p, value).map_err(|e| format!("cannot write {value:?} to {p}: {e}"))
@@ -170,15 +210,21 @@ impl KernelSwap {
                 let s = out.as_mut().expect("the swap file was set up");
                 s.zswap_saved = Some(saved);
                 progress(s);
-                if set_zswap_param("compressor", compressor).is_err() {
+                // zswap compresses through the crypto API: this kernel may lack the algorithm
+                // usermm uses (lz4 is often a module, or not built). Then the fastest it has.
+                let (algo, note) = zswap_compressor(compressor)?;
+                if set_zswap_param("compressor", &algo).is_err() {
                     // The algorithm may be a module not loaded yet.
-                    let _ = run("modprobe", &[compressor]);
-                    set_zswap_param("compressor", compressor)?;
+                    let _ = run("modprobe", &[&algo]);
+                    set_zswap_param("compressor", &algo)?;
                 }
                 set_zswap_param("max_pool_percent", &max_pool_percent.to_string())?;
                 set_zswap_param("enabled", "Y")?;
+                // What the kernel uses, read back: zswap set up lazily falls back to its
+                // default compressor if the one named cannot be allocated.
+                let actual = zswap_param("compressor").unwrap_or(algo);
                 s.name = format!(
-                    "zswap ({compressor}, max_pool_percent {max_pool_percent}) over {}",
+                    "zswap ({actual}{note}, max_pool_percent {max_pool_percent}) over {}",
                     s.name
                 );
                 progress(s);
@@ -315,5 +361,37 @@ impl KernelSwap {
         } else {
             Err(errs.join("; "))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pick_compressor;
+
+    fn names(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn zswap_takes_the_asked_compressor_or_says_which_it_took() {
+        let have = names(&["aes", "lzo", "lzo-rle", "deflate"]);
+        assert_eq!(
+            pick_compressor("lz4", &have).unwrap(),
+            (
+                "lzo-rle".to_string(),
+                ": this kernel's crypto API has no lz4".to_string()
+            )
+        );
+        assert_eq!(
+            pick_compressor("lzo", &have).unwrap(),
+            ("lzo".to_string(), String::new())
+        );
+        // Nothing listed: the algorithm may be a module; ask for it as given.
+        assert_eq!(
+            pick_compressor("lz4", &[]).unwrap(),
+            ("lz4".to_string(), String::new())
+        );
+        let e = pick_compressor("lz4", &names(&["aes"])).unwrap_err();
+        assert!(e.contains("lz4") && e.contains("/proc/crypto"), "{e}");
     }
 }
