@@ -286,7 +286,15 @@ pub struct Zswap {
     reject_unread: AtomicU64,
     pool_limit_hit: AtomicU64,
     writeback_error: AtomicU64,
+    /// Writeback bounce buffers of [`WRITEBACK_BATCH`] pages, kept for the next batch: a
+    /// fresh mapping per batch cost an mmap, a page fault and zeroing per page, and an munmap
+    /// (a TLB shootdown) per batch.
+    bounces: Mutex<Vec<Mapping>>,
 }
+
+/// Bounce buffers kept (one per thread writing back at once, commonly kswapd and a direct
+/// reclaimer).
+const BOUNCES_KEPT: usize = 2;
 
 impl std::fmt::Debug for Zswap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -360,6 +368,7 @@ impl Zswap {
             reject_unread: AtomicU64::new(0),
             pool_limit_hit: AtomicU64::new(0),
             writeback_error: AtomicU64::new(0),
+            bounces: Mutex::new(Vec::new()),
         }
     }
 
@@ -470,11 +479,13 @@ impl Zswap {
     /// Writes one batch back (`zswap_writeback_entry`) and drops the entries written. Returns
     /// false if the lower device failed (the failed entries stay in the pool).
     fn write_back(&self, batch: &mut [(u64, u64, Arc<[u8]>)]) -> bool {
+        debug_assert!(batch.len() <= WRITEBACK_BATCH);
         batch.sort_unstable_by_key(|e| e.0);
         let bytes: u64 = batch.iter().map(|e| e.2.len() as u64).sum();
         let mut done = vec![false; batch.len()];
         let mut ok = true;
-        match Mapping::anon(batch.len() * PAGE_SIZE, 0) {
+        let kept = self.bounces.lock().pop();
+        match kept.map_or_else(|| Mapping::anon(WRITEBACK_BATCH * PAGE_SIZE, 0), Ok) {
             Err(e) => {
                 log::error!("zswap writeback: cannot map a bounce buffer: {e}");
                 ok = false;
@@ -515,6 +526,10 @@ impl Zswap {
                         ok = false;
                     }
                     k = e;
+                }
+                let mut kept = self.bounces.lock();
+                if kept.len() < BOUNCES_KEPT {
+                    kept.push(bounce);
                 }
             }
         }
