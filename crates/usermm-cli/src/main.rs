@@ -75,9 +75,10 @@ enum BenchCmd {
         #[arg(long, default_value = "64M")]
         budget: String,
         /// Swap: file (usermm: a temporary file; kernel: a swap file), ram (usermm: RAM;
-        /// kernel: zram), zswap+file or zswap+ram (usermm's compressed tier; kernel: zswap over
-        /// a swap file).
-        #[arg(long, default_value = "file", value_parser = ["file", "ram", "zswap+file", "zswap+ram"])]
+        /// kernel: zram), or any other `usermm run --swap` device: zswap+file,
+        /// zswap:pool=1G+ram, redis://... (kernel: zswap over a swap file for the compressed
+        /// tiers, a swap file for Redis; --kernel-swap chooses another).
+        #[arg(long, default_value = "file")]
         swap: String,
         /// The kernel engine's swap when it should differ from --swap's kind: ram (zram), file,
         /// zswap+file or none [default: the kind --swap names]

@@ -93,6 +93,18 @@ fn every_bad_argument_is_named() {
             &["--handler-threads", "100000", "256"],
         ),
         (
+            &["bench", "swap-w-seq", "--kernel-swap", "tape"],
+            &[],
+            2,
+            &["--kernel-swap", "\"tape\"", "zswap+file"],
+        ),
+        (
+            &["bench", "apps", "--swap", "floppy", "--engine", "usermm"],
+            &[],
+            2,
+            &["--swap", "floppy", "zswap+file"],
+        ),
+        (
             &[
                 "bench",
                 "fault-latency",
