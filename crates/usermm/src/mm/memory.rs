@@ -986,7 +986,8 @@ fn do_swap_page(
     let Some(sw) = &m.swap else {
         return oom(m, r, idx);
     };
-    let ra_max = swap_state::swapin_ra_max(m.cfg.page_cluster, sw.dev.ra_pages());
+    let ra_max =
+        swap_state::swapin_ra_max(m.cfg.page_cluster, sw.dev.ra_pages(), m.node.nr_frames());
     let (win, place) = swap_state::swapin_window(r, idx, ra_max);
     let mut frames = Vec::with_capacity(win as usize);
     if !page_alloc::alloc_pages(m, win as usize, &mut frames) {

@@ -250,13 +250,17 @@ pub(crate) fn park_readahead(
 }
 
 /// The largest swap-in readahead window: `1 << page_cluster`, or the device's own when it asks
-/// for more ([`crate::swap::SwapDevice::ra_pages`]); page_cluster 0 turns readahead off, as in
-/// Linux.
-pub fn swapin_ra_max(page_cluster: u32, dev_ra: Option<u32>) -> u32 {
+/// for more ([`crate::swap::SwapDevice::ra_pages`]), and never more than an eighth of the
+/// `nr_frames` frames of the budget (a small budget must not spend itself on one fault's
+/// window); page_cluster 0 turns readahead off, as in Linux.
+pub fn swapin_ra_max(page_cluster: u32, dev_ra: Option<u32>, nr_frames: u64) -> u32 {
     if page_cluster == 0 {
         return 1;
     }
-    (1u32 << page_cluster).max(dev_ra.unwrap_or(0).min(512))
+    let cap = u32::try_from(nr_frames / 8).unwrap_or(u32::MAX).max(1);
+    (1u32 << page_cluster)
+        .max(dev_ra.unwrap_or(0).min(512))
+        .min(cap)
 }
 
 /// `swapin_nr_pages`: the readahead window for a major fault, from the hits since the last one.
@@ -285,16 +289,20 @@ mod tests {
 
     #[test]
     fn a_device_may_ask_for_a_larger_window() {
-        assert_eq!(swapin_ra_max(5, None), 32);
-        assert_eq!(swapin_ra_max(5, Some(256)), 256);
-        assert_eq!(swapin_ra_max(9, Some(256)), 512);
-        assert_eq!(swapin_ra_max(5, Some(8)), 32);
-        assert_eq!(swapin_ra_max(5, Some(4096)), 512);
+        let big = 1 << 20;
+        assert_eq!(swapin_ra_max(5, None, big), 32);
+        assert_eq!(swapin_ra_max(5, Some(256), big), 256);
+        assert_eq!(swapin_ra_max(9, Some(256), big), 512);
+        assert_eq!(swapin_ra_max(8, Some(8), big), 256);
+        assert_eq!(swapin_ra_max(5, Some(4096), big), 512);
         assert_eq!(
-            swapin_ra_max(0, Some(256)),
+            swapin_ra_max(0, Some(256), big),
             1,
             "page_cluster 0: no readahead"
         );
+        // A 1 MiB budget (256 frames) reads at most 32 pages per fault.
+        assert_eq!(swapin_ra_max(8, Some(256), 256), 32);
+        assert_eq!(swapin_ra_max(8, None, 4), 1);
     }
 
     #[test]

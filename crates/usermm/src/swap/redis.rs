@@ -49,9 +49,10 @@ use crate::sys::{Mapping, PAGE_SIZE};
 /// Slots per hash tag (one node, one round trip).
 pub const SLOTS_PER_TAG: u64 = 64;
 
-/// The swap-in readahead window the device asks for ([`SwapDevice::ra_pages`]): four hash
-/// tags. swap-w-seq's read-back at 256 MiB: 186 MiB/s with page_cluster's 32 pages, 213 with
-/// 128, 294 with 256 (one run each, loopback cluster of 3 + 3 on this 2-vCPU VM).
+/// The swap-in readahead window the device asks for ([`SwapDevice::ra_pages`]), whatever
+/// `page_cluster` says: four hash tags. swap-w-seq's read-back at 256 MiB: 186 MiB/s with 32
+/// pages, 213 with 128, 294 with 256 (one run each, loopback cluster of 3 + 3 on this 2-vCPU
+/// VM).
 pub const RA_PAGES: u32 = 256;
 const _: () = assert!(RA_PAGES as u64 == 4 * SLOTS_PER_TAG);
 
@@ -791,7 +792,8 @@ impl SwapDevice for RedisSwap {
     }
 
     /// Four hash tags (256 pages, 1 MiB) per major fault: every read is a network round trip
-    /// and a Redis command, so a sequential reader gets a window 8x `page_cluster`'s default.
+    /// and a Redis command, so a sequential reader gets this window even with a smaller
+    /// `page_cluster` (chosen for a local device).
     fn ra_pages(&self) -> Option<u32> {
         Some(RA_PAGES)
     }
