@@ -524,3 +524,35 @@ fn regions_whose_pages_come_back_written_skip_the_hash() {
     }
     assert_consistent(&mm);
 }
+
+/// The smallest budget (1 MiB, 256 frames) reads back a stream correctly under the default
+/// 256-page window, which is capped at an eighth of the frames there (32 pages: a fault never
+/// asks for the whole budget), and nothing is poisoned.
+#[test]
+fn the_smallest_budget_caps_the_readahead_window() {
+    init_log();
+    let mm = mm_ram(MIB, 32 * MIB);
+    let r = mm.map_anon(8 * MIB as usize).unwrap();
+    let pages = r.len() / PAGE;
+    for p in 0..pages {
+        r.write_u64(p * PAGE, pattern(31, p as u64, 0));
+    }
+    let before = mm.vmstat();
+    for p in 0..pages {
+        assert_eq!(r.read_u64(p * PAGE), pattern(31, p as u64, 0), "page {p}");
+    }
+    settle(&mm);
+    let d = mm.vmstat().delta(&before);
+    assert_eq!(d.val("oom_poison"), 0, "{d}");
+    assert!(
+        d.val("swap_ra") <= 32 * d.val("pgmajfault"),
+        "a window of more than 32 pages (an eighth of 256 frames)\n{d}"
+    );
+    assert!(
+        d.val("pgmajfault") * 4 < pages as u64,
+        "{} major faults for {pages} pages: readahead did not work\n{d}",
+        d.val("pgmajfault")
+    );
+    assert!(mm.peak_resident_bytes() <= MIB, "{d}");
+    assert_consistent(&mm);
+}
