@@ -294,15 +294,19 @@ pub(crate) fn warm_thread_locals() {
     drop(rand::rng());
 }
 
-/// Runs `f` with this thread's bounce buffer (512 pages, unregistered, reused so its pages stay
+/// Pages in a thread's swap-in bounce buffer, and so the largest swap-in readahead window
+/// (`swap_state::swapin_ra_max`).
+pub(crate) const BOUNCE_PAGES: usize = 512;
+
+/// Runs `f` with this thread's bounce buffer ([`BOUNCE_PAGES`], unregistered, reused so its pages stay
 /// populated): device reads land there, then UFFDIO_COPY places them. Under
 /// `fault_path=sigbus` every faulting thread has one (its readahead windows' worth resident,
 /// outside the budget). Re-entered on the same thread (a fault served in a signal handler that
 /// interrupted a holder), it uses a temporary buffer instead.
 pub(crate) fn with_bounce<R>(pages: usize, f: impl FnOnce(&Mapping) -> R) -> R {
-    assert!(pages <= 512);
+    assert!(pages <= BOUNCE_PAGES);
     let new = || {
-        let m = Mapping::anon(512 * PAGE_SIZE, 0).expect("mapping a 2 MiB bounce buffer");
+        let m = Mapping::anon(BOUNCE_PAGES * PAGE_SIZE, 0).expect("mapping a 2 MiB bounce buffer");
         let _ = m.advise(0, m.len(), Advice::NoHugePage);
         m
     };

@@ -252,14 +252,16 @@ pub(crate) fn park_readahead(
 /// The largest swap-in readahead window: `1 << page_cluster`, or the device's own when it asks
 /// for more ([`crate::swap::SwapDevice::ra_pages`]), and never more than an eighth of the
 /// `nr_frames` frames of the budget (a small budget must not spend itself on one fault's
-/// window); page_cluster 0 turns readahead off, as in Linux.
+/// window) nor than the bounce buffer holds ([`pool::BOUNCE_PAGES`]); page_cluster 0 turns
+/// readahead off, as in Linux.
 pub fn swapin_ra_max(page_cluster: u32, dev_ra: Option<u32>, nr_frames: u64) -> u32 {
     if page_cluster == 0 {
         return 1;
     }
     let cap = u32::try_from(nr_frames / 8).unwrap_or(u32::MAX).max(1);
+    let bounce = u32::try_from(pool::BOUNCE_PAGES).unwrap_or(u32::MAX);
     (1u32 << page_cluster)
-        .max(dev_ra.unwrap_or(0).min(512))
+        .max(dev_ra.unwrap_or(0).min(bounce))
         .min(cap)
 }
 

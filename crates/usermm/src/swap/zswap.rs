@@ -706,7 +706,7 @@ impl SwapDevice for Zswap {
         };
         let mut page = [0u8; PAGE_SIZE];
         let mut hits = 0;
-        // Sub-runs the pool does not hold: (run, first slot, pages).
+        // Sub-runs the pool does not hold, with the index of the run each belongs to.
         let mut below: Vec<(usize, SlotRun<'_>)> = Vec::new();
         for (ri, r) in runs.iter().enumerate() {
             if out[ri].is_err() {
