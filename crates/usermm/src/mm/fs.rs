@@ -333,12 +333,33 @@ impl AddressSpace {
 
 /// The shadow entries of one address space (Linux keeps them as value entries in the tree):
 /// index -> the replacement policy's eviction token (mm/workingset.rs writes and reads them).
-/// Split over [`SHADOW_SHARDS`] locks by index, each on its own cache line: every swap-in takes
-/// a shadow and every eviction leaves one, from the handlers and kswapd at once, and with one
-/// lock its cache line bounced between the vCPUs (86% of `take`'s samples on the lock's
-/// `cmpxchg`, 3% of all samples for the Python dict under RAM swap).
+///
+/// A file's space keeps them in a map split over [`SHADOW_SHARDS`] locks by index, each on its
+/// own cache line. A swap-cache space, whose indexes are the slots of one fixed range
+/// ([`SWAP_ADDRESS_SPACE_PAGES`](super::swap_state::SWAP_ADDRESS_SPACE_PAGES) of them), keeps
+/// one word per slot instead, allocated on its first shadow and read and written without a
+/// lock: every swap-in takes a shadow and every eviction leaves one, from the handlers and
+/// kswapd at once, and even sharded 16 ways the shard lock's `cmpxchg` was 85% of `take`'s
+/// samples (3% of all samples for the Python dict under RAM swap) as its cache line bounced
+/// between the vCPUs. A slot's word lives only while the slot holds a swapped page
+/// (`swap_free` forgets it), so the table needs no bound beyond its range.
 #[derive(Debug)]
-pub struct Shadows(Box<[ShadowShard]>);
+pub struct Shadows(ShadowStore);
+
+#[derive(Debug)]
+enum ShadowStore {
+    /// Sparse indexes (a file's pages), bounded by the cap `insert` is given.
+    Map(Box<[ShadowShard]>),
+    /// Indexes `base..base + len` (a swap space's slots): `SLOT_SHADOW | token`, or 0.
+    Slots {
+        base: u64,
+        len: usize,
+        words: std::sync::OnceLock<Box<[AtomicU64]>>,
+    },
+}
+
+/// Marks a slot's word as holding a shadow (a token may be 0).
+const SLOT_SHADOW: u64 = 1 << 32;
 
 /// Locks the shadows are split over.
 pub const SHADOW_SHARDS: usize = 16;
@@ -354,51 +375,119 @@ struct ShadowShard(Mutex<std::collections::HashMap<u64, u32>>);
 
 impl Default for Shadows {
     fn default() -> Self {
-        Shadows((0..SHADOW_SHARDS).map(|_| ShadowShard::default()).collect())
+        Shadows(ShadowStore::Map(
+            (0..SHADOW_SHARDS).map(|_| ShadowShard::default()).collect(),
+        ))
     }
 }
 
 impl Shadows {
-    fn shard(&self, index: u64) -> &Mutex<std::collections::HashMap<u64, u32>> {
-        #[allow(clippy::cast_possible_truncation)]
-        let k = (index >> SHADOW_RUN_SHIFT) as usize % SHADOW_SHARDS;
-        &self.0[k].0
+    /// Shadows for the indexes `base..base + len` only (a swap-cache space's slots).
+    pub(crate) fn for_slots(base: u64, len: usize) -> Shadows {
+        Shadows(ShadowStore::Slots {
+            base,
+            len,
+            words: std::sync::OnceLock::new(),
+        })
     }
 
-    /// Records `token` for `index`; a shard holding its share of `cap` (rounded up) is emptied
-    /// first, so at most `cap` rounded up to a multiple of [`SHADOW_SHARDS`] are held.
-    pub(crate) fn insert(&self, index: u64, token: u32, cap: usize) {
-        let mut s = self.shard(index).lock();
-        if s.len() >= cap.div_ceil(SHADOW_SHARDS).max(1) {
-            s.clear();
+    fn shard(shards: &[ShadowShard], index: u64) -> &Mutex<std::collections::HashMap<u64, u32>> {
+        #[allow(clippy::cast_possible_truncation)]
+        let k = (index >> SHADOW_RUN_SHIFT) as usize % SHADOW_SHARDS;
+        &shards[k].0
+    }
+
+    /// The word of slot `index`, if it is in range (`alloc`: the table is made on first use).
+    fn slot_word(&self, index: u64, alloc: bool) -> Option<&AtomicU64> {
+        let ShadowStore::Slots { base, len, words } = &self.0 else {
+            return None;
+        };
+        let i = usize::try_from(index.checked_sub(*base)?).ok()?;
+        if i >= *len {
+            return None;
         }
-        s.insert(index, token);
+        let table = if alloc {
+            words.get_or_init(|| (0..*len).map(|_| AtomicU64::new(0)).collect())
+        } else {
+            words.get()?
+        };
+        Some(&table[i])
+    }
+
+    /// Records `token` for `index`. A file's map holding its share of `cap` (rounded up) in
+    /// `index`'s shard is emptied first, so at most `cap` rounded up to a multiple of
+    /// [`SHADOW_SHARDS`] are held; a swap space holds one per slot at most. An index outside a
+    /// swap space's range is not recorded.
+    pub(crate) fn insert(&self, index: u64, token: u32, cap: usize) {
+        match &self.0 {
+            ShadowStore::Map(shards) => {
+                let mut s = Self::shard(shards, index).lock();
+                if s.len() >= cap.div_ceil(SHADOW_SHARDS).max(1) {
+                    s.clear();
+                }
+                s.insert(index, token);
+            }
+            ShadowStore::Slots { .. } => {
+                if let Some(w) = self.slot_word(index, true) {
+                    w.store(SLOT_SHADOW | u64::from(token), Ordering::Relaxed);
+                }
+            }
+        }
     }
 
     pub(crate) fn take(&self, index: u64) -> Option<u32> {
-        let mut s = self.shard(index).lock();
-        if s.is_empty() {
-            return None;
+        match &self.0 {
+            ShadowStore::Map(shards) => {
+                let mut s = Self::shard(shards, index).lock();
+                if s.is_empty() {
+                    return None;
+                }
+                s.remove(&index)
+            }
+            ShadowStore::Slots { .. } => {
+                let w = self.slot_word(index, false)?;
+                // A plain load first: most slots hold none, and the load keeps the line shared.
+                if w.load(Ordering::Relaxed) == 0 {
+                    return None;
+                }
+                let v = w.swap(0, Ordering::Relaxed);
+                #[allow(clippy::cast_possible_truncation)]
+                (v & SLOT_SHADOW != 0).then_some(v as u32)
+            }
         }
-        s.remove(&index)
     }
 
     /// Drops the shadows of `from..to` (truncation, a freed swap slot).
     pub fn forget(&self, from: PgOff, to: PgOff) {
         let (from, to) = (from.raw(), to.raw());
-        if to.saturating_sub(from) <= 4 * SHADOW_SHARDS as u64 {
-            for i in from..to {
-                let mut s = self.shard(i).lock();
-                if !s.is_empty() {
-                    s.remove(&i);
+        match &self.0 {
+            ShadowStore::Map(shards) => {
+                if to.saturating_sub(from) <= 4 * SHADOW_SHARDS as u64 {
+                    for i in from..to {
+                        let mut s = Self::shard(shards, i).lock();
+                        if !s.is_empty() {
+                            s.remove(&i);
+                        }
+                    }
+                    return;
+                }
+                for shard in shards.iter() {
+                    let mut s = shard.0.lock();
+                    if !s.is_empty() {
+                        s.retain(|&i, _| i < from || i >= to);
+                    }
                 }
             }
-            return;
-        }
-        for shard in self.0.iter() {
-            let mut s = shard.0.lock();
-            if !s.is_empty() {
-                s.retain(|&i, _| i < from || i >= to);
+            ShadowStore::Slots { base, len, words } => {
+                let Some(table) = words.get() else { return };
+                let lo = from.max(*base) - base;
+                let hi = to.min(base + *len as u64).saturating_sub(*base);
+                for i in lo..hi {
+                    let w = &table[i.usize()];
+                    if w.load(Ordering::Relaxed) != 0 {
+                        w.store(0, Ordering::Relaxed);
+                    }
+                }
             }
         }
     }
@@ -406,7 +495,12 @@ impl Shadows {
     /// Shadows held.
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.0.iter().map(|s| s.0.lock().len()).sum()
+        match &self.0 {
+            ShadowStore::Map(shards) => shards.iter().map(|s| s.0.lock().len()).sum(),
+            ShadowStore::Slots { words, .. } => words.get().map_or(0, |t| {
+                t.iter().filter(|w| w.load(Ordering::Relaxed) != 0).count()
+            }),
+        }
     }
 }
 
@@ -433,8 +527,17 @@ mod tests {
             s.insert(i, 1, 4);
         }
         assert_eq!(s.len(), 1, "four neighbours in one shard with a share of 1");
-        assert!(std::ptr::eq(s.shard(0), s.shard(63)));
-        assert!(!std::ptr::eq(s.shard(63), s.shard(64)));
+        let ShadowStore::Map(shards) = &s.0 else {
+            unreachable!()
+        };
+        assert!(std::ptr::eq(
+            Shadows::shard(shards, 0),
+            Shadows::shard(shards, 63)
+        ));
+        assert!(!std::ptr::eq(
+            Shadows::shard(shards, 63),
+            Shadows::shard(shards, 64)
+        ));
         // The bound holds per shard: indexes of one shard keep at most its share.
         let s = Shadows::default();
         let cap = 4 * SHADOW_SHARDS;
@@ -459,5 +562,34 @@ mod tests {
         assert_eq!(s.len(), 15);
         assert_eq!(s.take(5), Some(1));
         assert_eq!(s.take(195), Some(1));
+    }
+
+    #[test]
+    fn slot_shadows_hold_one_per_slot_of_their_range() {
+        let s = Shadows::for_slots(1000, 64);
+        assert_eq!(s.take(1000), None, "nothing before the first shadow");
+        assert_eq!(s.len(), 0);
+        // A token of 0 is a shadow too; the cap of a file's map does not apply.
+        s.insert(1000, 0, 1);
+        s.insert(1001, 5, 1);
+        s.insert(1063, u32::MAX, 1);
+        assert_eq!(s.len(), 3);
+        assert_eq!(s.take(1000), Some(0));
+        assert_eq!(s.take(1000), None);
+        assert_eq!(s.take(1063), Some(u32::MAX));
+        // Outside the range: not recorded, never found.
+        s.insert(999, 1, 1);
+        s.insert(1064, 1, 1);
+        assert_eq!(s.take(999), None);
+        assert_eq!(s.take(1064), None);
+        assert_eq!(s.len(), 1);
+        // A later eviction of the same slot replaces the shadow; forget clears a range,
+        // clipped to the space's.
+        s.insert(1001, 6, 1);
+        s.insert(1010, 7, 1);
+        s.forget(PgOff::new(0), PgOff::new(1005));
+        assert_eq!(s.take(1001), None);
+        s.forget(PgOff::new(1005), PgOff::new(5000));
+        assert_eq!(s.len(), 0);
     }
 }

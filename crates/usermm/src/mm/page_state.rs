@@ -58,6 +58,16 @@ pub trait FaultEnv {
     /// Places locked, parked frame `f` at page `idx` of the view from its pool slot,
     /// write-protected when `wp`; false if it could not be mapped (it stays parked).
     fn place(&self, idx: PgOff, f: Pfn, wp: bool) -> bool;
+    /// [`FaultEnv::place`] for consecutive pages, each locked (`items`: page and frame;
+    /// `clean[k]`: item `k` may be mapped write-protected): returns how many from the first
+    /// were mapped (the rest stay parked). By default page by page.
+    fn place_run(&self, items: &[(PgOff, Pfn)], clean: &[bool]) -> usize {
+        items
+            .iter()
+            .zip(clean)
+            .take_while(|(&(idx, f), &wp)| self.place(idx, f, wp))
+            .count()
+    }
     /// A readahead page was used (the region's readahead hit count).
     fn ra_hit(&self);
     /// Wakes the threads faulting on `n` pages from `idx`.
@@ -206,7 +216,9 @@ fn ra_around(
     down: bool,
     rmw: bool,
 ) -> u64 {
-    let mut n = 0;
+    // Lock the run first (trylocks: it stops at the first page that is busy or different),
+    // then map it in one go.
+    let mut held = Vec::new();
     for k in 1..RA_AROUND.min(pt.room(idx, down)) {
         let j = idx.step(k, down);
         let Pte::Frame(f2) = pt.get(j) else { break };
@@ -214,24 +226,73 @@ fn ra_around(
         if !p2.test(pg::READAHEAD) || p2.test(pg::MAPPED) || !p2.trylock() {
             break;
         }
-        let g2 = pt.try_lock(j);
-        let ok = match &g2 {
+        match pt.try_lock(j) {
             Some(g2) if g2.get() == Pte::Frame(f2) && p2.test_clear(pg::READAHEAD) => {
-                map_parked(pages, vm, env, j, f2, rmw)
+                held.push((j, f2, g2));
             }
-            _ => false,
-        };
-        drop(g2);
-        p2.unlock();
-        if !ok {
-            break;
+            other => {
+                drop(other);
+                p2.unlock();
+                break;
+            }
         }
-        vm.inc(Item::SwapRaHit);
-        vm.inc(Item::FaultAround);
-        env.ra_hit();
-        n = k;
     }
-    n
+    let items: Vec<(PgOff, Pfn)> = held.iter().map(|&(j, f2, _)| (j, f2)).collect();
+    // Mapped from the fault outwards: the count is of the pages next to it. A run walking up is
+    // mapped in one go; one walking down page by page (a partly mapped run would keep the
+    // pages farthest from the fault).
+    let placed = if down {
+        items
+            .iter()
+            .take_while(|&&it| map_parked_run(pages, vm, env, &[it], rmw) == 1)
+            .count()
+    } else {
+        map_parked_run(pages, vm, env, &items, rmw)
+    };
+    for (k, (_, f2, g2)) in held.into_iter().enumerate() {
+        drop(g2);
+        if k < placed {
+            vm.inc(Item::SwapRaHit);
+            vm.inc(Item::FaultAround);
+            env.ra_hit();
+        } else {
+            // Not mapped: still a readahead page waiting for its first access.
+            pages[f2].set(pg::READAHEAD);
+        }
+        pages[f2].unlock();
+    }
+    placed as u64
+}
+
+/// [`map_parked`] for consecutive locked pages (`items`, ascending), mapped with one
+/// [`FaultEnv::place_run`]; writable when `write`. Returns how many were mapped, from the first.
+fn map_parked_run(
+    pages: &MemMap,
+    vm: &Counters,
+    env: &impl FaultEnv,
+    items: &[(PgOff, Pfn)],
+    write: bool,
+) -> usize {
+    let clean: Vec<bool> = items
+        .iter()
+        .map(|&(_, f)| {
+            if write {
+                env.try_to_free_swap(f);
+            }
+            let p = &pages[f];
+            p.test(pg::SWAPCACHE) && !p.test(pg::DIRTY)
+        })
+        .collect();
+    let placed = env.place_run(items, &clean);
+    for (k, &(_, f)) in items[..placed].iter().enumerate() {
+        let p = &pages[f];
+        if clean[k] && p.test(pg::SWAPCACHE) {
+            p.set(pg::WP);
+        }
+        p.set(pg::MAPPED);
+    }
+    vm.add(Item::NrMapped, placed as u64);
+    placed
 }
 
 /// The write fault-around of a write-protect fault at `idx` (whose page and pte the caller

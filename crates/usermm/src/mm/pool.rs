@@ -275,6 +275,61 @@ pub(crate) fn fill_slot(m: &MmInner, f: Pfn, bounce: &Mapping, off: usize) -> bo
     }
 }
 
+/// [`fill_slot`] for a window: the page at `off + k * PAGE_SIZE` of `bounce` into frame
+/// `frames[k]`'s slot where `ok[k]`. One mincore per run of consecutive frames says which slots hold recycled pages
+/// ([`pooled_batch`]), and each run of consecutive frames of one kind is one copy: a plain copy
+/// into recycled pages, one UFFDIO_COPY into empty slots (a run that fails part way is finished
+/// page by page). Returns which pages were filled.
+pub(crate) fn fill_slots(
+    m: &MmInner,
+    frames: &[Pfn],
+    ok: &[bool],
+    bounce: &Mapping,
+    off: usize,
+) -> Vec<bool> {
+    for &f in frames {
+        settle(m, f);
+    }
+    let pooled = pooled_batch(m, frames);
+    // Whether each page goes into a recycled slot (its PG_pooled now cleared: the page is
+    // about to be overwritten) or an empty one.
+    let recycled: Vec<bool> = frames
+        .iter()
+        .enumerate()
+        .map(|(k, &f)| ok[k] && pooled[k] && m.node.pages[f].test_clear(pg::POOLED))
+        .collect();
+    let mut done = vec![false; frames.len()];
+    let ks: Vec<usize> = (0..frames.len()).filter(|&k| ok[k]).collect();
+    for run in runs(&ks, |a, b| {
+        b == a + 1 && frames[b] == frames[a].next() && recycled[a] == recycled[b]
+    }) {
+        let (k0, n) = (ks[run.start], run.len());
+        let f0 = frames[k0];
+        let len = n * PAGE_SIZE;
+        let filled = if recycled[k0] {
+            m.pool
+                .slots
+                .copy_from(f0.offset(), bounce, off + k0 * PAGE_SIZE, len)
+                .map_or(0, |()| n)
+        } else {
+            let dst = m.pool.slots.addr() + f0.offset();
+            match m
+                .mm
+                .uffd
+                .copy(dst, bounce.addr() + off + k0 * PAGE_SIZE, len, false, true)
+            {
+                Ok(_) => n,
+                Err(e) => e.done / PAGE_SIZE,
+            }
+        };
+        done[k0..k0 + filled].fill(true);
+        for k in k0 + filled..k0 + n {
+            done[k] = fill_slot(m, frames[k], bounce, off + k * PAGE_SIZE);
+        }
+    }
+    done
+}
+
 thread_local! {
     static BOUNCE: std::cell::RefCell<Option<Mapping>> = const { std::cell::RefCell::new(None) };
 }

@@ -11,12 +11,13 @@
 
 use std::sync::Arc;
 
+use crate::conv::Narrow;
 use crate::swap::{SwapDevice, SwapSlots};
 use crate::sync::Ordering;
 use crate::sys::{Mapping, PAGE_SIZE};
 use crate::vmstat::{Counters, Item};
 
-use super::fs::{as_flags, AddressSpace, AddressSpaceOps, Host};
+use super::fs::{as_flags, AddressSpace, AddressSpaceOps, Host, Shadows};
 use super::page::{pg, MappingId, Owner, Pfn, PgOff, SwapEntry};
 use super::pgtable::{Pte, PteGuard};
 use super::pool;
@@ -70,7 +71,15 @@ impl SwapState {
             dev,
             slots,
             spaces: (0..n)
-                .map(|_| AddressSpace::new(MappingId::SWAP, Host::Swap, 0, flags, &SWAP_AOPS))
+                .map(|i| {
+                    let mut space =
+                        AddressSpace::new(MappingId::SWAP, Host::Swap, 0, flags, &SWAP_AOPS);
+                    space.shadows = Shadows::for_slots(
+                        i * SWAP_ADDRESS_SPACE_PAGES,
+                        SWAP_ADDRESS_SPACE_PAGES.usize(),
+                    );
+                    space
+                })
                 .collect(),
         }
     }
@@ -226,9 +235,14 @@ pub(crate) fn park_readahead(
     let n = slots.len();
     let mut used = Vec::with_capacity(n);
     let mut unused: Vec<Pfn> = frames[n..].to_vec();
+    let filled = if n > 1 {
+        pool::fill_slots(m, &frames[1..n], &ok[1..n], bounce, PAGE_SIZE)
+    } else {
+        Vec::new()
+    };
     for k in 1..n {
         let f = frames[k];
-        if !ok[k] || !pool::fill_slot(m, f, bounce, k * PAGE_SIZE) {
+        if !filled[k - 1] {
             unused.push(f);
             continue;
         }

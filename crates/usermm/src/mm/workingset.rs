@@ -10,9 +10,11 @@
 //! live beside the tree in a map per address space rather than as value entries in it, so the
 //! lookups that expect pages and swap entries are unchanged; they die with their address space,
 //! and truncation and `swap_free` drop theirs. Linux bounds shadow nodes with a shrinker; here
-//! an address space (its `Shadows`, fs.rs) keeps at most [`SHADOWS_PER_FRAME`] shadows per frame of the budget and
-//! forgets all of them when it reaches that (a refault further away than that never activates
-//! under either policy; it is not counted either).
+//! a file's address space (its `Shadows`, fs.rs) keeps at most [`SHADOWS_PER_FRAME`] shadows
+//! per frame of the budget and forgets all of them when it reaches that (a refault further
+//! away than that never activates under either policy; it is not counted either). A swap-cache
+//! space keeps one word per slot, bounded by its slots: a shadow lives as long as its swapped
+//! page.
 //!
 //! [`ReplacementPolicy::eviction_token`]: super::replacement::ReplacementPolicy::eviction_token
 
