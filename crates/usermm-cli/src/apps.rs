@@ -46,6 +46,8 @@ pub struct Params {
     /// The kernel engine's setup (a memory cgroup of the budget, its swap).
     pub kernel: kernel::Setup,
     pub swap_size: u64,
+    /// Settings passed to every `usermm run` (`--set NAME=VALUE`, checked by the caller).
+    pub set: Vec<String>,
     pub runs: u32,
     pub engines: Vec<Engine>,
     pub quick: bool,
@@ -405,6 +407,9 @@ struct EngineRun {
     pgmajfault: u64,
     pswpout: u64,
     pswpin: u64,
+    /// `workingset_refault_anon` + `workingset_refault_file`: usermm's managers, or the
+    /// kernel's /proc/vmstat over the run.
+    refaults: u64,
     identical: bool,
     problem: Option<String>,
     extra: Value,
@@ -422,6 +427,7 @@ impl EngineRun {
             "pgmajfault": self.pgmajfault,
             "pswpout": self.pswpout,
             "pswpin": self.pswpin,
+            "workingset_refault": self.refaults,
             "output_identical": self.identical,
             "problem": self.problem,
             "detail": self.extra,
@@ -453,8 +459,11 @@ fn run_usermm(p: &Params, c: &Case, dir: &Path, run: u32) -> Result<EngineRun, F
     cmd.arg("run")
         .args(["--budget", &p.budget.to_string()])
         .args(["--swap", &p.swap])
-        .args(["--swap-size", &p.swap_size.to_string()])
-        .arg("--json")
+        .args(["--swap-size", &p.swap_size.to_string()]);
+    for s in &p.set {
+        cmd.args(["--set", s]);
+    }
+    cmd.arg("--json")
         .arg("-o")
         .arg(&report)
         .arg("--")
@@ -472,6 +481,7 @@ fn run_usermm(p: &Params, c: &Case, dir: &Path, run: u32) -> Result<EngineRun, F
         pgmajfault: 0,
         pswpout: 0,
         pswpin: 0,
+        refaults: 0,
         identical: false,
         problem: program_problem(c.name, "usermm run", &r),
         extra: Value::Null,
@@ -500,10 +510,13 @@ fn run_usermm(p: &Params, c: &Case, dir: &Path, run: u32) -> Result<EngineRun, F
         er.pgmajfault += u(&m["vmstat"]["pgmajfault"]);
         er.pswpout += u(&m["vmstat"]["pswpout"]);
         er.pswpin += u(&m["vmstat"]["pswpin"]);
+        er.refaults +=
+            u(&m["vmstat"]["workingset_refault_anon"]) + u(&m["vmstat"]["workingset_refault_file"]);
     }
     er.extra = json!({
         "processes": procs.len(),
         "processes_with_manager": managed,
+        "settings": rep["environment"]["USERMM_SET"],
         "warnings": rep["warnings"],
     });
     if rep.is_null() && er.problem.is_none() {
@@ -558,6 +571,7 @@ fn run_kernel(setup: &kernel::Setup, c: &Case, dir: &Path, run: u32) -> Result<E
         pgmajfault: stat.val("pgmajfault").max(stat.val("total_pgmajfault")),
         pswpout: d("pswpout"),
         pswpin: d("pswpin"),
+        refaults: d("workingset_refault_anon") + d("workingset_refault_file"),
         identical: false,
         problem,
         extra: json!({ "setup": describe }),
@@ -646,7 +660,7 @@ pub fn run(p: &Params) -> Result<(), Failure> {
     }
     let mut results: Vec<Value> = Vec::new();
     let mut failures: Vec<String> = Vec::new();
-    let mut rows: Vec<[String; 10]> = Vec::new();
+    let mut rows: Vec<[String; 11]> = Vec::new();
     let mut legend: Vec<String> = Vec::new();
     for name in &p.cases {
         let c = build_case(name, &sz, &dir)?;
@@ -699,6 +713,7 @@ pub fn run(p: &Params) -> Result<(), Failure> {
         let rss = |e: Engine| median_u(of(e).map(|r| r.peak_tree_rss).collect());
         let maj = |e: Engine| median_u(of(e).map(|r| r.pgmajfault).collect());
         let flt = |e: Engine| median_u(of(e).map(|r| r.pgfault).collect());
+        let refaults = |e: Engine| median_u(of(e).map(|r| r.refaults).collect());
         let has = |e: Engine| p.engines.contains(&e);
         let (wu, wk) = (wall(Engine::Usermm), wall(Engine::Kernel));
         let speed = (has(Engine::Usermm) && has(Engine::Kernel) && wu > 0.0).then(|| wk / wu);
@@ -735,6 +750,15 @@ pub fn run(p: &Params) -> Result<(), Failure> {
             mb(Engine::Kernel),
             faults(Engine::Usermm),
             faults(Engine::Kernel),
+            [Engine::Usermm, Engine::Kernel]
+                .map(|e| {
+                    if has(e) {
+                        refaults(e).to_string()
+                    } else {
+                        dash()
+                    }
+                })
+                .join("/"),
             if all_identical {
                 "identical".into()
             } else {
@@ -750,6 +774,7 @@ pub fn run(p: &Params) -> Result<(), Failure> {
                     "peak_tree_rss_bytes": rss(*e),
                     "pgfault": flt(*e),
                     "pgmajfault": maj(*e),
+                    "workingset_refault": refaults(*e),
                 }),
             );
         }
@@ -772,6 +797,7 @@ pub fn run(p: &Params) -> Result<(), Failure> {
                 "budget_bytes": p.budget,
                 "swap": p.swap,
                 "swap_bytes": p.swap_size,
+                "settings": p.set,
                 "runs": p.runs,
                 "quick": p.quick,
                 "engines": p.engines.iter().map(|e| e.name()).collect::<Vec<_>>(),
@@ -781,7 +807,10 @@ pub fn run(p: &Params) -> Result<(), Failure> {
         );
     } else {
         println!("{}", table(&rows));
-        println!("median of the runs; speed = kernel time / usermm time (above 1: usermm faster); peak RSS of the whole process tree; faults pgfault/pgmajfault as each engine counts them");
+        println!("median of the runs; speed = kernel time / usermm time (above 1: usermm faster); peak RSS of the whole process tree; faults pgfault/pgmajfault as each engine counts them; refaults workingset_refault_anon + _file, usermm/kernel");
+        if !p.set.is_empty() {
+            println!("usermm run --set {}", p.set.join(" --set "));
+        }
         for l in &legend {
             println!("{l}");
         }
@@ -799,7 +828,7 @@ pub fn run(p: &Params) -> Result<(), Failure> {
     }
 }
 
-fn table(rows: &[[String; 10]]) -> String {
+fn table(rows: &[[String; 11]]) -> String {
     let head = [
         "case",
         "native",
@@ -810,6 +839,7 @@ fn table(rows: &[[String; 10]]) -> String {
         "RSS kernel",
         "faults usermm",
         "faults kernel",
+        "refaults u/k",
         "output",
     ];
     let mut w: Vec<usize> = head.iter().map(|h| h.len()).collect();

@@ -87,6 +87,10 @@ enum BenchCmd {
         /// Swap size on both engines.
         #[arg(long = "swap-size", default_value = "2G")]
         swap_size: String,
+        /// A seed switch or setting for every `usermm run`, NAME=VALUE (repeatable): A/B a
+        /// policy on real programs, e.g. --set lru_gen=on.
+        #[arg(long = "set", value_name = "NAME=VALUE")]
+        set: Vec<String>,
         /// Runs per engine (alternating usermm, kernel, usermm, ...).
         #[arg(long, default_value_t = 1)]
         runs: u32,
@@ -512,6 +516,7 @@ fn bench(b: BenchCmd) -> Result<(), Failure> {
             swap,
             kernel_swap,
             swap_size,
+            set,
             runs,
             engine: eng,
             quick,
@@ -519,6 +524,13 @@ fn bench(b: BenchCmd) -> Result<(), Failure> {
             json,
         } => {
             at_least_one("--runs", runs as u64)?;
+            // Checked here, so that a bad one stops the command before any program runs.
+            let mut settings = usermm::Settings::default();
+            for s in &set {
+                settings
+                    .apply(s)
+                    .map_err(|e| Failure::Usage(format!("--set {s}: {e}")))?;
+            }
             let budget_b = size("--budget", &budget)?;
             if budget_b < usermm::MIN_BUDGET {
                 return Err(Failure::Usage(format!(
@@ -540,6 +552,7 @@ fn bench(b: BenchCmd) -> Result<(), Failure> {
                 swap,
                 kernel,
                 swap_size: swap_b,
+                set,
                 runs,
                 engines: engine::parse_engines(&eng)?,
                 quick,

@@ -49,6 +49,7 @@ fn quick_cases_give_native_output_on_both_engines() {
             assert!(r["problem"].is_null(), "{r}");
             assert!(r["wall_s"].as_f64().unwrap() > 0.0, "{r}");
             assert!(r["peak_tree_rss_bytes"].as_u64().unwrap() > 1 << 20, "{r}");
+            assert!(r["workingset_refault"].is_u64(), "{r}");
         }
         // The usermm run really went through usermm run's managers (a report was read).
         let u = runs
@@ -60,6 +61,36 @@ fn quick_cases_give_native_output_on_both_engines() {
     // The large allocation cases put pages through usermm's fault handler.
     let numpy = &cases[1]["runs"].as_array().unwrap()[0];
     assert!(numpy["pgfault"].as_u64().unwrap() > 1000, "{numpy}");
+}
+
+/// `--set` reaches every `usermm run` (its report names the setting), and each run reports
+/// its refaults.
+#[test]
+fn settings_reach_usermm_run() {
+    let o = usermm()
+        .args(["bench", "apps", "--quick", "--json", "--engine", "usermm"])
+        .args([
+            "--case",
+            "pydict",
+            "--swap-size",
+            "1G",
+            "--set",
+            "lru_gen=on",
+        ])
+        .output()
+        .expect("running usermm bench apps");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "stdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    assert_eq!(v["settings"], serde_json::json!(["lru_gen=on"]), "{v}");
+    let r = &v["cases"][0]["runs"][0];
+    assert_eq!(r["detail"]["settings"], "lru_gen=on", "{r}");
+    assert_eq!(r["output_identical"], Value::Bool(true), "{r}");
+    assert!(r["workingset_refault"].is_u64(), "{r}");
 }
 
 #[test]
@@ -85,4 +116,13 @@ fn usage_errors_name_the_value() {
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--runs"));
+    // A bad setting stops the command before any program runs.
+    let o = usermm()
+        .args(["bench", "apps", "--set", "lru_gen=maybe"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("--set lru_gen=maybe") && e.contains("on"), "{e}");
+    assert!(!e.contains("native ..."), "{e}");
 }
