@@ -48,6 +48,14 @@ pub(super) const EMPTY: ListHead = ListHead {
 /// usemem did not change (within noise).
 pub const ANON_INACTIVE_SHRINK: u64 = 8;
 
+/// The fewest pages the shortened inactive anonymous list keeps (where Linux's balance keeps
+/// more): four of the largest windows that put pages on it ahead of their use (256-page swap
+/// readahead, 128-page write fault-around). New pages start on the inactive list; a shorter one
+/// reclaimed pages a write fault-around had just mapped before the program reached them (a
+/// 4 MiB budget: the next pass read them back from swap and found them written, so a region
+/// only ever read was judged one whose pages come back written).
+pub const ANON_INACTIVE_MIN: u64 = 1024;
+
 /// One lruvec: the lists and their lock.
 #[derive(Debug)]
 pub struct Lruvec {
@@ -122,8 +130,9 @@ impl Lruvec {
     }
 
     /// `inactive_list_is_low`: the inactive list of a type should hold at least 1/ratio of its
-    /// pages, where ratio = sqrt(10 * GiB of that type) (1 below 1 GiB), and for anonymous
-    /// pages [`ANON_INACTIVE_SHRINK`] times less.
+    /// pages, where ratio = sqrt(10 * GiB of that type) (1 below 1 GiB); for anonymous pages
+    /// [`ANON_INACTIVE_SHRINK`] times less, but never less than [`ANON_INACTIVE_MIN`] pages
+    /// while Linux's share is more.
     fn inactive_list_is_low(&self, file: bool) -> bool {
         let (il, al) = if file {
             (Lru::InactiveFile, Lru::ActiveFile)
@@ -142,12 +151,11 @@ impl Lruvec {
         } else {
             1
         };
-        let ratio = if file {
-            ratio
-        } else {
-            ratio * ANON_INACTIVE_SHRINK
-        };
+        if file {
+            return inactive * ratio < active;
+        }
         inactive * ratio < active
+            && (inactive < ANON_INACTIVE_MIN || inactive * ratio * ANON_INACTIVE_SHRINK < active)
     }
 }
 
@@ -367,6 +375,35 @@ mod tests {
         l.putback(&pages, &out, &vm);
         assert_eq!(l.list(&pages, Lru::InactiveAnon), pf(&[1, 0, 3, 2]));
         assert!(!pages[Pfn::new(0)].test(pg::LOCKED));
+    }
+
+    /// The anonymous inactive list is kept 8x shorter than Linux's 1:1, but not below
+    /// ANON_INACTIVE_MIN pages; the file lists keep Linux's balance.
+    #[test]
+    fn the_inactive_anon_list_is_short_but_not_too_short() {
+        let low = |inactive: u32, active: u32, file: bool| {
+            let n = inactive + active;
+            let (pages, l, vm) = setup(n);
+            if file {
+                pages.iter().for_each(|(_, p)| p.clear(pg::SWAPBACKED));
+            }
+            let all: Vec<Pfn> = (0..n).map(Pfn::new).collect();
+            for &f in &all[inactive as usize..] {
+                pages[f].set(pg::ACTIVE);
+            }
+            l.add(&pages, &all, &vm);
+            l.inactive_is_low(file)
+        };
+        let min = u32::try_from(ANON_INACTIVE_MIN).unwrap();
+        // 16k pages: Linux would keep 8k inactive; usermm keeps ~1.8k (16k / 9).
+        assert!(!low(2000, 14000, false));
+        assert!(low(1700, 14300, false));
+        assert!(low(2000, 14000, true), "file pages keep Linux's 1:1");
+        // A small lruvec: the floor holds where 1/9 would be less than it.
+        assert!(low(min - 1, 2 * min, false));
+        assert!(!low(min, 2 * min, false));
+        // And Linux's own share is never exceeded for the floor's sake.
+        assert!(!low(600, 500, false));
     }
 
     #[test]
