@@ -85,20 +85,34 @@ pub fn map_parked(
     f: Pfn,
     write: bool,
 ) -> bool {
-    let p = &pages[f];
-    if write {
-        env.try_to_free_swap(f);
-    }
-    let keep_wp = p.test(pg::SWAPCACHE) && !p.test(pg::DIRTY);
+    let keep_wp = before_map(pages, env, f, write);
     if !env.place(idx, f, keep_wp) {
         return false;
     }
+    after_map(pages, f, keep_wp);
+    vm.inc(Item::NrMapped);
+    true
+}
+
+/// Before locked, parked page `f` is mapped (writable when `write`: its swap copy is dropped
+/// first): whether it may be mapped write-protected, a clean swap-cache page whose swap copy
+/// stays valid.
+fn before_map(pages: &MemMap, env: &impl FaultEnv, f: Pfn, write: bool) -> bool {
+    if write {
+        env.try_to_free_swap(f);
+    }
+    let p = &pages[f];
+    p.test(pg::SWAPCACHE) && !p.test(pg::DIRTY)
+}
+
+/// Page `f` has been mapped (`keep_wp` as [`before_map`] said): PG_wp while its swap copy stays
+/// valid, and PG_mapped.
+fn after_map(pages: &MemMap, f: Pfn, keep_wp: bool) {
+    let p = &pages[f];
     if keep_wp && p.test(pg::SWAPCACHE) {
         p.set(pg::WP);
     }
     p.set(pg::MAPPED);
-    vm.inc(Item::NrMapped);
-    true
 }
 
 /// A fault on page `idx` whose entry names resident frame `f`: mapped already (a stale fault,
@@ -244,7 +258,7 @@ fn ra_around(
     let placed = if down {
         items
             .iter()
-            .take_while(|&&it| map_parked_run(pages, vm, env, &[it], rmw) == 1)
+            .take_while(|&&(j, f2)| map_parked(pages, vm, env, j, f2, rmw))
             .count()
     } else {
         map_parked_run(pages, vm, env, &items, rmw)
@@ -275,21 +289,11 @@ fn map_parked_run(
 ) -> usize {
     let clean: Vec<bool> = items
         .iter()
-        .map(|&(_, f)| {
-            if write {
-                env.try_to_free_swap(f);
-            }
-            let p = &pages[f];
-            p.test(pg::SWAPCACHE) && !p.test(pg::DIRTY)
-        })
+        .map(|&(_, f)| before_map(pages, env, f, write))
         .collect();
     let placed = env.place_run(items, &clean);
-    for (k, &(_, f)) in items[..placed].iter().enumerate() {
-        let p = &pages[f];
-        if clean[k] && p.test(pg::SWAPCACHE) {
-            p.set(pg::WP);
-        }
-        p.set(pg::MAPPED);
+    for (&(_, f), &keep_wp) in items[..placed].iter().zip(&clean) {
+        after_map(pages, f, keep_wp);
     }
     vm.add(Item::NrMapped, placed as u64);
     placed

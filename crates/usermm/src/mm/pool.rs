@@ -276,10 +276,10 @@ pub(crate) fn fill_slot(m: &MmInner, f: Pfn, bounce: &Mapping, off: usize) -> bo
 }
 
 /// [`fill_slot`] for a window: the page at `off + k * PAGE_SIZE` of `bounce` into frame
-/// `frames[k]`'s slot where `ok[k]`. One mincore per run of consecutive frames says which slots hold recycled pages
-/// ([`pooled_batch`]), and each run of consecutive frames of one kind is one copy: a plain copy
-/// into recycled pages, one UFFDIO_COPY into empty slots (a run that fails part way is finished
-/// page by page). Returns which pages were filled.
+/// `frames[k]`'s slot where `ok[k]`. One mincore per run of consecutive frames says which slots
+/// hold recycled pages ([`pooled_batch`]), and each run of consecutive frames of one kind is one
+/// copy: a plain copy into recycled pages, one UFFDIO_COPY into empty slots (a run that fails
+/// part way is finished page by page). Returns which pages were filled.
 pub(crate) fn fill_slots(
     m: &MmInner,
     frames: &[Pfn],
