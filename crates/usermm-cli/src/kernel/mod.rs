@@ -620,6 +620,7 @@ fn run_in(env: &Env, job: worker::Job) -> Result<(worker::JobResult, u64), Failu
         kill(&mut child);
         return Err(Failure::Run(e));
     }
+    let file_backed = matches!(job, worker::Job::MmapFile(_));
     let spec = worker::Spec {
         job,
         cgroup: cg.dir.clone(),
@@ -666,11 +667,30 @@ fn run_in(env: &Env, job: worker::Job) -> Result<(worker::JobResult, u64), Failu
     if !status.success() {
         let ooms = cg.oom_kills();
         if ooms > 0 {
-            return Err(Failure::Run(format!(
-                "the kernel's OOM killer killed the workload in its cgroup ({} budget): the \
-                 workload needs more than budget + swap; give a larger --swap-size or a smaller size",
-                crate::output::mib(env_budget(cg))
-            )));
+            let budget = crate::output::mib(env_budget(cg));
+            return Err(Failure::Run(if file_backed {
+                let why = match cg.version {
+                    cgroup::Version::V1 => {
+                        "a v1 memory cgroup has no dirty-page limit of its own, so dirty and \
+                         readahead pages of the mapped file filled it faster than writeback freed \
+                         them"
+                    }
+                    cgroup::Version::V2 => {
+                        "dirty and readahead pages of the mapped file filled it faster than \
+                         writeback freed them"
+                    }
+                };
+                format!(
+                    "the kernel's OOM killer killed the workload in its cgroup ({budget} budget): \
+                     {why}; give a larger --budget"
+                )
+            } else {
+                format!(
+                    "the kernel's OOM killer killed the workload in its cgroup ({budget} budget): \
+                     the workload needs more than budget + swap; give a larger --swap-size or a \
+                     smaller size"
+                )
+            }));
         }
         return Err(Failure::Run(format!(
             "the kernel-engine worker failed ({status}); see its message above"
