@@ -67,6 +67,7 @@ items! {
     PgstealDirect = "pgsteal_direct",
     PgrefillActive = "pgrefill",
     Allocstall = "allocstall",
+    PgscanDirectThrottle = "pgscan_direct_throttle",
     KswapdWake = "kswapd_wake",
     KswapdLowWmarkHitQuickly = "kswapd_low_wmark_hit_quickly",
     KswapdHighWmarkHitQuickly = "kswapd_high_wmark_hit_quickly",

@@ -45,6 +45,69 @@ pub struct KswapdWait {
     pub(crate) cv: Condvar,
 }
 
+/// The node's one-reclaim-pass-at-a-time state: whether a pass runs, and the waitqueue of
+/// reclaimers waiting for it to end (Linux's `pgdat->reclaim_wait`).
+#[derive(Debug, Default)]
+pub struct ReclaimPass {
+    running: Mutex<bool>,
+    done: Condvar,
+}
+
+/// A running reclaim pass; the next may start when it is dropped.
+#[derive(Debug)]
+pub struct PassGuard<'a>(&'a ReclaimPass);
+
+impl Drop for PassGuard<'_> {
+    fn drop(&mut self) {
+        *self.0.running.lock() = false;
+        self.0.done.notify_all();
+    }
+}
+
+impl ReclaimPass {
+    /// Starts a pass once the running one (if any) has ended.
+    pub fn begin(&self) -> PassGuard<'_> {
+        let mut r = self.running.lock();
+        while *r {
+            r = self.done.wait(r);
+        }
+        *r = true;
+        PassGuard(self)
+    }
+
+    /// Starts a pass if none runs; otherwise waits up to `timeout` for the running one to end
+    /// or for `enough()` to hold (checked whenever a pass ends, and every millisecond). Returns
+    /// `Ok(Some(pass))` to reclaim, `Ok(None)` when `enough()` held, `Err(())` when the wait
+    /// timed out with a pass still running.
+    pub fn begin_or_wait(
+        &self,
+        timeout: std::time::Duration,
+        mut enough: impl FnMut() -> bool,
+        waited: impl FnOnce(),
+    ) -> Result<Option<PassGuard<'_>>, ()> {
+        let start = std::time::Instant::now();
+        let mut r = self.running.lock();
+        if *r {
+            waited();
+        }
+        while *r {
+            drop(r);
+            if enough() {
+                return Ok(None);
+            }
+            if start.elapsed() > timeout {
+                return Err(());
+            }
+            r = self.running.lock();
+            if *r {
+                r = self.done.wait_for(r, std::time::Duration::from_millis(1));
+            }
+        }
+        *r = true;
+        Ok(Some(PassGuard(self)))
+    }
+}
+
 /// One memory node (`pg_data_t`).
 #[derive(Debug)]
 pub struct Node {
@@ -56,6 +119,12 @@ pub struct Node {
     pub(crate) lru: Box<dyn ReplacementPolicy>,
     pub(crate) wmark: Watermarks,
     pub(crate) kswapd: KswapdWait,
+    /// Whether a reclaim pass (`shrink_node`) is running: kswapd's, a direct reclaimer's or a
+    /// budget shrink's. One pass at a time, because concurrent passes only contend: every
+    /// unmapping `UFFDIO_MOVE` takes the source VMA's anon_vma rwsem for writing and flushes
+    /// TLBs, so three reclaimers spent 12% of all CPU spinning on that rwsem and IPIing each
+    /// other (vmscan.rs, `throttle_direct_reclaim`).
+    pub(crate) reclaim: ReclaimPass,
     /// PGDAT_DIRTY: reclaim found only dirty, unqueued file pages at the LRU tail.
     pub(crate) pgdat_dirty: AtomicBool,
     /// The most frames ever in use at once.
@@ -71,6 +140,7 @@ impl Node {
             lru: new_policy(lru_gen),
             wmark,
             kswapd: KswapdWait::default(),
+            reclaim: ReclaimPass::default(),
             pgdat_dirty: AtomicBool::new(false),
             peak_resident: AtomicU64::new(0),
         }
@@ -96,5 +166,82 @@ pub(crate) fn new_policy(lru_gen: bool) -> Box<dyn ReplacementPolicy> {
         Box::new(super::lru_gen::LruGen::default())
     } else {
         Box::new(super::lru::Lruvec::default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ReclaimPass;
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn one_reclaim_pass_at_a_time() {
+        let rp = ReclaimPass::default();
+        let inside = AtomicU32::new(0);
+        let most = AtomicU32::new(0);
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let (rp, inside, most) = (&rp, &inside, &most);
+                s.spawn(move || {
+                    for _ in 0..200 {
+                        let _pass = if t == 0 {
+                            Some(rp.begin())
+                        } else {
+                            rp.begin_or_wait(Duration::from_secs(10), || false, || {})
+                                .expect("a pass ends well within 10 s")
+                        };
+                        let n = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(n, Ordering::SeqCst);
+                        std::hint::spin_loop();
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                    }
+                });
+            }
+        });
+        assert_eq!(most.load(Ordering::SeqCst), 1, "two passes overlapped");
+    }
+
+    #[test]
+    fn a_waiting_reclaimer_leaves_when_frames_are_free_or_gives_up() {
+        let rp = ReclaimPass::default();
+        let pass = rp.begin();
+        // Another pass runs: the waiter counts the wait and returns once `enough` holds.
+        let freed = AtomicBool::new(false);
+        let mut waited = false;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(20));
+                freed.store(true, Ordering::SeqCst);
+            });
+            let r = rp.begin_or_wait(
+                Duration::from_secs(10),
+                || freed.load(Ordering::SeqCst),
+                || waited = true,
+            );
+            assert!(matches!(r, Ok(None)), "frames freed: allocate, no pass of its own");
+        });
+        assert!(waited);
+        // Nothing freed and the pass never ends: it gives up after the timeout.
+        let t = Instant::now();
+        let r = rp.begin_or_wait(Duration::from_millis(30), || false, || {});
+        assert!(r.is_err());
+        assert!(t.elapsed() >= Duration::from_millis(30));
+        // The pass ends: the waiter runs the next one.
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                std::thread::sleep(Duration::from_millis(20));
+                drop(pass);
+            });
+            let r = rp.begin_or_wait(Duration::from_secs(10), || false, || {});
+            assert!(matches!(r, Ok(Some(_))));
+        });
+        // Free: starts at once without counting a wait.
+        let mut waited = false;
+        assert!(matches!(
+            rp.begin_or_wait(Duration::ZERO, || false, || waited = true),
+            Ok(Some(_))
+        ));
+        assert!(!waited);
     }
 }
