@@ -219,7 +219,10 @@ mod tests {
                 || freed.load(Ordering::SeqCst),
                 || waited = true,
             );
-            assert!(matches!(r, Ok(None)), "frames freed: allocate, no pass of its own");
+            assert!(
+                matches!(r, Ok(None)),
+                "frames freed: allocate, no pass of its own"
+            );
         });
         assert!(waited);
         // Nothing freed and the pass never ends: it gives up after the timeout.
