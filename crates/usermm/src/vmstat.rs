@@ -68,6 +68,7 @@ items! {
     PgrefillActive = "pgrefill",
     Allocstall = "allocstall",
     PgscanDirectThrottle = "pgscan_direct_throttle",
+    HandlerStandbyWake = "handler_standby_wake",
     KswapdWake = "kswapd_wake",
     KswapdLowWmarkHitQuickly = "kswapd_low_wmark_hit_quickly",
     KswapdHighWmarkHitQuickly = "kswapd_high_wmark_hit_quickly",

@@ -131,3 +131,62 @@ fn direct_reclaim_raises_allocstall() {
         assert_eq!(r.read_u64(p * PAGE), pattern(4, p as u64, 0), "page {p}");
     }
 }
+
+/// Eight threads writing pages in a scattered order, twice, at a budget a sixteenth of their
+/// data, on swap `swap`; every page is checked afterwards. Returns the counters.
+fn eight_scattered_writers(swap: SwapConfig) -> usermm::Vmstat {
+    let mm = Mm::new(MmConfig::new(8 * MIB).swap(swap)).expect("manager");
+    let regions: Vec<_> = (0..8).map(|_| mm.map_anon(16 << 20).unwrap()).collect();
+    let pages = (16 << 20) / PAGE;
+    std::thread::scope(|s| {
+        for (t, r) in regions.iter().enumerate() {
+            s.spawn(move || {
+                for pass in 0..2u64 {
+                    // A stride coprime with the page count visits every page once, scattered.
+                    for k in 0..pages {
+                        let p = (k * 1237 + t * 97) % pages;
+                        r.write_u64(p * PAGE, pattern(t as u64, p as u64, pass));
+                    }
+                }
+            });
+        }
+    });
+    for (t, r) in regions.iter().enumerate() {
+        for p in 0..pages {
+            assert_eq!(
+                r.read_u64(p * PAGE),
+                pattern(t as u64, p as u64, 1),
+                "thread {t} page {p}"
+            );
+        }
+    }
+    assert!(mm.peak_resident_bytes() <= 8 * MIB);
+    mm.vmstat()
+}
+
+/// One reclaim pass runs at a time: a direct reclaimer that finds kswapd's pass running waits
+/// for it (`pgscan_direct_throttle`) instead of scanning alongside, and nothing is lost.
+#[test]
+fn direct_reclaimers_wait_for_the_running_pass() {
+    init_log();
+    let vm = eight_scattered_writers(SwapConfig::Ram { size: 256 * MIB });
+    assert!(
+        vm.val("pgscan_direct_throttle") > 0,
+        "no reclaimer waited\n{vm}"
+    );
+}
+
+/// A handler waiting for a swap-file read hands the reading of the userfaultfd to a standby
+/// reader when no other handler reads, so the other threads' faults do not queue behind it;
+/// a swap device in RAM has no standby readers (its reads do not wait).
+#[test]
+fn handlers_waiting_for_the_disk_hand_reading_to_standby_readers() {
+    init_log();
+    let vm = eight_scattered_writers(SwapConfig::File {
+        path: None,
+        size: 256 * MIB,
+    });
+    assert!(vm.val("handler_standby_wake") > 0, "{vm}");
+    let vm = eight_scattered_writers(SwapConfig::Ram { size: 256 * MIB });
+    assert_eq!(vm.val("handler_standby_wake"), 0, "{vm}");
+}

@@ -573,6 +573,12 @@ impl Mm {
         } else {
             cfg.handler_threads
         };
+        // Standby readers where a swap-in waits for a device (handler.rs, `blocking_io`).
+        let standby = if swap.as_ref().is_some_and(|s| s.dev.blocks_on_read()) {
+            handler::MAX_IO_READERS.saturating_sub(handlers)
+        } else {
+            0
+        };
         let inner = Arc::new(MmInner {
             node: Node::new(
                 nr_frames.u32(),
@@ -581,7 +587,7 @@ impl Mm {
             ),
             pool: FramePool::new(pool, zero_src),
             mm: MmStruct::new(uffd, nr_frames + swap_pages),
-            handlers: HandlerState::new(efd, handlers),
+            handlers: HandlerState::new(efd, handlers, standby),
             vm,
             swap,
             files: Default::default(),
@@ -609,6 +615,14 @@ impl Mm {
                 handler::handler_main(m, i)
             })
             .map_err(|e| spawn_failed(&format!("fault handler thread {i} of {handlers}"), e))?;
+            h.threads.lock().push(t);
+        }
+        for k in 0..standby {
+            let m = inner.clone();
+            let t = super::spawn_thread(format!("usermm-io{k}"), move || {
+                handler::standby_main(m, handlers + k)
+            })
+            .map_err(|e| spawn_failed(&format!("standby reader {k} of {standby}"), e))?;
             h.threads.lock().push(t);
         }
         let m = inner.clone();

@@ -63,7 +63,11 @@ pub(crate) fn swap_readpage(
             pages: &offs[run.clone()],
         })
         .collect();
-    for (run, res) in runs.iter().zip(sw.dev.read_runs(&reqs, bounce)) {
+    let results = {
+        let _io = super::handler::blocking_io(m, sw.dev.blocks_on_read());
+        sw.dev.read_runs(&reqs, bounce)
+    };
+    for (run, res) in runs.iter().zip(results) {
         if let Err(err) = res {
             log::error!(
                 "swap read of slots {}..{} failed: {err}",

@@ -90,6 +90,13 @@ pub trait SwapDevice: Send + Sync + 'static {
     fn ra_pages(&self) -> Option<u32> {
         self.lower().and_then(|l| l.ra_pages())
     }
+    /// Whether a read waits for a device (a disk, the network) rather than copying from memory:
+    /// a fault-serving thread that waits on one hands its reading of the userfaultfd to a
+    /// standby thread (mm/handler.rs, `blocking_io`). A stacked tier answers for the device
+    /// below it (its misses go there).
+    fn blocks_on_read(&self) -> bool {
+        self.lower().is_none_or(|l| l.blocks_on_read())
+    }
     /// This tier's own counters, with Linux's names where Linux has them (`zswpout`, ...).
     fn counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()

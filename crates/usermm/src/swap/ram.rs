@@ -158,6 +158,10 @@ impl SwapDevice for RamSwap {
         format!("ram ({} pages, on demand)", self.nr_pages)
     }
 
+    fn blocks_on_read(&self) -> bool {
+        false
+    }
+
     fn nr_pages(&self) -> u64 {
         self.nr_pages
     }
