@@ -1682,3 +1682,40 @@ fn stores_racing_fault_around_of_clean_pages_reach_the_file() {
         }
     }
 }
+
+/// Four threads reading random pages of a shared file mapping eight times the budget: a
+/// handler waiting for the disk hands the reading of the userfaultfd to a standby reader when
+/// no other handler reads (`handler_standby_wake`), and every page reads back what the file
+/// holds.
+#[test]
+fn random_readers_of_a_mapped_file_get_standby_readers() {
+    let d = tmpdir();
+    let path = d.path().join("rand");
+    let pages = 8192u64; // 32 MiB
+    write_pattern_file(&path, pages);
+    let m = mm(4 * MIB, Settings::default());
+    let r = m
+        .map_file(&path, 0, (pages * 4096) as usize, MapKind::Shared)
+        .unwrap();
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let r = &r;
+            s.spawn(move || {
+                let mut want = [0u8; 8];
+                for k in 0..1500u64 {
+                    let p = (k * 2654435761 + t * 977) % pages;
+                    let off = p * 4096 + 8 * (k % 512);
+                    pattern(off, &mut want);
+                    assert_eq!(
+                        r.read_u64(off as usize),
+                        u64::from_ne_bytes(want),
+                        "page {p}"
+                    );
+                }
+            });
+        }
+    });
+    let v = m.vmstat();
+    assert!(v.val("handler_standby_wake") > 0, "{v}");
+    assert!(m.peak_resident_bytes() <= 4 * MIB);
+}

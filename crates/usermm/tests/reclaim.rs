@@ -178,7 +178,7 @@ fn direct_reclaimers_wait_for_the_running_pass() {
 
 /// A handler waiting for a swap-file read hands the reading of the userfaultfd to a standby
 /// reader when no other handler reads, so the other threads' faults do not queue behind it;
-/// a swap device in RAM has no standby readers (its reads do not wait).
+/// swap-ins from RAM wake none (their reads do not wait).
 #[test]
 fn handlers_waiting_for_the_disk_hand_reading_to_standby_readers() {
     init_log();

@@ -919,7 +919,11 @@ fn fill_frames(
 /// slots (`file_read_direct`); otherwise the data goes from the bounce buffer into the slots
 /// with one UFFDIO_COPY per run of empty slots (a recycled page is overwritten in place).
 fn read_into(m: &MmInner, mapping: &AddressSpace, start: PgOff, frames: &[Pfn]) -> io::Result<()> {
-    let res = read_into_slots(m, mapping, start, frames);
+    let res = {
+        // A file on disk: a handler waiting here hands its reading to a standby reader.
+        let _io = super::handler::blocking_io(m, mapping.file().is_some());
+        read_into_slots(m, mapping, start, frames)
+    };
     if res.is_err() {
         // Whatever the read left, every slot holds a page again (the frames are freed as
         // recycled ones).

@@ -64,7 +64,7 @@ pub struct HandlerState {
     pub(crate) readers: AtomicU32,
     /// Fault-serving handler threads waiting for a device read now.
     pub(crate) io_blocked: AtomicU32,
-    /// Standby readers (0 where the swap device reads from memory).
+    /// Standby readers (0 where the base handlers are `MAX_IO_READERS` already).
     pub(crate) standby: usize,
     /// Wake tokens for standby readers, and their waitqueue.
     pub(crate) standby_wake: crate::sync::Mutex<u32>,
@@ -97,8 +97,8 @@ impl Drop for BlockingIo<'_> {
     }
 }
 
-/// Called by a thread about to wait for a read from a device that `blocks` (a disk, the
-/// network). On a handler thread, the wait is counted; when every reading handler is waiting
+/// Called by a thread about to wait for a read from a device that `blocks` (a swap file, the
+/// network, a mapped file's disk). On a handler thread, the wait is counted; when every reading handler is waiting
 /// for a device, nobody reads the userfaultfd, so the faults of the program's other threads
 /// would queue behind reads at depth 1-2: a standby reader is woken to read in its place (as
 /// Go hands a blocked thread's processor to another). Random usemem on a swap file (8 tasks,

@@ -394,6 +394,10 @@ impl Drop for MmHandle {
             *p = true;
             self.inner.node.kswapd.cv.notify_all();
         }
+        {
+            let _tokens = self.inner.handlers.standby_wake.lock();
+            self.inner.handlers.standby_cv.notify_all();
+        }
         for t in self.threads.lock().drain(..) {
             let _ = t.join();
         }
@@ -573,12 +577,9 @@ impl Mm {
         } else {
             cfg.handler_threads
         };
-        // Standby readers where a swap-in waits for a device (handler.rs, `blocking_io`).
-        let standby = if swap.as_ref().is_some_and(|s| s.dev.blocks_on_read()) {
-            handler::MAX_IO_READERS.saturating_sub(handlers)
-        } else {
-            0
-        };
+        // Standby readers for the faults that wait for a device: swap-ins from a disk or the
+        // network, page-cache reads of mapped files (handler.rs, `blocking_io`).
+        let standby = handler::MAX_IO_READERS.saturating_sub(handlers);
         let inner = Arc::new(MmInner {
             node: Node::new(
                 nr_frames.u32(),
