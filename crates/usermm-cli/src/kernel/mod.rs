@@ -667,30 +667,26 @@ fn run_in(env: &Env, job: worker::Job) -> Result<(worker::JobResult, u64), Failu
     if !status.success() {
         let ooms = cg.oom_kills();
         if ooms > 0 {
-            let budget = crate::output::mib(env_budget(cg));
-            return Err(Failure::Run(if file_backed {
-                let why = match cg.version {
-                    cgroup::Version::V1 => {
-                        "a v1 memory cgroup has no dirty-page limit of its own, so dirty and \
-                         readahead pages of the mapped file filled it faster than writeback freed \
-                         them"
-                    }
-                    cgroup::Version::V2 => {
-                        "dirty and readahead pages of the mapped file filled it faster than \
-                         writeback freed them"
-                    }
-                };
-                format!(
-                    "the kernel's OOM killer killed the workload in its cgroup ({budget} budget): \
-                     {why}; give a larger --budget"
-                )
-            } else {
-                format!(
-                    "the kernel's OOM killer killed the workload in its cgroup ({budget} budget): \
-                     the workload needs more than budget + swap; give a larger --swap-size or a \
-                     smaller size"
-                )
-            }));
+            let (why, fix) = match (file_backed, cg.version) {
+                (true, cgroup::Version::V1) => (
+                    "a v1 memory cgroup has no dirty-page limit of its own, so dirty and \
+                     readahead pages of the mapped file filled it faster than writeback freed them",
+                    "give a larger --budget",
+                ),
+                (true, cgroup::Version::V2) => (
+                    "dirty and readahead pages of the mapped file filled it faster than writeback \
+                     freed them",
+                    "give a larger --budget",
+                ),
+                (false, _) => (
+                    "the workload needs more than budget + swap",
+                    "give a larger --swap-size or a smaller size",
+                ),
+            };
+            return Err(Failure::Run(format!(
+                "the kernel's OOM killer killed the workload in its cgroup ({} budget): {why}; {fix}",
+                crate::output::mib(env_budget(cg))
+            )));
         }
         return Err(Failure::Run(format!(
             "the kernel-engine worker failed ({status}); see its message above"

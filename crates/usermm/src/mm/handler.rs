@@ -693,10 +693,7 @@ fn handler_loop(m: &MmInner, slot: usize, held: &mut Held, standby: bool) {
                 last_work = Instant::now();
             } else {
                 // Pages still under I/O: wait a little for new messages instead of spinning.
-                m.vm.warn_on(
-                    m.mm.uffd.poll(Some(m.handlers.shutdown_efd.raw_fd()), 1),
-                    "poll of the userfaultfd",
-                );
+                poll_uffd(m, 1);
             }
             continue;
         }
@@ -706,10 +703,7 @@ fn handler_loop(m: &MmInner, slot: usize, held: &mut Held, standby: bool) {
             if last_work.elapsed() >= STANDBY_LINGER {
                 return;
             }
-            m.vm.warn_on(
-                m.mm.uffd.poll(Some(m.handlers.shutdown_efd.raw_fd()), 1),
-                "poll of the userfaultfd",
-            );
+            poll_uffd(m, 1);
             continue;
         }
         let may_spin = last_work.elapsed() < spin
@@ -760,12 +754,17 @@ fn handler_loop(m: &MmInner, slot: usize, held: &mut Held, standby: bool) {
             continue;
         }
         m.vm.inc(Item::HandlerWakeup);
-        m.vm.warn_on(
-            m.mm.uffd.poll(Some(m.handlers.shutdown_efd.raw_fd()), 100),
-            "poll of the userfaultfd",
-        );
+        poll_uffd(m, 100);
         last_work = Instant::now() - spin;
     }
+}
+
+/// Waits up to `ms` milliseconds for the userfaultfd to have messages (or for shutdown).
+fn poll_uffd(m: &MmInner, ms: i32) {
+    m.vm.warn_on(
+        m.mm.uffd.poll(Some(m.handlers.shutdown_efd.raw_fd()), ms),
+        "poll of the userfaultfd",
+    );
 }
 
 /// A deferred fault served again (behind the same panic guard, without the tripwire: the thread

@@ -76,15 +76,14 @@ impl ReclaimPass {
     }
 
     /// Starts a pass if none runs; otherwise waits up to `timeout` for the running one to end
-    /// or for `enough()` to hold (checked whenever a pass ends, and every millisecond). Returns
-    /// `Ok(Some(pass))` to reclaim, `Ok(None)` when `enough()` held, `Err(())` when the wait
-    /// timed out with a pass still running.
+    /// or for `enough()` to hold (checked whenever a pass ends, and every millisecond);
+    /// `waited` is called once if it had to wait.
     pub fn begin_or_wait(
         &self,
         timeout: std::time::Duration,
         mut enough: impl FnMut() -> bool,
         waited: impl FnOnce(),
-    ) -> Result<Option<PassGuard<'_>>, ()> {
+    ) -> PassWait<'_> {
         let start = std::time::Instant::now();
         let mut r = self.running.lock();
         if *r {
@@ -93,10 +92,10 @@ impl ReclaimPass {
         while *r {
             drop(r);
             if enough() {
-                return Ok(None);
+                return PassWait::Enough;
             }
             if start.elapsed() > timeout {
-                return Err(());
+                return PassWait::TimedOut;
             }
             r = self.running.lock();
             if *r {
@@ -104,8 +103,19 @@ impl ReclaimPass {
             }
         }
         *r = true;
-        Ok(Some(PassGuard(self)))
+        PassWait::Run(PassGuard(self))
     }
+}
+
+/// How [`ReclaimPass::begin_or_wait`] ended.
+#[derive(Debug)]
+pub enum PassWait<'a> {
+    /// No other pass runs now: this one, until dropped.
+    Run(PassGuard<'a>),
+    /// `enough()` held while another pass ran.
+    Enough,
+    /// Another pass still runs after the timeout.
+    TimedOut,
 }
 
 /// One memory node (`pg_data_t`).
@@ -171,7 +181,7 @@ pub(crate) fn new_policy(lru_gen: bool) -> Box<dyn ReplacementPolicy> {
 
 #[cfg(test)]
 mod tests {
-    use super::ReclaimPass;
+    use super::{PassWait, ReclaimPass};
     use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
     use std::time::{Duration, Instant};
 
@@ -188,8 +198,10 @@ mod tests {
                         let _pass = if t == 0 {
                             Some(rp.begin())
                         } else {
-                            rp.begin_or_wait(Duration::from_secs(10), || false, || {})
-                                .expect("a pass ends well within 10 s")
+                            match rp.begin_or_wait(Duration::from_secs(10), || false, || {}) {
+                                PassWait::Run(pass) => Some(pass),
+                                w => panic!("a pass ends well within 10 s: {w:?}"),
+                            }
                         };
                         let n = inside.fetch_add(1, Ordering::SeqCst) + 1;
                         most.fetch_max(n, Ordering::SeqCst);
@@ -220,7 +232,7 @@ mod tests {
                 || waited = true,
             );
             assert!(
-                matches!(r, Ok(None)),
+                matches!(r, PassWait::Enough),
                 "frames freed: allocate, no pass of its own"
             );
         });
@@ -228,7 +240,7 @@ mod tests {
         // Nothing freed and the pass never ends: it gives up after the timeout.
         let t = Instant::now();
         let r = rp.begin_or_wait(Duration::from_millis(30), || false, || {});
-        assert!(r.is_err());
+        assert!(matches!(r, PassWait::TimedOut));
         assert!(t.elapsed() >= Duration::from_millis(30));
         // The pass ends: the waiter runs the next one.
         std::thread::scope(|s| {
@@ -237,13 +249,13 @@ mod tests {
                 drop(pass);
             });
             let r = rp.begin_or_wait(Duration::from_secs(10), || false, || {});
-            assert!(matches!(r, Ok(Some(_))));
+            assert!(matches!(r, PassWait::Run(_)));
         });
         // Free: starts at once without counting a wait.
         let mut waited = false;
         assert!(matches!(
             rp.begin_or_wait(Duration::ZERO, || false, || waited = true),
-            Ok(Some(_))
+            PassWait::Run(_)
         ));
         assert!(!waited);
     }

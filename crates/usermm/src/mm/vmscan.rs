@@ -16,7 +16,7 @@ use crate::vmstat::Item;
 
 use super::filemap;
 use super::lru::Lru;
-use super::mmzone::{Node, PassGuard};
+use super::mmzone::{Node, PassWait};
 use super::page::{pg, Owner, Pfn, PgOff, RegionId, SwapEntry};
 use super::page_io;
 use super::pgtable::PageTable;
@@ -89,18 +89,13 @@ const THROTTLE_MAX: Duration = Duration::from_secs(1);
 /// once spent 12% of all CPU spinning on that rwsem. Random usemem (8 tasks, 64 MiB, RAM swap)
 /// 11.1-13.3 s without this, 5.4-5.7 s with it; waiting by spinning and yielding instead of
 /// sleeping was slower than no throttle at all (15 s: the waiters took the CPU kswapd needed).
-/// Returns None when frames are free already (allocate), else the pass to reclaim in (None
-/// inside: waited [`THROTTLE_MAX`] in vain, reclaim alongside).
-#[allow(clippy::option_option)]
-fn throttle_direct_reclaim(m: &MmInner, nr: usize) -> Option<Option<PassGuard<'_>>> {
+/// `Enough`: allocate; `Run`: reclaim in this pass; `TimedOut`: waited [`THROTTLE_MAX`] in
+/// vain, reclaim alongside.
+fn throttle_direct_reclaim(m: &MmInner, nr: usize) -> PassWait<'_> {
     let enough = || m.node.frames.nr_free() >= m.node.wmark.min + nr as u64;
-    match m.node.reclaim.begin_or_wait(THROTTLE_MAX, enough, || {
+    m.node.reclaim.begin_or_wait(THROTTLE_MAX, enough, || {
         m.vm.inc(Item::PgscanDirectThrottle)
-    }) {
-        Ok(Some(pass)) => Some(Some(pass)),
-        Ok(None) => None,
-        Err(()) => Some(None),
-    }
+    })
 }
 
 /// `try_to_free_pages`: direct reclaim of at least `nr` pages, raising priority until done.
@@ -112,8 +107,9 @@ pub fn try_to_free_pages(m: &MmInner, nr: usize) -> usize {
     let mut woke = false;
     loop {
         match throttle_direct_reclaim(m, nr) {
-            None => return sc.nr_reclaimed.max(nr),
-            Some(_pass) => shrink_node(m, &mut sc),
+            PassWait::Enough => return sc.nr_reclaimed.max(nr),
+            PassWait::Run(_pass) => shrink_node(m, &mut sc),
+            PassWait::TimedOut => shrink_node(m, &mut sc),
         }
         // Scanned 1.5x the target: write pages even in laptop mode. Before seed 004's series
         // this is also where direct reclaim kicked the flushers; after it, reclaim kicks them
