@@ -47,6 +47,59 @@ pub fn skip_test(why: &str) {
     eprintln!("SKIPPED: {why}");
 }
 
+/// FUTEX_WAIT on a word that other processes map too (a shared futex: no FUTEX_PRIVATE_FLAG):
+/// sleeps while `word` holds `expected`, until a [`futex_wake`] on it or `timeout`. Returns
+/// when woken, timed out, interrupted, or at once if the word no longer holds `expected`.
+pub fn futex_wait(
+    word: &std::sync::atomic::AtomicU32,
+    expected: u32,
+    timeout: std::time::Duration,
+) {
+    let ts = libc::timespec {
+        tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos()),
+    };
+    // SAFETY: `word` is a valid, aligned u32 for the duration of the call (borrowed); FUTEX_WAIT
+    // only reads it and sleeps; `ts` is a valid relative timeout. The result (woken, EAGAIN,
+    // ETIMEDOUT, EINTR) needs no handling: the caller looks at the state again either way.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+        );
+    }
+}
+
+/// FUTEX_WAKE of up to `n` waiters on a shared futex word; returns how many were woken.
+pub fn futex_wake(word: &std::sync::atomic::AtomicU32, n: u32) -> u32 {
+    // SAFETY: `word` is a valid, aligned u32 (borrowed); FUTEX_WAKE does not touch memory.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE,
+            i32::try_from(n).unwrap_or(i32::MAX),
+        )
+    };
+    u32::try_from(r).unwrap_or(0)
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: one clock for every process of the machine (std's `Instant`
+/// reads it too but cannot be compared across processes).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into the valid, exclusively borrowed `ts`.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    debug_assert_eq!(rc, 0, "CLOCK_MONOTONIC always exists");
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+}
+
 /// The calling thread's kernel thread id.
 pub fn gettid() -> i32 {
     // SAFETY: gettid has no arguments and cannot fail.

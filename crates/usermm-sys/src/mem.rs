@@ -410,6 +410,33 @@ impl Mapping {
         unsafe { std::ptr::write_volatile(self.as_ptr().add(off) as *mut u64, v) }
     }
 
+    /// The 64-bit word at `off` (8-byte aligned, in bounds: asserted) as an atomic, for a
+    /// `MAP_SHARED` mapping whose words other processes update too (a budget shared by a process
+    /// tree, `memcontrol.rs`). Only for memory no fault handler or reclaimer manages: such
+    /// memory is never registered with userfaultfd, so the word stays mapped while `self` lives.
+    pub fn atomic_u64(&self, off: usize) -> &std::sync::atomic::AtomicU64 {
+        self.check_word("atomic_u64", off);
+        // SAFETY: in bounds and 8-byte aligned (asserted), and AtomicU64 has u64's size and
+        // alignment; the mapping lives as long as the returned reference (tied to &self). Every
+        // access to these words, in this process or another mapping the same file, goes through
+        // atomics, so no non-atomic reference to them exists.
+        unsafe { &*(self.as_ptr().add(off) as *const std::sync::atomic::AtomicU64) }
+    }
+
+    /// The 32-bit word at `off` (4-byte aligned, in bounds: asserted) as an atomic, on the same
+    /// terms as [`Mapping::atomic_u64`] (a futex word shared by processes).
+    pub fn atomic_u32(&self, off: usize) -> &std::sync::atomic::AtomicU32 {
+        assert!(
+            off.is_multiple_of(4) && off.checked_add(4).is_some_and(|e| e <= self.len),
+            "atomic_u32 at {off:#x}: unaligned or past the end of the {}-byte mapping",
+            self.len
+        );
+        // SAFETY: in bounds and 4-byte aligned (asserted), AtomicU32 has u32's size and
+        // alignment, the mapping outlives the reference (tied to &self), and every access to the
+        // word, here or in another process, is atomic.
+        unsafe { &*(self.as_ptr().add(off) as *const std::sync::atomic::AtomicU32) }
+    }
+
     /// Writes the pages at mapping offsets `pages` (each PAGE_SIZE long) to `file` at `file_off`,
     /// consecutively, with one pwritev per up to 512 pages.
     pub fn pwrite_pages(&self, file: &File, file_off: u64, pages: &[usize]) -> Result<()> {

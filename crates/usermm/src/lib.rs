@@ -41,6 +41,8 @@ pub use mm::file::CachedFile;
 #[cfg(not(loom))]
 pub use mm::handler::StuckFault;
 #[cfg(not(loom))]
+pub use mm::memcontrol::{GroupStat, MemCgroup, MemberStat};
+#[cfg(not(loom))]
 pub use mm::region::{AccessPattern, MapKind, Region};
 #[cfg(not(loom))]
 pub use mm::{

@@ -69,6 +69,7 @@ items! {
     Allocstall = "allocstall",
     PgscanDirectThrottle = "pgscan_direct_throttle",
     HandlerStandbyWake = "handler_standby_wake",
+    MemcgReclaim = "memcg_reclaim",
     KswapdWake = "kswapd_wake",
     KswapdLowWmarkHitQuickly = "kswapd_low_wmark_hit_quickly",
     KswapdHighWmarkHitQuickly = "kswapd_high_wmark_hit_quickly",

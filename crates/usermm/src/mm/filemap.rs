@@ -145,9 +145,7 @@ pub fn pagecache_get_page(
         }
         let mut frames = Vec::with_capacity(1);
         if fgp.has(Fgp::NOWAIT) {
-            if m.node.frames.nr_free() <= m.node.wmark.min
-                || m.node.frames.alloc(1, &mut frames) == 0
-            {
+            if m.node.nr_free() <= m.node.wmark.min || m.node.alloc_frames(1, &mut frames) == 0 {
                 return Ok(None);
             }
             m.node.note_resident();

@@ -87,6 +87,12 @@ pub struct MmConfig {
     /// A swap file is left sparse (blocks allocated as pages are first swapped out) instead of
     /// preallocated; set by [`MmConfig::from_env`] for its default swap file.
     pub swap_sparse: bool,
+    /// A budget shared with other processes: the path of a budget-group file (`usermm run`
+    /// creates one per run and names it in `USERMM_GROUP`, so a whole process tree is held to
+    /// one budget as a memory cgroup holds it). Every frame this manager uses is charged to the
+    /// group, and it reclaims when the group nears its limit (memcontrol.rs). None: the budget
+    /// is this manager's alone.
+    pub group: Option<std::path::PathBuf>,
 }
 
 impl MmConfig {
@@ -117,6 +123,7 @@ impl MmConfig {
             swap_encrypt: false,
             swap_keep: false,
             swap_sparse: false,
+            group: None,
         }
     }
 
@@ -125,7 +132,7 @@ impl MmConfig {
     /// `USERMM_SWAP` (`file`, `file:PATH`, `ram` or `none`; default `file`), `USERMM_SWAP_SIZE`
     /// (default: a sparse file of half the free space of its filesystem, at most 64 GiB; RAM: 4x
     /// the budget), `USERMM_OVERCOMMIT`, `USERMM_SWAP_ENCRYPT` and `USERMM_SWAP_KEEP`
-    /// (`1`/`0`), `USERMM_SET` (seed switches).
+    /// (`1`/`0`), `USERMM_SET` (seed switches), `USERMM_GROUP` (a budget group file).
     /// Errors name the variable and what it should hold.
     pub fn from_env() -> Result<MmConfig> {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
@@ -155,6 +162,7 @@ impl MmConfig {
         cfg.swap_keep = flag("USERMM_SWAP_KEEP")?;
         cfg.swap_sparse = sparse;
         cfg.settings = Settings::from_env()?;
+        cfg.group = var("USERMM_GROUP").map(std::path::PathBuf::from);
         Ok(cfg)
     }
 
@@ -266,6 +274,13 @@ impl MmConfig {
         self.handler_threads = n;
         self
     }
+    /// Shares the budget of the group file at `path` ([`crate::MemCgroup::create`] makes one)
+    /// with the other managers that join it, in this process or others.
+    pub fn group(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.group = Some(path.into());
+        self
+    }
+
     pub fn watermarks(mut self, w: Watermarks) -> Self {
         self.watermarks = Some(w);
         self
@@ -397,6 +412,10 @@ impl Drop for MmHandle {
         {
             let _tokens = self.inner.handlers.standby_wake.lock();
             self.inner.handlers.standby_cv.notify_all();
+        }
+        if let Some(g) = &self.inner.node.memcg {
+            // This manager's group reclaimer may sleep on the group's futex.
+            g.wake_all();
         }
         for t in self.threads.lock().drain(..) {
             let _ = t.join();
@@ -569,6 +588,11 @@ impl Mm {
             .map_err(|e| Error::io("madvise on the zero source", e))?;
         // Map the shared zero page everywhere: copies from it read cache-hot zeros, cost no memory.
         let _ = zero_src.advise(0, zero_src.len(), Advice::PopulateRead);
+        let memcg = cfg
+            .group
+            .as_deref()
+            .map(super::memcontrol::MemCgroup::join)
+            .transpose()?;
         let vm = Counters::default();
         vm.set(Item::NrFree, nr_frames);
         let efd = EventFd::new().map_err(|e| Error::io("eventfd", e))?;
@@ -585,6 +609,7 @@ impl Mm {
                 nr_frames.u32(),
                 wmark,
                 cfg.settings.is_new(crate::Switch::LruGen),
+                memcg,
             ),
             pool: FramePool::new(pool, zero_src),
             mm: MmStruct::new(uffd, nr_frames + swap_pages),
@@ -634,6 +659,12 @@ impl Mm {
         let t = super::spawn_thread("usermm-kswapd".into(), move || vmscan::kswapd_main(m))
             .map_err(|e| spawn_failed("kswapd", e))?;
         h.threads.lock().push(t);
+        if inner.node.memcg.is_some() {
+            let m = inner.clone();
+            let t = super::spawn_thread("usermm-memcg".into(), move || vmscan::memcg_reclaimd(m))
+                .map_err(|e| spawn_failed("the budget group's reclaimer", e))?;
+            h.threads.lock().push(t);
+        }
         if self_served {
             super::fault::enable(&inner)?;
         }
@@ -689,7 +720,7 @@ impl Mm {
     /// A snapshot of the counters, named as in `/proc/vmstat`.
     pub fn vmstat(&self) -> Vmstat {
         let m = self.inner();
-        m.vm.set(Item::NrFree, m.node.frames.nr_free());
+        m.vm.set(Item::NrFree, m.node.nr_free());
         m.vm.set(Item::UffdMoveUnreported, m.mm.uffd.move_unreported());
         if let Some(s) = &m.swap {
             m.vm.set(Item::NrSwapUsed, s.slots.nr_pages() - s.slots.nr_free());
@@ -851,6 +882,33 @@ impl Mm {
                 ));
             } else if m.node.frames.is_free(f) && m.node.pages[f].test(pg::LRU) {
                 bad.push(format!("free frame {f} is on an LRU list"));
+            }
+        }
+        // In a budget group: the charge is the frames in use plus the free ones whose slots keep
+        // a recycled page (quiescent: nothing allocating or freeing meanwhile).
+        if let Some(g) = &m.node.memcg {
+            let pooled = m
+                .node
+                .pages
+                .iter()
+                .filter(|&(f, p)| m.node.frames.is_free(f) && p.test(pg::POOLED))
+                .count() as u64;
+            let counted = m
+                .node
+                .pooled_free
+                .load(std::sync::atomic::Ordering::Relaxed);
+            if counted != pooled {
+                bad.push(format!(
+                    "{pooled} free frames keep a recycled page, {counted} counted"
+                ));
+            }
+            let want = m.node.resident_pages() + pooled;
+            if g.my_usage() != want {
+                bad.push(format!(
+                    "charged {} pages to the budget group, holding {want} ({} in use, {pooled} recycled)",
+                    g.my_usage(),
+                    m.node.resident_pages()
+                ));
             }
         }
         bad

@@ -6,8 +6,10 @@
 use crate::sync::{AtomicBool, AtomicU64, Condvar, Mutex, Ordering};
 use crate::sys::PAGE_SIZE;
 
-use super::page::{FrameAlloc, MemMap};
+use super::memcontrol::MemCgroup;
+use super::page::{pg, FrameAlloc, MemMap, Pfn};
 use super::replacement::ReplacementPolicy;
+use crate::conv::Narrow;
 
 /// Free-frame watermarks, in pages (`zone->_watermark[WMARK_MIN/LOW/HIGH]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,11 +141,21 @@ pub struct Node {
     pub(crate) pgdat_dirty: AtomicBool,
     /// The most frames ever in use at once.
     pub(crate) peak_resident: AtomicU64,
+    /// The budget this manager shares with the other processes of its tree (memcontrol.rs):
+    /// every frame in use is charged to it.
+    pub(crate) memcg: Option<MemCgroup>,
+    /// Free frames whose pool slots still hold a page (kept charged to the group).
+    pub(crate) pooled_free: AtomicU64,
 }
 
 impl Node {
     /// `lru_gen`: the multi-gen LRU, else the two-list LRU.
-    pub(crate) fn new(nr_frames: u32, wmark: Watermarks, lru_gen: bool) -> Node {
+    pub(crate) fn new(
+        nr_frames: u32,
+        wmark: Watermarks,
+        lru_gen: bool,
+        memcg: Option<MemCgroup>,
+    ) -> Node {
         Node {
             pages: MemMap::new(nr_frames),
             frames: FrameAlloc::new(nr_frames),
@@ -153,7 +165,80 @@ impl Node {
             reclaim: ReclaimPass::default(),
             pgdat_dirty: AtomicBool::new(false),
             peak_resident: AtomicU64::new(0),
+            memcg,
+            pooled_free: AtomicU64::new(0),
         }
+    }
+    /// Free frames for every watermark decision: the node's own, or fewer when the group's
+    /// shared budget has less left (the cgroup's margin, as Linux checks a memcg's limit before
+    /// the zone's watermarks). Free frames whose pool slots still hold a page (PG_pooled, kept
+    /// for reuse) stay charged, so this node may use them beyond the margin.
+    pub(crate) fn nr_free(&self) -> u64 {
+        let own = self.frames.nr_free();
+        self.memcg.as_ref().map_or(own, |g| {
+            own.min(g.margin() + self.pooled_free.load(Ordering::Relaxed))
+        })
+    }
+    /// Takes up to `n` free frames into `out`; returns how many. In a group, a frame whose slot
+    /// is empty is charged first (one that holds a pooled page is charged already), and those
+    /// the group's limit leaves no room for go back.
+    pub(crate) fn alloc_frames(&self, n: usize, out: &mut Vec<Pfn>) -> usize {
+        let Some(g) = &self.memcg else {
+            return self.frames.alloc(n, out);
+        };
+        if g.margin() == 0 && self.pooled_free.load(Ordering::Relaxed) == 0 {
+            g.signal_pressure();
+            return 0;
+        }
+        let start = out.len();
+        let got = self.frames.alloc(n, out);
+        let fresh = out[start..]
+            .iter()
+            .filter(|&&f| !self.pages[f].test(pg::POOLED))
+            .count();
+        self.pooled_free
+            .fetch_sub((got - fresh) as u64, Ordering::Relaxed);
+        let short = fresh - g.try_charge(fresh as u64).usize();
+        if short > 0 || g.margin() < self.wmark.low {
+            // The group nears its limit: its members' reclaimers give back their shares.
+            g.signal_pressure();
+        }
+        if short > 0 {
+            // Give back the last `short` fresh frames (keeping the others' order: runs).
+            let mut back = Vec::with_capacity(short);
+            let mut i = out.len();
+            while back.len() < short && i > start {
+                i -= 1;
+                if !self.pages[out[i]].test(pg::POOLED) {
+                    back.push(out.remove(i));
+                }
+            }
+            self.frames.free(&back);
+        }
+        out.len() - start
+    }
+    /// Returns frames to the free pool; in a group, uncharges those whose slots are empty.
+    pub(crate) fn free_frames(&self, frames: &[Pfn]) {
+        let Some(g) = &self.memcg else {
+            self.frames.free(frames);
+            return;
+        };
+        let pooled = frames
+            .iter()
+            .filter(|&&f| self.pages[f].test(pg::POOLED))
+            .count();
+        self.pooled_free.fetch_add(pooled as u64, Ordering::Relaxed);
+        self.frames.free(frames);
+        g.uncharge((frames.len() - pooled) as u64);
+    }
+    /// Takes up to `n` free frames whose slots hold a pooled page (to empty and free them,
+    /// `pool::drain_pooled`), so the group gets their charge back.
+    pub(crate) fn take_pooled_free(&self, n: usize, out: &mut Vec<Pfn>) -> usize {
+        let got = self
+            .frames
+            .take_matching(n, |f| self.pages[f].test(pg::POOLED), out);
+        self.pooled_free.fetch_sub(got as u64, Ordering::Relaxed);
+        got
     }
     /// Frames in the budget (`node_present_pages`).
     pub(crate) fn nr_frames(&self) -> u64 {

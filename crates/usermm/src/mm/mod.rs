@@ -17,7 +17,8 @@
 //! `readahead` (`mm/readahead.c`), `page_writeback` (dirty throttling and flushers), `pool`
 //! (the frame pool: slots, recycling, bounce buffers, runs), `rmap` (unmapping a page from where
 //! it is mapped, `mm/rmap.c`), `truncate` (`mm/truncate.c`), `shmem` (in-memory files to swap,
-//! `mm/shmem.c`), `errseq` (writeback errors, `lib/errseq.c`).
+//! `mm/shmem.c`), `errseq` (writeback errors, `lib/errseq.c`), `memcontrol` (one budget shared
+//! by the managers of a process tree, `mm/page_counter.c`).
 
 // Truncating casts are spelled out (conv::Narrow, conv::Saturate, try_from) in the core.
 #![warn(clippy::cast_possible_truncation)]
@@ -52,6 +53,8 @@ pub mod huge_memory;
 pub(crate) mod madvise;
 #[cfg(not(loom))]
 mod manager;
+#[cfg(not(loom))]
+pub mod memcontrol;
 #[cfg(not(loom))]
 pub mod memory;
 #[cfg(not(loom))]

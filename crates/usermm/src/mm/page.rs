@@ -663,6 +663,29 @@ impl FrameAlloc {
         b.words[f.idx() / 64] & (1 << (f.0 % 64)) != 0
     }
 
+    /// Takes up to `n` free frames for which `pred` holds into `out` (a walk of the whole
+    /// bitmap: for draining, not for allocation); returns how many.
+    pub fn take_matching(&self, n: usize, pred: impl Fn(Pfn) -> bool, out: &mut Vec<Pfn>) -> usize {
+        let mut b = self.inner.lock();
+        let mut got = 0;
+        for w in 0..b.words.len() {
+            let mut word = b.words[w];
+            while word != 0 && got < n {
+                let bit = word.trailing_zeros() as usize;
+                word &= word - 1;
+                let f = Pfn((w * 64 + bit).u32());
+                if pred(f) {
+                    b.words[w] &= !(1u64 << bit);
+                    out.push(f);
+                    got += 1;
+                }
+            }
+        }
+        self.nr_free.fetch_sub(got as u64, Ordering::Relaxed);
+        drop(b);
+        got
+    }
+
     /// Returns frames to the free pool.
     pub fn free(&self, frames: &[Pfn]) {
         if frames.is_empty() {

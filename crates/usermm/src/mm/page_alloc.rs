@@ -23,25 +23,41 @@ pub fn alloc_pages(m: &MmInner, want: usize, out: &mut Vec<Pfn>) -> bool {
     let mut fails = 0u32;
     let write_errors = m.vm.get(Item::SwapWriteError);
     loop {
-        let free = m.node.frames.nr_free();
+        let free = m.node.nr_free();
         let above_min = free.saturating_sub(m.node.wmark.min).usize();
         // Once direct reclaim has run and failed, dip into the reserve below min.
         let can = if fails > 2 { free.usize() } else { above_min };
-        if can > 0 && m.node.frames.alloc(want.min(can), out) > 0 {
-            if m.node.frames.nr_free() < m.node.wmark.low {
+        if can > 0 && m.node.alloc_frames(want.min(can), out) > 0 {
+            if m.node.nr_free() < m.node.wmark.low {
                 vmscan::wake_kswapd(&m.node);
             }
             m.node.note_resident();
             return true;
         }
         vmscan::wake_kswapd(&m.node);
+        if let Some(g) = &m.node.memcg {
+            // Short because the group is: its other members' reclaimers give back their shares.
+            g.signal_pressure();
+        }
         if !stalled {
             m.vm.inc(Item::Allocstall);
             stalled = true;
         }
-        let got = vmscan::try_to_free_pages(m, vmscan::SWAP_CLUSTER_MAX.max(want));
+        // In a budget group, this process reclaims its share and the others' reclaimers
+        // (signalled when the charge failed) theirs.
+        let nr = vmscan::reclaim_share(m, vmscan::SWAP_CLUSTER_MAX.max(want));
+        let got = if nr > 0 {
+            vmscan::try_to_free_pages(m, nr)
+        } else {
+            0
+        };
         if got == 0 {
             fails += 1;
+            if let Some(g) = &m.node.memcg {
+                // Short in a budget group: the pages of a member killed before it could leave
+                // are given back; the others' kswapds reclaim their shares meanwhile.
+                g.reap_dead(false);
+            }
             // Out of memory: no slot to swap to, or the device keeps failing writes.
             let swap_exhausted = m.swap.as_ref().is_none_or(|s| s.slots.nr_free() == 0)
                 || m.vm.get(Item::SwapWriteError) > write_errors;

@@ -88,7 +88,7 @@ impl WbState {
 /// memory (free frames plus file pages).
 pub fn global_dirty_limits(m: &MmInner) -> (u64, u64) {
     // The file LRU sizes from the counters: no lru_lock on the writer's path.
-    let dirtyable = m.node.frames.nr_free()
+    let dirtyable = m.node.nr_free()
         + m.vm.get(Item::NrInactiveFile)
         + m.vm.get(Item::NrActiveFile)
         + m.vm.get(Item::NrIsolatedFile);

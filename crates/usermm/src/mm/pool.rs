@@ -144,8 +144,24 @@ pub fn free_frames(m: &MmInner, frames: &[Pfn], zap: bool) {
             m.node.pages[f].reset_flags(0);
         }
     }
-    m.node.frames.free(frames);
+    m.node.free_frames(frames);
     m.vm.add(Item::Pgfree, frames.len() as u64);
+}
+
+/// In a budget group: empties up to `n` free frames whose pool slots still hold a recycled page,
+/// so their charge goes back to the group (the others of the tree are short: kswapd drains
+/// these before it reclaims pages in use, as Linux drains per-cpu free lists under pressure).
+/// Returns how many.
+pub fn drain_pooled(m: &MmInner, n: usize) -> usize {
+    if n == 0 || m.node.pooled_free.load(Ordering::Relaxed) == 0 {
+        return 0;
+    }
+    let mut frames = Vec::new();
+    let got = m.node.take_pooled_free(n, &mut frames);
+    free_frames(m, &frames, true);
+    // Counted as freed once already, when recycled.
+    m.vm.sub(Item::Pgfree, got as u64);
+    got
 }
 
 /// Frees frames whose pool slots hold reclaimed pages, keeping those pages for reuse: the next
@@ -156,7 +172,7 @@ pub fn recycle_frames(m: &MmInner, frames: &[Pfn]) {
         settle_free(m, f);
         m.node.pages[f].reset_flags(pg::POOLED);
     }
-    m.node.frames.free(frames);
+    m.node.free_frames(frames);
     m.vm.add(Item::Pgfree, frames.len() as u64);
 }
 

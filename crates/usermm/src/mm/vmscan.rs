@@ -92,7 +92,7 @@ const THROTTLE_MAX: Duration = Duration::from_secs(1);
 /// `Enough`: allocate; `Run`: reclaim in this pass; `TimedOut`: waited [`THROTTLE_MAX`] in
 /// vain, reclaim alongside.
 fn throttle_direct_reclaim(m: &MmInner, nr: usize) -> PassWait<'_> {
-    let enough = || m.node.frames.nr_free() >= m.node.wmark.min + nr as u64;
+    let enough = || m.node.nr_free() >= m.node.wmark.min + nr as u64;
     m.node.reclaim.begin_or_wait(THROTTLE_MAX, enough, || {
         m.vm.inc(Item::PgscanDirectThrottle)
     })
@@ -138,14 +138,15 @@ pub fn try_to_free_pages(m: &MmInner, nr: usize) -> usize {
 }
 
 /// kswapd: sleeps until woken below the low watermark, then reclaims until free frames reach
-/// the high watermark (`balance_pgdat`).
+/// the high watermark (`balance_pgdat`). In a budget group the free frames are the fewer of
+/// the node's and the group's margin (`Node::nr_free`) and it reclaims this process's share.
 pub fn kswapd_main(m: std::sync::Arc<MmInner>) {
     loop {
         {
             let mut p = m.node.kswapd.pending.lock();
             while !*p && !m.handlers.shutdown.load(Ordering::Acquire) {
                 p = m.node.kswapd.cv.wait_for(p, Duration::from_millis(200));
-                if m.node.frames.nr_free() < m.node.wmark.low {
+                if m.node.nr_free() < m.node.wmark.low {
                     break;
                 }
             }
@@ -154,13 +155,109 @@ pub fn kswapd_main(m: std::sync::Arc<MmInner>) {
         if m.handlers.shutdown.load(Ordering::Acquire) {
             return;
         }
-        if m.node.frames.nr_free() >= m.node.wmark.high {
+        if let Some(g) = &m.node.memcg {
+            // Pages still charged to members that exited come back first.
+            g.reap_dead(false);
+        }
+        if m.node.nr_free() >= m.node.wmark.high {
             m.vm.inc(Item::KswapdHighWmarkHitQuickly);
             continue;
         }
         m.vm.inc(Item::KswapdWake);
         balance_pgdat(&m);
     }
+}
+
+/// The share of `want` pages a member of a budget group reclaims: in proportion to the pages
+/// it holds of the group's (as `shrink_node` scans each memory cgroup's lruvec in proportion to
+/// its size, `get_scan_count`), so each process of a tree gives back in proportion to what it
+/// holds, not all of it from whichever allocates. All of `want` for a manager in no group.
+pub(crate) fn reclaim_share(m: &MmInner, want: usize) -> usize {
+    let Some(g) = &m.node.memcg else {
+        return want;
+    };
+    let total = g.usage().max(1);
+    let mine = g.my_usage().min(total);
+    (want as u64 * mine).div_ceil(total).usize()
+}
+
+/// The budget group's reclaimer (thread `usermm-memcg`, one per manager in a group): kswapd
+/// keeps this node's own frames above its watermarks; this keeps the group's margin, which
+/// another process's allocations consume, above them (the role of memcg's `high_work`,
+/// `reclaim_high`, in Linux). It sleeps on the group's shared futex until a member finds the
+/// margin below its low watermark (`MemCgroup::signal_pressure`), then gives back this
+/// process's share: first the recycled pages kept in free frames (charged, of no use to the
+/// others), then pages reclaimed from its LRU lists, until the margin reaches the high
+/// watermark. Members that exited holding pages are uncharged on the way. A manager alone in its
+/// group leaves the margin to its kswapd and direct reclaim (draining its own recycled pages
+/// would only cost it their reuse).
+pub fn memcg_reclaimd(m: std::sync::Arc<MmInner>) {
+    let Some(g) = &m.node.memcg else {
+        return;
+    };
+    while !m.handlers.shutdown.load(Ordering::Acquire) {
+        g.reap_dead(false);
+        if g.margin() >= m.node.wmark.low || !g.others_short() {
+            // Woken by a member short of pages, by the manager's drop, or once a second to
+            // look again (a signal sent between the check and the sleep is not lost: the
+            // futex word changed).
+            g.wait_pressure(Duration::from_secs(1));
+            continue;
+        }
+        if shrink_for_group(&m) == 0 {
+            // Nothing to give (holding nearly nothing, or nothing reclaimable now): the others
+            // reclaim; look again in a while, whatever signals arrive meanwhile.
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// One round of [`memcg_reclaimd`]: returns the pages given back to the group.
+fn shrink_for_group(m: &MmInner) -> usize {
+    let Some(g) = &m.node.memcg else {
+        return 0;
+    };
+    let mut total = 0;
+    let mut priority = DEF_PRIORITY;
+    while !m.handlers.shutdown.load(Ordering::Acquire) {
+        let margin = g.margin();
+        if margin >= m.node.wmark.high {
+            break;
+        }
+        let want = (m.node.wmark.high - margin).usize();
+        let drained = super::pool::drain_pooled(m, want);
+        total += drained;
+        if drained >= want {
+            continue;
+        }
+        let share = reclaim_share(m, want - drained);
+        if share == 0 || g.my_usage() < SWAP_CLUSTER_MAX as u64 {
+            break;
+        }
+        let reclaimed = background_shrink(m, share, priority);
+        m.vm.add(Item::MemcgReclaim, reclaimed as u64);
+        // What it reclaimed sits in free frames as recycled pages, still charged: given back.
+        total += super::pool::drain_pooled(m, reclaimed);
+        if reclaimed == 0 {
+            if priority == 0 {
+                break;
+            }
+            priority -= 1;
+        }
+    }
+    total
+}
+
+/// One background reclaim pass (kswapd's or the group reclaimer's) for at least `nr` pages at
+/// `priority`, in its turn (`Node::reclaim`); returns the pages reclaimed. In trouble (priority
+/// down by three) it writes pages even in laptop mode, as `balance_pgdat` does.
+fn background_shrink(m: &MmInner, nr: usize, priority: u32) -> usize {
+    let mut sc = ScanControl::new(nr.max(SWAP_CLUSTER_MAX), true);
+    sc.priority = priority;
+    sc.may_writepage = !m.cfg.settings.laptop_mode || priority < DEF_PRIORITY - 2;
+    let _pass = m.node.reclaim.begin();
+    shrink_node(m, &mut sc);
+    sc.nr_reclaimed
 }
 
 fn balance_pgdat(m: &MmInner) {
@@ -170,25 +267,19 @@ fn balance_pgdat(m: &MmInner) {
     struct Clear<'a>(&'a MmInner);
     impl Drop for Clear<'_> {
         fn drop(&mut self) {
-            if self.0.node.frames.nr_free() >= self.0.node.wmark.high {
+            if self.0.node.nr_free() >= self.0.node.wmark.high {
                 self.0.node.pgdat_dirty.store(false, Ordering::Release);
             }
         }
     }
     let _clear = Clear(m);
-    while m.node.frames.nr_free() < m.node.wmark.high
-        && !m.handlers.shutdown.load(Ordering::Acquire)
-    {
-        let want = (m.node.wmark.high - m.node.frames.nr_free()).usize();
-        let mut sc = ScanControl::new(want.max(SWAP_CLUSTER_MAX), true);
-        sc.priority = priority;
-        // In trouble: write pages even in laptop mode (balance_pgdat).
-        sc.may_writepage = !m.cfg.settings.laptop_mode || priority < DEF_PRIORITY - 2;
-        {
-            let _pass = m.node.reclaim.begin();
-            shrink_node(m, &mut sc);
+    while m.node.nr_free() < m.node.wmark.high && !m.handlers.shutdown.load(Ordering::Acquire) {
+        // In a budget group, this process's share; the others' reclaimers give theirs.
+        let want = reclaim_share(m, (m.node.wmark.high - m.node.nr_free()).usize());
+        if want == 0 {
+            return;
         }
-        if sc.nr_reclaimed == 0 {
+        if background_shrink(m, want, priority) == 0 {
             if priority > 0 {
                 priority -= 1;
             } else {
