@@ -1,5 +1,6 @@
 //! `usermm bench apps`: real, unmodified programs (GNU sort, a numpy script, Python building a
-//! dict, mawk building an associative array, perl reading and sorting lines) on both engines in
+//! dict, mawk building an associative array, perl reading and sorting lines, a Python
+//! multiprocessing Pool: a process tree under one budget) on both engines in
 //! one command. Each case runs natively once for the reference output, then alternately under
 //! `usermm run` (engine usermm) and inside a memory cgroup limited to the same budget with
 //! kernel swap of the same kind and size (engine kernel, set up and torn down by `kernel::Env`,
@@ -34,7 +35,7 @@ use crate::report::median;
 use crate::Failure;
 
 /// Names of the cases, in the order they run.
-pub const CASES: [&str; 5] = ["sort", "numpy", "pydict", "awk", "perl"];
+pub const CASES: [&str; 6] = ["sort", "numpy", "pydict", "awk", "perl", "mp-numpy"];
 
 /// Options of one `bench apps` invocation.
 #[derive(Debug, Clone)]
@@ -145,6 +146,23 @@ fn build_case(name: &str, s: &Sizes, dir: &Path) -> Result<Case, Failure> {
             argv: py(format!(
                 "import numpy as np\nn = {}\na = np.empty(n, dtype=np.int64)\na[:] = np.arange(n) * 3\nprint(int(a.sum()))",
                 s.numpy_n
+            )),
+        },
+        "mp-numpy" => Case {
+            name: "mp-numpy",
+            about: format!(
+                "Python multiprocessing: a Pool of 2 forked workers, each fills and sums its own \
+                 int64 array of {} ({} each; the whole tree under one budget)",
+                s.numpy_n / 2,
+                mib(s.numpy_n * 4)
+            ),
+            argv: py(format!(
+                "import multiprocessing as mp\nimport numpy as np\n\
+                 def work(k):\n    n = {}\n    a = np.empty(n, dtype=np.int64)\n    \
+                 a[:] = np.arange(n) * (k + 3)\n    return int(a.sum())\n\
+                 if __name__ == '__main__':\n    \
+                 with mp.get_context('fork').Pool(2) as p:\n        print(p.map(work, [0, 1]))",
+                s.numpy_n / 2
             )),
         },
         "pydict" => Case {
@@ -513,10 +531,15 @@ fn run_usermm(p: &Params, c: &Case, dir: &Path, run: u32) -> Result<EngineRun, F
         er.refaults +=
             u(&m["vmstat"]["workingset_refault_anon"]) + u(&m["vmstat"]["workingset_refault_file"]);
     }
+    // One budget for the tree: its peak is what the managers held at once.
+    if let Some(t) = rep["tree"]["peak_charged_bytes"].as_u64() {
+        er.engine_peak = t;
+    }
     er.extra = json!({
         "processes": procs.len(),
         "processes_with_manager": managed,
         "settings": rep["environment"]["USERMM_SET"],
+        "tree": rep["tree"],
         "warnings": rep["warnings"],
     });
     if rep.is_null() && er.problem.is_none() {
@@ -605,7 +628,7 @@ fn check_programs(cases: &[String]) -> Result<(), Failure> {
     for c in cases {
         let (prog, pkg) = match c.as_str() {
             "sort" => ("sort", "coreutils"),
-            "numpy" | "pydict" => ("python3", "python3"),
+            "numpy" | "pydict" | "mp-numpy" => ("python3", "python3"),
             "awk" => ("awk", "mawk or gawk"),
             "perl" => ("perl", "perl-base"),
             _ => continue,
@@ -615,7 +638,7 @@ fn check_programs(cases: &[String]) -> Result<(), Failure> {
                 "case {c} needs {prog}, which is not in $PATH: install {pkg}, or leave the case out with --case"
             )));
         }
-        if c == "numpy" {
+        if c == "numpy" || c == "mp-numpy" {
             let ok = Command::new("python3")
                 .args(["-c", "import numpy"])
                 .stdout(Stdio::null())
@@ -624,10 +647,9 @@ fn check_programs(cases: &[String]) -> Result<(), Failure> {
                 .map(|s| s.success())
                 .unwrap_or(false);
             if !ok {
-                return Err(Failure::Run(
-                    "case numpy needs numpy for python3: install python3-numpy (or pip install numpy), or leave the case out with --case"
-                        .into(),
-                ));
+                return Err(Failure::Run(format!(
+                    "case {c} needs numpy for python3: install python3-numpy (or pip install numpy), or leave the case out with --case"
+                )));
             }
         }
     }

@@ -68,7 +68,8 @@ enum BenchCmd {
     /// the process tree, faults, and whether stdout is identical to the native run (a mismatch
     /// fails the command).
     Apps {
-        /// Cases, comma-separated: sort, numpy, pydict, awk, perl, or all.
+        /// Cases, comma-separated: sort, numpy, pydict, awk, perl, mp-numpy (a multiprocessing Pool:
+        /// the process tree under one budget), or all.
         #[arg(long = "case", default_value = "all")]
         case: String,
         /// Memory budget: usermm run's --budget and the cgroup's limit (k, M, G suffixes).

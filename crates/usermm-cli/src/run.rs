@@ -27,10 +27,14 @@ use crate::output::mib;
 /// (a bad value is an error naming the variable), else the default.
 #[derive(Args)]
 pub struct RunCmd {
-    /// Memory budget of each process's manager (k, M, G, T suffixes) [default: $USERMM_BUDGET,
-    /// else 256M].
+    /// Memory budget of the whole process tree (k, M, G, T suffixes): the program and every
+    /// process it starts share it, as a memory cgroup's limit holds them [default:
+    /// $USERMM_BUDGET, else 256M].
     #[arg(long)]
     budget: Option<String>,
+    /// Give each process a budget of its own (the --budget each) instead of one for the tree.
+    #[arg(long = "budget-per-process")]
+    budget_per_process: bool,
     /// Swap device: file (unlinked temporary file in $TMPDIR), file:PATH, ram, none,
     /// zswap+file, zswap+ram or zswap:OPTIONS+DEVICE [default: $USERMM_SWAP, else file].
     #[arg(long)]
@@ -547,6 +551,15 @@ fn run(cmd: RunCmd) -> Result<u8, Fail> {
         }
     }
     let _cleanup = Remove(stats.clone());
+    // One budget for the tree: every process's manager charges its frames to this file.
+    let group = if cmd.budget_per_process || uffd.is_err() {
+        None
+    } else {
+        let p = stats.with_extension("budget");
+        let g = usermm::MemCgroup::create(&p, plan.budget)
+            .map_err(|e| Fail(125, format!("usermm run: {e}")))?;
+        Some((g, Remove(p)))
+    };
     let ld_preload = match std::env::var_os("LD_PRELOAD") {
         Some(old) if !old.is_empty() => {
             let mut v = preload.clone().into_os_string();
@@ -568,8 +581,12 @@ fn run(cmd: RunCmd) -> Result<u8, Fail> {
         "USERMM_SWAP",
         "USERMM_OVERCOMMIT",
         "USERMM_PRELOAD_THRESHOLD",
+        "USERMM_GROUP",
     ] {
         c.env_remove(k);
+    }
+    if let Some((g, _)) = &group {
+        c.env("USERMM_GROUP", g.path());
     }
     for (k, v) in env {
         c.env(k, v);
@@ -657,8 +674,20 @@ fn run(cmd: RunCmd) -> Result<u8, Fail> {
         .iter()
         .map(|(k, v)| (k.to_string(), Value::String(v.clone())))
         .collect();
+    let page = 4096u64;
+    let tree = group.as_ref().map(|(g, _)| {
+        let st = g.stat();
+        json!({
+            "budget_bytes": st.limit * page,
+            "peak_charged_bytes": st.peak * page,
+            "charged_at_exit_bytes": st.usage * page,
+            "processes": st.joined,
+            "uncharged_for_exited_bytes": st.reaped * page,
+        })
+    });
     let setup = json!({
         "budget_bytes": plan.budget,
+        "budget_shared_by_tree": tree.is_some(),
         "swap": plan.swap,
         "swap_bytes": plan.swap_size,
         "swap_sparse": plan.swap_sparse,
@@ -680,6 +709,7 @@ fn run(cmd: RunCmd) -> Result<u8, Fail> {
                 "preload": preload.display().to_string(),
                 "process": top,
                 "other_processes": others,
+                "tree": tree,
                 "warnings": notes,
             })
             .to_string()
@@ -688,8 +718,13 @@ fn run(cmd: RunCmd) -> Result<u8, Fail> {
     } else if cmd.stats {
         let mut s = summary(&name, code, signal, elapsed, top.as_ref(), &others);
         s.push_str(&format!(
-            "  budget {}, swap {} {}{}, threshold {}, userfaultfd {}\n",
+            "  budget {}{}, swap {} {}{}, threshold {}, userfaultfd {}\n",
             mib(plan.budget),
+            if tree.is_some() {
+                " for the whole tree"
+            } else {
+                " per process"
+            },
             plan.swap,
             mib(plan.swap_size),
             if plan.swap_sparse { " (sparse)" } else { "" },
@@ -699,6 +734,14 @@ fn run(cmd: RunCmd) -> Result<u8, Fail> {
                 Err(_) => "unavailable: nothing was managed".into(),
             }
         ));
+        if let Some(t) = &tree {
+            let u = |k: &str| t[k].as_u64().unwrap_or(0);
+            s.push_str(&format!(
+                "  one budget for the process tree: {} managed processes, peak {} charged together\n",
+                u("processes"),
+                mib(u("peak_charged_bytes")),
+            ));
+        }
         for n in &notes {
             s.push_str(&format!("  note: {n}\n"));
         }

@@ -1,4 +1,5 @@
-//! `usermm bench apps --quick`: every case (GNU sort, numpy, a Python dict, awk, perl) runs
+//! `usermm bench apps --quick`: every case (GNU sort, numpy, a Python dict, awk, perl, a Python
+//! multiprocessing Pool) runs
 //! natively, under `usermm run` and (as root) in a memory cgroup with a kernel swap file; every
 //! output must be byte-identical to the native one and every program must succeed. Times are
 //! reported, never asserted. Also the command's usage errors.
@@ -38,7 +39,10 @@ fn quick_cases_give_native_output_on_both_engines() {
     assert_eq!(v["failures"].as_array().map(Vec::len), Some(0), "{v}");
     let cases = v["cases"].as_array().expect("cases");
     let names: Vec<&str> = cases.iter().map(|c| c["case"].as_str().unwrap()).collect();
-    assert_eq!(names, ["sort", "numpy", "pydict", "awk", "perl"]);
+    assert_eq!(
+        names,
+        ["sort", "numpy", "pydict", "awk", "perl", "mp-numpy"]
+    );
     let n_engines = engines.split(',').count();
     for c in cases {
         assert_eq!(c["output_identical"], Value::Bool(true), "{c}");
@@ -61,6 +65,13 @@ fn quick_cases_give_native_output_on_both_engines() {
     // The large allocation cases put pages through usermm's fault handler.
     let numpy = &cases[1]["runs"].as_array().unwrap()[0];
     assert!(numpy["pgfault"].as_u64().unwrap() > 1000, "{numpy}");
+    // The multiprocessing case: the parent and both workers under one budget of 64 MiB.
+    let mp = &cases[5]["runs"].as_array().unwrap()[0];
+    let tree = &mp["detail"]["tree"];
+    assert!(tree["processes"].as_u64().unwrap() >= 3, "{mp}");
+    let peak = tree["peak_charged_bytes"].as_u64().unwrap();
+    assert!(peak > 0 && peak <= 64 << 20, "{mp}");
+    assert_eq!(mp["engine_peak_bytes"].as_u64(), Some(peak), "{mp}");
 }
 
 /// `--set` reaches every `usermm run` (its report names the setting), and each run reports

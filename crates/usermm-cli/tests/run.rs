@@ -74,6 +74,16 @@ fn run_json(name: &str, opts: &[&str], program: &[&str]) -> (Output, Value) {
     (o, v)
 }
 
+/// The reports of the forked children among a run's other processes.
+fn forked_children(v: &Value) -> Vec<&Value> {
+    v["other_processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["forked"] == true)
+        .collect()
+}
+
 fn u(v: &Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
@@ -204,12 +214,7 @@ fn usemem_forked_tasks() {
         out.contains("task 0 verified") && out.contains("task 1 verified"),
         "{out}"
     );
-    let kids: Vec<&Value> = v["other_processes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|p| p["forked"] == true)
-        .collect();
+    let kids = forked_children(&v);
     assert_eq!(kids.len(), 2, "{v}");
     for k in kids {
         assert!(u(&k["managed_mmaps"]) >= 1, "{k}");
@@ -536,4 +541,184 @@ fn programs_the_preload_cannot_serve_are_plain_errors() {
         .unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--swap"));
+}
+
+/// The sum of VmRSS over `root`'s descendants (not `root`: the `usermm run` wrapper), sampled
+/// every 10 ms while `stop` is false; returns the largest.
+fn sample_tree_rss(
+    root: u32,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let mut peak = 0;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let mut stack = vec![root];
+            let mut sum = 0;
+            while let Some(p) = stack.pop() {
+                let tasks = std::fs::read_dir(format!("/proc/{p}/task"))
+                    .into_iter()
+                    .flatten();
+                for t in tasks.flatten() {
+                    let kids =
+                        std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+                    for c in kids
+                        .split_whitespace()
+                        .filter_map(|c| c.parse::<u32>().ok())
+                    {
+                        stack.push(c);
+                        let st = std::fs::read_to_string(format!("/proc/{c}/status"))
+                            .unwrap_or_default();
+                        sum += st
+                            .lines()
+                            .find(|l| l.starts_with("VmRSS:"))
+                            .and_then(|l| l.split_whitespace().nth(1))
+                            .and_then(|v| v.parse::<u64>().ok())
+                            .unwrap_or(0)
+                            * 1024;
+                    }
+                }
+            }
+            peak = peak.max(sum);
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        peak
+    })
+}
+
+/// `usermm run` holds a process tree to one budget, as a memory cgroup does: three forked
+/// usemem tasks of 48 MiB each under 24 MiB all verify their data, the managers never held
+/// more than the budget together (the group's high-water mark), and the tree's sampled RSS
+/// stays within the budget plus each process's unmanaged overhead. With
+/// `--budget-per-process` the same tree holds far more at once.
+#[test]
+fn one_budget_for_a_process_tree() {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/c/usemem.c");
+    let exe = gcc(&src, "usemem-tree", &[]);
+    let budget = 24 * MIB;
+    let mut peaks = Vec::new();
+    for per_process in [false, true] {
+        let report = tmp().join(format!("tree-{per_process}.json"));
+        let _ = std::fs::remove_file(&report);
+        let mut c = usermm();
+        c.args([
+            "run",
+            "--budget",
+            "24M",
+            "--swap-size",
+            "512M",
+            "--json",
+            "-o",
+        ])
+        .arg(&report);
+        if per_process {
+            c.arg("--budget-per-process");
+        }
+        let child = c
+            .args(["--", exe.to_str().unwrap(), "-n", "3", "--verify", "48M"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sampler = sample_tree_rss(child.id(), stop.clone());
+        let out = child.wait_with_output().unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let rss = sampler.join().unwrap();
+        let text = text(&out);
+        assert!(out.status.success(), "{text}");
+        for t in 0..3 {
+            assert!(text.contains(&format!("task {t} verified")), "{text}");
+        }
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        let kids = forked_children(&v);
+        assert_eq!(kids.len(), 3, "{v}");
+        let held: u64 = kids
+            .iter()
+            .map(|k| u(&k["manager"]["peak_resident_bytes"]))
+            .sum();
+        if per_process {
+            assert!(v["tree"].is_null(), "{v}");
+            assert!(
+                held > 2 * budget,
+                "each task had a budget of its own: {held}"
+            );
+        } else {
+            let tree = &v["tree"];
+            assert!(u(&tree["processes"]) >= 4, "{v}");
+            let charged = u(&tree["peak_charged_bytes"]);
+            assert!(charged <= budget && charged > budget / 2, "{tree}");
+            // Each process's unmanaged memory (binary, libc, the preload's runtime): a few MiB.
+            assert!(
+                rss <= budget + 4 * 8 * MIB,
+                "the tree's RSS peaked at {} MiB under a budget of {} MiB",
+                rss / MIB,
+                budget / MIB
+            );
+            for k in &kids {
+                assert!(u(&k["manager"]["vmstat"]["pswpout"]) > 0, "{k}");
+            }
+        }
+        peaks.push(rss);
+    }
+    assert!(
+        peaks[1] > peaks[0] + budget,
+        "the tree's RSS: {} MiB with one budget, {} MiB with one each",
+        peaks[0] / MIB,
+        peaks[1] / MIB
+    );
+}
+
+/// A process of the tree killed with SIGKILL while holding the whole budget: its pages are
+/// uncharged when the next process runs short (it checks the members' pids), so that process
+/// runs within the full budget instead of stalling and failing.
+#[test]
+fn a_killed_member_gives_its_budget_back() {
+    let hold = gcc(&progs().join("holdmem.c"), "holdmem", &[]);
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/c/usemem.c");
+    let usemem = gcc(&src, "usemem-kill", &[]);
+    let script = format!(
+        "{} 40 > {dir}/held.fifo & pid=$!; \
+         while ! grep -q held {dir}/held.fifo 2>/dev/null; do sleep 0.05; done; \
+         kill -9 $pid; wait $pid; {} --verify 48M",
+        hold.display(),
+        usemem.display(),
+        dir = tmp().display()
+    );
+    let _ = std::fs::remove_file(tmp().join("held.fifo"));
+    let t = std::time::Instant::now();
+    let (o, v) = run_json(
+        "killed-member",
+        &["--budget", "16M", "--swap-size", "256M"],
+        &["sh", "-c", &script],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("verified"),
+        "{}",
+        text(&o)
+    );
+    let tree = &v["tree"];
+    assert!(
+        u(&tree["uncharged_for_exited_bytes"]) >= 8 * MIB,
+        "the killed holder's pages were not uncharged: {tree}"
+    );
+    assert!(u(&tree["peak_charged_bytes"]) <= 16 * MIB, "{tree}");
+    // The process after it had the budget to itself (without the uncharge it runs, slowly, in
+    // the few frames the dead holder left).
+    let user = v["other_processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| {
+            p["exe"]
+                .as_str()
+                .is_some_and(|e| e.ends_with("usemem-kill"))
+        })
+        .unwrap_or_else(|| panic!("no report from usemem: {v}"));
+    assert!(
+        u(&user["manager"]["peak_resident_bytes"]) >= 8 * MIB,
+        "usemem held at most {} bytes of the 16 MiB budget: {tree}",
+        u(&user["manager"]["peak_resident_bytes"])
+    );
+    assert!(t.elapsed() < std::time::Duration::from_secs(60));
 }
