@@ -44,8 +44,14 @@ pub fn alloc_pages(m: &MmInner, want: usize, out: &mut Vec<Pfn>) -> bool {
             stalled = true;
         }
         // In a budget group, this process reclaims its share and the others' reclaimers
-        // (signalled when the charge failed) theirs.
-        let nr = vmscan::reclaim_share(m, vmscan::SWAP_CLUSTER_MAX.max(want));
+        // (signalled when the charge failed) theirs; when that has not been enough a few times
+        // (another member stopped, SIGSTOP, or with nothing it can reclaim) all of it.
+        let full = vmscan::SWAP_CLUSTER_MAX.max(want);
+        let nr = if fails > 4 {
+            full
+        } else {
+            vmscan::reclaim_share(m, full)
+        };
         let got = if nr > 0 {
             vmscan::try_to_free_pages(m, nr)
         } else {
