@@ -306,6 +306,28 @@ fn forked_children_get_a_copy_of_managed_memory() {
         text(&o)
     );
     assert_memory(&v["process"], 16 * MIB, 16 * MIB);
+    // Each child's manager adopted its copy of the parent's 32 MiB: managed memory under the
+    // tree's 16 MiB budget (swapped out as it goes over), not kernel memory outside it.
+    let copied: Vec<&Value> = forked_children(&v)
+        .into_iter()
+        .filter(|k| u(&k["fork_copy_bytes"]) > 0)
+        .collect();
+    assert_eq!(copied.len(), 2, "{v}");
+    for k in copied {
+        assert!(
+            u(&k["fork_adopted_bytes"]) >= u(&k["fork_copy_bytes"]),
+            "the copy stayed kernel memory: {k}"
+        );
+        let m = &k["manager"];
+        assert!(u(&m["peak_resident_bytes"]) <= 16 * MIB, "{k}");
+        assert!(u(&m["vmstat"]["pswpout"]) > 0, "{k}");
+        // Its peak RSS is not bounded: the whole copy arrives before the manager adopts it.
+        assert!(
+            u(&k["vm_rss_bytes"]) <= 32 * MIB,
+            "the child's RSS at exit is {} MiB: {k}",
+            u(&k["vm_rss_bytes"]) / MIB
+        );
+    }
 }
 
 #[test]

@@ -109,6 +109,8 @@ static SWAP_NOTE: Mutex<Option<String>> = Mutex::new(None);
 static N_HEAP_ENOMEM: AtomicU64 = AtomicU64::new(0);
 static N_BRK: AtomicU64 = AtomicU64::new(0);
 static N_FORK_COPY: AtomicU64 = AtomicU64::new(0);
+/// Bytes of the fork copy this child's manager adopted (the rest stayed kernel memory).
+static N_FORK_ADOPTED: AtomicU64 = AtomicU64::new(0);
 static N_MMAP: AtomicU64 = AtomicU64::new(0);
 static N_MREMAP_MOVED: AtomicU64 = AtomicU64::new(0);
 static N_ENOMEM: AtomicU64 = AtomicU64::new(0);
@@ -906,7 +908,7 @@ pub extern "C" fn mlockall(flags: c_int) -> c_int {
 /// What the parent hands a fork(2) child: the managed ranges (mapped afresh in the child) and
 /// the populated parts of them, streamed over a socket pair.
 struct ForkCopy {
-    ranges: Vec<(usize, usize, std::sync::Arc<Region>)>,
+    ranges: Vec<usermm_vma::ForkRange>,
     runs: Vec<(usize, usize)>,
     /// Pages of managed ranges holding stdio streams, shared with the child copy-on-write
     /// (sorted): glibc's fork writes their locks in the child before the child handler runs.
@@ -934,10 +936,10 @@ extern "C" fn fork_prepare() {
     drop(holds);
     let kept = keep_stdio_for_fork(&ranges);
     let mut runs = Vec::new();
-    for (start, len, r) in &ranges {
-        for (off, l) in r.populated_ranges() {
-            if off < *len {
-                runs.push((start + off, l.min(len - off)));
+    for fr in &ranges {
+        for (off, l) in fr.region.populated_ranges() {
+            if off < fr.len {
+                runs.push((fr.start + off, l.min(fr.len - off)));
             }
         }
     }
@@ -964,8 +966,8 @@ extern "C" fn fork_prepare() {
 /// child gets them copy-on-write as the kernel snapshots them (with glibc's lock reset kept);
 /// every other managed page is copied by [`fork_send`]. [`fork_parent`] makes them
 /// MADV_WIPEONFORK again.
-fn keep_stdio_for_fork(ranges: &[(usize, usize, std::sync::Arc<Region>)]) -> Vec<usize> {
-    let managed = |a: usize| ranges.iter().any(|&(s, l, _)| a >= s && a < s + l);
+fn keep_stdio_for_fork(ranges: &[usermm_vma::ForkRange]) -> Vec<usize> {
+    let managed = |a: usize| ranges.iter().any(|r| a >= r.start && a < r.start + r.len);
     let mut kept = Vec::new();
     for (a, l) in sys::stdio_objects() {
         let mut p = a & !(PAGE - 1);
@@ -1078,7 +1080,7 @@ extern "C" fn fork_parent() {
 /// manager of them) and receives their contents; the parent's forking thread waits in
 /// [`fork_parent`] until everything is sent, so the copy is what that thread saw at fork.
 fn fork_receive(fc: &ForkCopy) -> u64 {
-    let whole: Vec<(usize, usize)> = fc.ranges.iter().map(|&(s, l, _)| (s, l)).collect();
+    let whole: Vec<(usize, usize)> = fc.ranges.iter().map(|r| (r.start, r.len)).collect();
     for (start, len) in without_pages(&whole, &fc.kept) {
         let p = sys::raw_mmap(
             start as *mut c_void,
@@ -1095,6 +1097,7 @@ fn fork_receive(fc: &ForkCopy) -> u64 {
             ));
             sys::exit_now(127);
         }
+        sys::nohugepage(start, len);
     }
     let Some((p, c)) = fc.fds else {
         return 0;
@@ -1114,7 +1117,7 @@ fn fork_receive(fc: &ForkCopy) -> u64 {
         if !fc
             .ranges
             .iter()
-            .any(|&(s, l, _)| addr >= s && addr + len <= s + l)
+            .any(|r| addr >= r.start && addr + len <= r.start + r.len)
             || !sys::recv_all(c, addr as *mut u8, len)
         {
             warn("fork: the copy of the parent's memory is incomplete; the child cannot run");
@@ -1126,13 +1129,59 @@ fn fork_receive(fc: &ForkCopy) -> u64 {
     got
 }
 
+/// In the child, once the copy is complete and the parent's manager forgotten: this child's
+/// own manager (created now, joining the tree's budget group under `usermm run`) adopts each
+/// copied range in place (`Mm::adopt_anon`), so the copy is managed memory under the budget
+/// like the parent's instead of kernel memory outside it; reclaim swaps out what the budget
+/// does not hold. Not before the copy is complete: the manager's new threads run glibc's
+/// start-up, which reads objects in the served heap (the locale bash and Python set up), and
+/// they are the threads that would serve a fault there. A range that cannot be adopted stays
+/// kernel memory, with a warning.
+fn fork_adopt(ranges: &[(usize, usize, usermm_vma::Kind, bool)], kept: &[usize]) -> u64 {
+    if ranges.is_empty() || !active() {
+        return 0;
+    }
+    // The stdio pages are shared copy-on-write with the parent; a write makes them this
+    // child's own (reclaim cannot move a shared page).
+    for &p in kept {
+        sys::touch_write(p);
+    }
+    let Some(mm) = manager() else {
+        return 0;
+    };
+    let _guard = Guard::enter();
+    let mut adopted = 0;
+    for &(start, len, kind, noreserve) in ranges {
+        match mm.adopt_anon(start, len, noreserve) {
+            Ok(r) => {
+                sys::wipeonfork(start, r.len());
+                note_mapped(r.len() as i64);
+                adopted += r.len() as u64;
+                SPACE.insert(r, kind);
+            }
+            Err(e) => warn(&format!(
+                "fork: this child's manager cannot adopt its copy of {len} bytes at {start:#x} ({e}); they stay kernel memory, outside the budget"
+            )),
+        }
+    }
+    adopted
+}
+
 extern "C" fn fork_child() {
     // The parent's manager has no threads here and its userfaultfd belongs to the parent's
     // address space: forget it without running any of its code. Managed memory was not
     // inherited (MADV_DONTFORK): the parent sends a copy of it.
+    let mut adopt = Vec::new();
+    let mut kept = Vec::new();
     let got = match FORK.lock().take() {
         Some(fc) => {
             let got = fork_receive(&fc);
+            adopt = fc
+                .ranges
+                .iter()
+                .map(|r| (r.start, r.len, r.kind, r.region.is_noreserve()))
+                .collect();
+            kept = fc.kept.clone();
             // The regions belong to the parent's manager: never dropped here.
             std::mem::forget(fc);
             got
@@ -1173,6 +1222,7 @@ extern "C" fn fork_child() {
         c.store(0, Ordering::Relaxed);
     }
     N_FORK_COPY.store(got, Ordering::Relaxed);
+    N_FORK_ADOPTED.store(fork_adopt(&adopt, &kept), Ordering::Relaxed);
 }
 
 /// mimalloc's settings for memory that usermm manages: arenas committed at once (read-write
@@ -1266,6 +1316,7 @@ fn stats_json() -> serde_json::Value {
         },
         "unmanaged_brk_bytes": N_BRK.load(Ordering::Relaxed),
         "fork_copy_bytes": N_FORK_COPY.load(Ordering::Relaxed),
+        "fork_adopted_bytes": N_FORK_ADOPTED.load(Ordering::Relaxed),
         "managed_mmaps": N_MMAP.load(Ordering::Relaxed),
         "mremap_moved": N_MREMAP_MOVED.load(Ordering::Relaxed),
         "enomem": N_ENOMEM.load(Ordering::Relaxed),

@@ -178,6 +178,24 @@ pub fn wipeonfork(addr: usize, len: usize) {
     }
 }
 
+/// MADV_NOHUGEPAGE (best effort): a fork child's copy of served memory is adopted page by page
+/// by its manager, which manages 4 KiB pages.
+pub fn nohugepage(addr: usize, len: usize) {
+    raw_madvise(addr as *mut c_void, len, libc::MADV_NOHUGEPAGE);
+}
+
+/// Reads one byte at `addr` and writes it back: a page shared copy-on-write with the parent
+/// becomes this process's own.
+pub fn touch_write(addr: usize) {
+    // SAFETY: addr is a page of this process's memory (a fork child's kept stdio page, mapped
+    // and writable); this runs on the child's only thread, so the byte cannot change between
+    // the read and the write.
+    unsafe {
+        let b = std::ptr::read_volatile(addr as *const u8);
+        std::ptr::write_volatile(addr as *mut u8, b);
+    }
+}
+
 pub fn errno() -> c_int {
     // SAFETY: __errno_location returns this thread's errno slot.
     unsafe { *libc::__errno_location() }

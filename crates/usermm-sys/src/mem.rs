@@ -138,6 +138,30 @@ impl Mapping {
         })
     }
 
+    /// Takes ownership of `[addr, addr+len)` (page-aligned, nonzero), an existing private
+    /// anonymous read-write mapping, contents and all: the returned `Mapping` unmaps it when
+    /// dropped. No system call. For a fork child's copy of the ranges its parent's manager
+    /// served, which the child's own manager then adopts page by page (`Mm::adopt_anon`).
+    pub fn adopt(addr: usize, len: usize) -> Result<Self> {
+        if len == 0
+            || addr == 0
+            || !addr.is_multiple_of(PAGE_SIZE)
+            || !len.is_multiple_of(PAGE_SIZE)
+        {
+            return Err(SysError::arg(
+                Syscall::Mmap,
+                format!("adopting {len:#x} bytes at {addr:#x}: address and length must be nonzero multiples of the page size"),
+            ));
+        }
+        // The range must be mapped: mincore fails with ENOMEM on a hole.
+        resident_at(addr, len)?;
+        Ok(Mapping {
+            ptr: NonNull::new(addr as *mut u8).expect("nonzero address"),
+            len,
+            fork_guarded: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
     /// Maps `len` bytes of `fd` (from offset 0) MAP_SHARED, read-write.
     pub fn shared(fd: &impl AsRawFd, len: usize) -> Result<Self> {
         Self::file(fd, len, libc::MAP_SHARED, "MAP_SHARED")

@@ -191,6 +191,15 @@ pub enum Coverage {
     Full,
 }
 
+/// A managed range as a fork(2) child must be given it ([`Space::fork_prepare_ranges`]).
+#[derive(Debug, Clone)]
+pub struct ForkRange {
+    pub start: usize,
+    pub len: usize,
+    pub kind: Kind,
+    pub region: Arc<Region>,
+}
+
 /// A managed range as seen by a lookup.
 #[derive(Debug, Clone)]
 pub struct VmaInfo {
@@ -465,12 +474,18 @@ impl Space {
     }
 
     /// As [`fork_prepare`](Self::fork_prepare), and returns every managed range (start,
-    /// length, region) as it is while locked: what a fork(2) child must be given a copy of.
-    pub fn fork_prepare_ranges(&'static self) -> (ForkHold, Vec<(usize, usize, Arc<Region>)>) {
+    /// length, what made it, region) as it is while locked: what a fork(2) child must be
+    /// given a copy of.
+    pub fn fork_prepare_ranges(&'static self) -> (ForkHold, Vec<ForkRange>) {
         let t = self.table.write();
         let v = t
             .iter()
-            .map(|(&s, vma)| (s, vma.len, vma.region.clone()))
+            .map(|(&s, vma)| ForkRange {
+                start: s,
+                len: vma.len,
+                kind: vma.kind,
+                region: vma.region.clone(),
+            })
             .collect();
         (ForkHold(t), v)
     }

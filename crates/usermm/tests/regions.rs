@@ -369,3 +369,50 @@ fn hot_set_stays_resident_while_a_cold_set_streams() {
     }
     assert_consistent(&mm);
 }
+
+/// `Mm::adopt_anon` makes an existing private anonymous mapping a region in place (a fork
+/// child's copy of its parent's memory under `usermm run`): every written page keeps its
+/// contents, untouched pages read zeros, the adopted pages are charged to the budget (four
+/// times the budget is adopted, so reclaim swaps most of them out), and the manager's
+/// accounting holds (audit).
+#[test]
+fn adopting_a_mapping_keeps_its_contents_within_the_budget() {
+    init_log();
+    let budget = 8 * MIB;
+    let mm = mm_ram(budget, 128 * MIB);
+    let len = 4 * budget as usize;
+    let raw = usermm_sys::Mapping::anon(len, 0).unwrap();
+    let pages = len / PAGE;
+    // Every other page written; the rest never touched.
+    for p in (0..pages).step_by(2) {
+        raw.write_u64(p * PAGE, pattern(7, p as u64, 0));
+        raw.write_u64(p * PAGE + PAGE - 8, pattern(7, p as u64, 1));
+    }
+    let addr = raw.addr();
+    // The region owns the mapping from here on.
+    std::mem::forget(raw);
+    let r = mm.adopt_anon(addr, len, false).unwrap();
+    assert_eq!(r.as_ptr() as usize, addr);
+    assert!(mm.peak_resident_bytes() <= budget);
+    assert!(mm.vmstat().val("pswpout") > 0, "{}", mm.vmstat());
+    for p in 0..pages {
+        let (a, b) = if p % 2 == 0 {
+            (pattern(7, p as u64, 0), pattern(7, p as u64, 1))
+        } else {
+            (0, 0)
+        };
+        assert_eq!(r.read_u64(p * PAGE), a, "page {p}");
+        assert_eq!(r.read_u64(p * PAGE + PAGE - 8), b, "page {p}");
+    }
+    mm.settle(std::time::Duration::from_secs(5));
+    assert_eq!(mm.audit(), Vec::<String>::new());
+    // A range that is not mapped is refused, naming it.
+    let e = mm
+        .adopt_anon(PAGE * 16, PAGE, false)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("mmap of 4096 bytes") || e.contains("0x10000"),
+        "{e}"
+    );
+}

@@ -717,6 +717,16 @@ impl Mm {
         super::mmap::map_anon_noreserve(self, len)
     }
 
+    /// Makes the existing private anonymous mapping `[addr, addr+len)` (page-aligned) a region
+    /// of this manager in place, contents and all: its resident pages are charged to the budget
+    /// and put on the LRU lists as if faulted in (reclaim may swap them out at once), its
+    /// untouched pages fault in as zeros. The caller gives up the mapping (the region unmaps
+    /// it when dropped). For a fork child taking over the copy of its parent's memory
+    /// (`usermm run`).
+    pub fn adopt_anon(&self, addr: usize, len: usize, noreserve: bool) -> Result<Region> {
+        super::mmap::adopt_anon(self, addr, len, noreserve)
+    }
+
     /// A snapshot of the counters, named as in `/proc/vmstat`.
     pub fn vmstat(&self) -> Vmstat {
         let m = self.inner();

@@ -11,20 +11,65 @@ use super::file::{put_mapping, CachedFile};
 use super::filemap;
 use super::fs::AddressSpace;
 use super::madvise::zap_page_range;
-use super::page::PgOff;
 use super::page::MAX_REGION_PAGES;
+use super::page::{pg, Owner, PgOff};
 use super::pgtable::PageTable;
+use super::pgtable::Pte;
 use super::region::{AccessPattern, FileMap, MapKind, Region, RegionInner};
 use super::Mm;
 use crate::conv::Narrow;
+use crate::vmstat::Item;
 
 pub(crate) fn map_anon(mm: &Mm, len: usize) -> Result<Region> {
-    new_region(mm, len, None, false)
+    new_region(mm, len, None, false, None)
 }
 
 /// Anonymous memory not charged to the commit limit (see `Mm::map_anon_noreserve`).
 pub(crate) fn map_anon_noreserve(mm: &Mm, len: usize) -> Result<Region> {
-    new_region(mm, len, None, true)
+    new_region(mm, len, None, true, None)
+}
+
+/// An existing private anonymous mapping made a region in place, its resident pages charged
+/// and put on the LRU lists as if this manager had faulted them in (see `Mm::adopt_anon`).
+pub(crate) fn adopt_anon(mm: &Mm, addr: usize, len: usize, noreserve: bool) -> Result<Region> {
+    let r = new_region(mm, len, None, noreserve, Some(addr))?;
+    let m = mm.inner();
+    let present =
+        r.r.view
+            .resident(0, r.r.view.len())
+            .map_err(|e| Error::io("mincore on an adopted range", e))?;
+    let idxs: Vec<PgOff> = (0..present.len())
+        .filter(|&i| present[i])
+        .map(|i| PgOff::new(i as u64))
+        .collect();
+    for chunk in idxs.chunks(super::pool::BOUNCE_PAGES) {
+        let mut frames = Vec::with_capacity(chunk.len());
+        while frames.len() < chunk.len() {
+            let before = frames.len();
+            if !super::page_alloc::alloc_pages(m, chunk.len() - before, &mut frames) {
+                super::pool::free_frames(m, &frames, false);
+                return Err(Error::io(
+                    "adopting a range: no frame for its pages",
+                    std::io::Error::from(std::io::ErrorKind::OutOfMemory),
+                ));
+            }
+        }
+        let flags = pg::UPTODATE | pg::DIRTY | pg::SWAPBACKED | pg::MAPPED;
+        for (&idx, &f) in chunk.iter().zip(&frames) {
+            // The page is in the view already: a mapped page's pool slot is empty.
+            super::pool::empty_slot(m, f);
+            let mut g = r.r.pt.lock(idx);
+            m.node.pages[f].init(Owner::Anon(r.r.id, idx), flags);
+            g.set(Pte::Frame(f));
+        }
+        m.node.lru.add(&m.node.pages, &frames, &m.vm);
+        let n = frames.len() as u64;
+        m.vm.add(Item::Pgalloc, n);
+        m.vm.add(Item::NrAnonPages, n);
+        m.vm.add(Item::NrMapped, n);
+        m.node.note_resident();
+    }
+    Ok(r)
 }
 
 /// A region over `mapping` from byte `offset` (see `Mm::map_file`).
@@ -53,13 +98,21 @@ pub(crate) fn map_file(
         shared: kind == MapKind::Shared,
         mapping: mapping.clone(),
     };
-    let r =
-        new_region(mm, len, Some(fm), false).inspect_err(|_| put_mapping(mm.inner(), &mapping))?;
+    let r = new_region(mm, len, Some(fm), false, None)
+        .inspect_err(|_| put_mapping(mm.inner(), &mapping))?;
     mapping.i_mmap.lock().push(r.r.id);
     Ok(r)
 }
 
-fn new_region(mm: &Mm, len: usize, file: Option<FileMap>, noreserve: bool) -> Result<Region> {
+/// `adopt`: the view is the existing mapping at that address (`Mapping::adopt`), else a new
+/// one where the kernel puts it.
+fn new_region(
+    mm: &Mm,
+    len: usize,
+    file: Option<FileMap>,
+    noreserve: bool,
+    adopt: Option<usize>,
+) -> Result<Region> {
     let m = mm.inner();
     if len == 0 {
         return Err(RegionError::ZeroLength.into());
@@ -83,14 +136,17 @@ fn new_region(mm: &Mm, len: usize, file: Option<FileMap>, noreserve: bool) -> Re
         m.mm.vm_unacct_memory(npages);
         e
     };
-    let huge = file.is_none() && m.cfg.thp;
+    let huge = file.is_none() && m.cfg.thp && adopt.is_none();
     let align = if huge {
         super::huge_memory::HPAGE_PMD_SIZE
     } else {
         0
     };
-    let view = Mapping::anon(npages_all.usize() * PAGE_SIZE, align)
-        .map_err(|e| undo(Error::io(format!("mmap of {len} bytes"), e)))?;
+    let view = match adopt {
+        Some(addr) => Mapping::adopt(addr, npages_all.usize() * PAGE_SIZE),
+        None => Mapping::anon(npages_all.usize() * PAGE_SIZE, align),
+    }
+    .map_err(|e| undo(Error::io(format!("mmap of {len} bytes"), e)))?;
     view.advise(0, view.len(), Advice::NoHugePage)
         .map_err(|e| undo(Error::io("madvise(NOHUGEPAGE) on a region", e)))?;
     // Not inherited by fork(2): a child would share the pages, and the kernel refuses to move

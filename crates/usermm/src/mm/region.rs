@@ -240,6 +240,11 @@ impl Region {
         self.r.view.write_bytes(off, buf).map_err(region_range)
     }
 
+    /// Whether the region is not charged to the commit limit (`Mm::map_anon_noreserve`).
+    pub fn is_noreserve(&self) -> bool {
+        self.r.noreserve
+    }
+
     /// Pages of this region resident now (in frames).
     pub fn resident_pages(&self) -> u64 {
         let mut n = 0;
