@@ -788,11 +788,22 @@ fn refused_line(reports: &[Value]) -> Option<String> {
 /// One process's lines of the human-readable summary.
 fn process_lines(r: &Value, out: &mut String) {
     let u = |v: &Value| v.as_u64().unwrap_or(0);
+    let forked = if r["forked"] != json!(true) {
+        String::new()
+    } else if u(&r["fork_copy_bytes"]) > 0 {
+        format!(
+            ", forked (a {} copy of its parent's memory, {} of ranges adopted by its manager)",
+            mib(u(&r["fork_copy_bytes"])),
+            mib(u(&r["fork_adopted_bytes"]))
+        )
+    } else {
+        ", forked".to_string()
+    };
     out.push_str(&format!(
         "  pid {} ({}){}: {} mappings served (the malloc heap's included), peak {} mapped, {} refused (ENOMEM), peak RSS {}\n",
         r["pid"],
         r["exe"].as_str().unwrap_or("?"),
-        if r["forked"] == json!(true) { ", forked" } else { "" },
+        forked,
         u(&r["managed_mmaps"]),
         mib(u(&r["peak_managed_bytes"])),
         u(&r["enomem"]),
