@@ -654,6 +654,12 @@ fn one_budget_for_a_process_tree() {
         let v: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
         let kids = forked_children(&v);
         assert_eq!(kids.len(), 3, "{v}");
+        // A copy this small (a page of the parent's heap) stays kernel memory: no manager is
+        // started at the fork for it.
+        for k in &kids {
+            assert!(u(&k["fork_copy_bytes"]) < 8 * MIB, "{k}");
+            assert_eq!(u(&k["fork_adopted_bytes"]), 0, "{k}");
+        }
         let held: u64 = kids
             .iter()
             .map(|k| u(&k["manager"]["peak_resident_bytes"]))
