@@ -563,7 +563,7 @@ fn do_anonymous_page_win(
         idx
     };
     r.writes.advance(idx, next);
-    let flags = pg::UPTODATE | pg::DIRTY | pg::SWAPBACKED | pg::MAPPED;
+    let flags = pg::ANON_MAPPED;
     for k in 0..done {
         let f = frames[k];
         m.node.pages[f].init(Owner::Anon(r.id, lo + k as u64), flags);
@@ -606,10 +606,7 @@ fn do_wp_page(m: &MmInner, r: &RegionInner, idx: PgOff) -> Option<Fault> {
         pool::free_frames(m, &frames, false);
         return None;
     }
-    m.node.pages[f].init(
-        Owner::Anon(r.id, idx),
-        pg::UPTODATE | pg::DIRTY | pg::SWAPBACKED | pg::MAPPED,
-    );
+    m.node.pages[f].init(Owner::Anon(r.id, idx), pg::ANON_MAPPED);
     g.set(Pte::Frame(f));
     m.node.lru.add(&m.node.pages, &frames, &m.vm);
     // Clearing write protection wakes the thread; its retry copies the zero page into a fresh
@@ -1761,10 +1758,7 @@ fn do_cow_fault(m: &MmInner, r: &Arc<RegionInner>, fm: &FileMap, idx: PgOff) -> 
     mark_page_accessed(&*m.node.lru, &m.node.pages, f, &m.vm);
     p.unlock();
     filemap::put_page(&m.node, f);
-    m.node.pages[nf].init(
-        Owner::Anon(r.id, idx),
-        pg::UPTODATE | pg::DIRTY | pg::SWAPBACKED | pg::MAPPED,
-    );
+    m.node.pages[nf].init(Owner::Anon(r.id, idx), pg::ANON_MAPPED);
     g.set(Pte::Frame(nf));
     m.node.lru.add(&m.node.pages, &[nf], &m.vm);
     m.vm.inc(Item::NrAnonPages);

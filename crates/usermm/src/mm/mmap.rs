@@ -54,7 +54,7 @@ pub(crate) fn adopt_anon(mm: &Mm, addr: usize, len: usize, noreserve: bool) -> R
                 ));
             }
         }
-        let flags = pg::UPTODATE | pg::DIRTY | pg::SWAPBACKED | pg::MAPPED;
+        let flags = pg::ANON_MAPPED;
         for (&idx, &f) in chunk.iter().zip(&frames) {
             // The page is in the view already: a mapped page's pool slot is empty.
             super::pool::empty_slot(m, f);

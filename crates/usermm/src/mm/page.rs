@@ -80,6 +80,9 @@ pub mod pg {
             v.join("|")
         }
     }
+    /// A fresh anonymous page mapped in its region (`do_anonymous_page`, the copy of a COW or
+    /// zero-page write, an adopted page): uptodate, dirty (no swap copy), swap-backed, mapped.
+    pub const ANON_MAPPED: u32 = UPTODATE | DIRTY | SWAPBACKED | MAPPED;
 }
 
 /// `struct page`, 32 bytes.

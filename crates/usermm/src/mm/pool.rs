@@ -132,6 +132,12 @@ pub fn settle_free(m: &MmInner, f: Pfn) {
 /// Returns frames to the allocator. `zap`: drop the pages their pool slots hold first;
 /// otherwise each frame's PG_pooled says whether its slot still holds a page.
 pub fn free_frames(m: &MmInner, frames: &[Pfn], zap: bool) {
+    release_frames(m, frames, zap);
+    m.vm.add(Item::Pgfree, frames.len() as u64);
+}
+
+/// [`free_frames`] without counting them freed (`pgfree`).
+fn release_frames(m: &MmInner, frames: &[Pfn], zap: bool) {
     if frames.is_empty() {
         return;
     }
@@ -145,7 +151,6 @@ pub fn free_frames(m: &MmInner, frames: &[Pfn], zap: bool) {
         }
     }
     m.node.free_frames(frames);
-    m.vm.add(Item::Pgfree, frames.len() as u64);
 }
 
 /// In a budget group: empties up to `n` free frames whose pool slots still hold a recycled page,
@@ -158,9 +163,8 @@ pub fn drain_pooled(m: &MmInner, n: usize) -> usize {
     }
     let mut frames = Vec::new();
     let got = m.node.take_pooled_free(n, &mut frames);
-    free_frames(m, &frames, true);
-    // Counted as freed once already, when recycled.
-    m.vm.sub(Item::Pgfree, got as u64);
+    // Counted as freed already, when recycled.
+    release_frames(m, &frames, true);
     got
 }
 
