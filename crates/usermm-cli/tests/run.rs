@@ -750,3 +750,67 @@ fn a_killed_member_gives_its_budget_back() {
     );
     assert!(t.elapsed() < std::time::Duration::from_secs(60));
 }
+
+#[test]
+fn a_fork_shares_swapped_pages_by_slot_and_each_side_keeps_its_own() {
+    let exe = gcc(&progs().join("forkshare.c"), "forkshare", &[]);
+    let (o, v) = run_json(
+        "forkshare",
+        &["--budget", "16M", "--swap-size", "512M"],
+        &[exe.to_str().unwrap(), "96"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("forkshare ok"),
+        "{}",
+        text(&o)
+    );
+    let p = &v["process"];
+    // Three forks of a 96 MiB buffer at 16 MiB: most of it swapped out, shared by slot.
+    assert!(u(&p["fork_shared_bytes"]) >= 3 * 48 * MIB, "{p}");
+    assert!(u(&p["fork_copy_bytes"]) <= 3 * 48 * MIB, "{p}");
+    // Every child is gone (one SIGKILLed): the parent holds no slot for any of them.
+    assert_eq!(u(&p["manager"]["vmstat"]["nr_swap_shared"]), 0, "{p}");
+    assert_eq!(u(&p["manager"]["vmstat"]["fork_copy_faulted"]), 0, "{p}");
+    let sharing: Vec<&Value> = forked_children(&v)
+        .into_iter()
+        .filter(|k| u(&k["fork_inherited_bytes"]) > 0)
+        .collect();
+    // Child 1, child 2 and the grandchild (which shares child 2's pages) wrote reports.
+    assert_eq!(sharing.len(), 3, "{v}");
+    for k in sharing {
+        let m = &k["manager"];
+        assert!(u(&m["peak_resident_bytes"]) <= 16 * MIB, "{k}");
+        assert!(u(&m["vmstat"]["fork_swap_read_pages"]) > 0, "{k}");
+    }
+}
+
+#[test]
+fn an_orphaned_fork_child_keeps_the_pages_it_shared() {
+    let exe = gcc(&progs().join("orphan.c"), "orphan", &[]);
+    for how in ["exit", "_exit", "kill"] {
+        let out = tmp().join(format!("orphan-{how}.out"));
+        let _ = std::fs::remove_file(&out);
+        // The orphan holds the pipes of this output until it is done.
+        let o = usermm()
+            .args(["run", "--budget", "16M", "--swap-size", "512M", "--"])
+            .arg(&exe)
+            .args(["96", out.to_str().unwrap(), how])
+            .output()
+            .unwrap();
+        let got = std::fs::read_to_string(&out).unwrap_or_default();
+        if how == "kill" {
+            // The parent could not hand its pages over: the child dies of SIGBUS, saying why.
+            assert_eq!(got, "", "{}", text(&o));
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(
+                err.contains("inherited at fork") && err.contains("killed"),
+                "{}",
+                text(&o)
+            );
+        } else {
+            assert!(o.status.success(), "{how}: {}", text(&o));
+            assert_eq!(got, "orphan ok\n", "{how}: {}", text(&o));
+        }
+    }
+}

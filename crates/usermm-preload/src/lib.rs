@@ -27,15 +27,22 @@
 //! (this library's global allocator) calls glibc's `__libc_malloc` directly. So mimalloc never
 //! re-enters itself, and no usermm thread ever touches memory usermm manages.
 //!
-//! fork: no page of a managed range is shared with a child (the kernel cannot move pages
-//! shared copy-on-write, and the child has no fault handler): managed ranges are
+//! fork: no resident page of a managed range is shared with a child (the kernel cannot move
+//! pages shared copy-on-write, and the child has no fault handler): managed ranges are
 //! MADV_WIPEONFORK (the child has them mapped, zero-filled, so glibc's own fork code may touch
 //! the `FILE`s and other heap objects in them before any atfork handler runs) and usermm's
-//! internal mappings MADV_DONTFORK. The parent's forking thread streams the populated pages of
-//! every managed range to the child over a socket pair (pthread_atfork handlers); the child
-//! maps them at the same addresses as its own kernel memory, forgets the parent's manager, and
-//! creates its own on its next allocation. exec: the manager disappears with the old image; LD_PRELOAD is inherited, so
-//! the new program gets its own manager.
+//! internal mappings MADV_DONTFORK. The parent's forking thread streams the resident pages of
+//! every managed range to the child over a socket pair (pthread_atfork handlers), copied from
+//! the view or the frame pool without faulting (`Mm::copy_for_fork`); the child maps them at
+//! the same addresses, forgets the parent's manager, and its own manager adopts them
+//! (`Mm::adopt_anon`) when the copy is 8 MiB or more. Swapped-out pages of ranges larger than a
+//! heap arena are not read at all: they are shared by swap slot, as Linux's fork shares
+//! them (`Mm::share_swapped_for_fork`, `swap_duplicate`), and the child's manager reads each
+//! from the parent over the same socket when it first touches it (`usermm::swap::inherit`).
+//! A parent that exits (exit, `_exit`) first hands its children the pages they still share,
+//! in a file; one killed outright cannot, and a child touching such a page then dies of
+//! SIGBUS with a message. exec: the manager disappears with the old image (and the socket,
+//! close-on-exec, with it); LD_PRELOAD is inherited, so the new program gets its own manager.
 //!
 //! Statistics: at exit (a `.fini_array` destructor) the library appends one JSON line about
 //! this process to the file named by `USERMM_RUN_STATS` (set by `usermm run`).
@@ -111,6 +118,16 @@ static N_BRK: AtomicU64 = AtomicU64::new(0);
 static N_FORK_COPY: AtomicU64 = AtomicU64::new(0);
 /// Bytes of the fork copy this child's manager adopted (the rest stayed kernel memory).
 static N_FORK_ADOPTED: AtomicU64 = AtomicU64::new(0);
+/// Bytes of swapped-out memory shared with fork children by slot instead of copied (parent).
+static N_FORK_SHARED: AtomicU64 = AtomicU64::new(0);
+/// Bytes of the parent's swapped-out memory this child received by slot (read when touched).
+static N_FORK_INHERITED: AtomicU64 = AtomicU64::new(0);
+/// Sockets between a parent and its fork children that share swap slots, with their inodes:
+/// a later fork child closes its copies (a sibling or grandchild holding one would keep a
+/// child waiting for a parent that is gone, or a parent holding slots for a child that is).
+static FORK_SOCKETS: Mutex<Vec<(c_int, u64)>> = Mutex::new(Vec::new());
+/// The link a fork child's manager is made with (set by fork_child, taken by `manager`).
+static INHERIT: Mutex<Option<std::sync::Arc<usermm::swap::InheritLink>>> = Mutex::new(None);
 static N_MMAP: AtomicU64 = AtomicU64::new(0);
 static N_MREMAP_MOVED: AtomicU64 = AtomicU64::new(0);
 static N_ENOMEM: AtomicU64 = AtomicU64::new(0);
@@ -181,6 +198,26 @@ fn warn(msg: &str) {
     sys::write_stderr(&format!("usermm-preload[{}]: {msg}\n", std::process::id()));
 }
 
+/// usermm's errors (a failed swap read that poisons a page, a lost page, ...) on stderr, as
+/// the program's SIGBUS would otherwise come with no word; the first 32 of a process.
+struct ErrorLog;
+
+static N_LOGGED: AtomicU64 = AtomicU64::new(0);
+
+impl log::Log for ErrorLog {
+    fn enabled(&self, m: &log::Metadata<'_>) -> bool {
+        m.level() <= log::Level::Error
+    }
+    fn log(&self, r: &log::Record<'_>) {
+        if self.enabled(r.metadata()) && N_LOGGED.fetch_add(1, Ordering::Relaxed) < 32 {
+            warn(&r.args().to_string());
+        }
+    }
+    fn flush(&self) {}
+}
+
+static ERROR_LOG: ErrorLog = ErrorLog;
+
 /// The manager of this process, created on first use from the environment with full-mode
 /// userfaultfd (system calls such as read(2) into managed buffers must fault pages in). If it
 /// cannot be created the library disables itself: the program runs on the kernel's memory and
@@ -197,10 +234,13 @@ fn manager() -> Option<Mm> {
     // One way to make a process's default manager (Mm::from_env), shared with the C ABI and
     // Python: USERMM_SWAP=file:PATH reaches every process of the program (children, exec'd
     // programs); the first manager holds PATH, the others swap to a temporary file.
-    let made = refuse_self_served().and_then(|()| Mm::from_env()).map(|e| {
-        *SWAP_NOTE.lock() = e.swap_note;
-        e.mm
-    });
+    let inherit = INHERIT.lock().take();
+    let made = refuse_self_served()
+        .and_then(|()| Mm::from_env_inheriting(inherit))
+        .map(|e| {
+            *SWAP_NOTE.lock() = e.swap_note;
+            e.mm
+        });
     match made {
         Ok(m) => {
             *g = Some(m.clone());
@@ -915,7 +955,16 @@ struct ForkCopy {
     kept: Vec<usize>,
     /// (parent's end, child's end)
     fds: Option<(c_int, c_int)>,
+    /// The swapped pages shared with the child by slot instead of copied: per range (its
+    /// start), (page index, parent's slot) in page order (`Mm::share_swapped_for_fork`).
+    shared: Vec<(usize, Vec<(u64, u64)>)>,
 }
+
+/// Only ranges larger than a heap arena share their swapped pages: the child's manager
+/// threads start (glibc's thread start-up reads locale objects in the heap's arenas) before
+/// the shared pages can be read, so arenas are copied whole. A numpy array or any large
+/// mapping is its own range.
+const FORK_SHARE_MIN: usize = HEAP_ARENA + 1;
 
 static FORK: Mutex<Option<ForkCopy>> = Mutex::new(None);
 
@@ -943,7 +992,6 @@ extern "C" fn fork_prepare() {
             }
         }
     }
-    let runs = without_pages(&runs, &kept);
     let fds = if runs.is_empty() {
         None
     } else {
@@ -952,12 +1000,162 @@ extern "C" fn fork_prepare() {
     if !runs.is_empty() && fds.is_none() {
         warn("fork: no socket pair to copy managed memory to the child; its copy will read zeros");
     }
+    // Swapped pages of large ranges are shared by slot, not read and copied; except the
+    // pages the child reads before its manager names the shared ones.
+    let mut shared = Vec::new();
+    let mut skip = kept.clone();
+    let big = ranges.iter().any(|r| r.len >= FORK_SHARE_MIN);
+    if let (Some(mm), Some(_), true) = (holds_manager(), fds, big) {
+        let noshare = noshare_pages(&ranges, &kept);
+        let mut runs_left = FORK_SHARE_MAX_RUNS;
+        for fr in ranges.iter().filter(|r| r.len >= FORK_SHARE_MIN) {
+            let except: Vec<u64> = noshare
+                .iter()
+                .filter(|&&a| a >= fr.start && a < fr.start + fr.len)
+                .map(|&a| ((a - fr.start) / PAGE) as u64)
+                .collect();
+            let v = mm.share_swapped_for_fork(&fr.region, fr.len, &except);
+            let runs = page_runs(v.iter().map(|&(i, _)| i)).len();
+            if runs > runs_left {
+                // Each run is one PROT_NONE mapping in the child until its manager names
+                // them: past the cap, the range is copied (its shares are given back).
+                mm.unshare_swapped_for_fork(v.iter().map(|&(_, s)| s));
+                continue;
+            }
+            runs_left -= runs;
+            if !v.is_empty() {
+                skip.extend(v.iter().map(|&(i, _)| fr.start + i as usize * PAGE));
+                shared.push((fr.start, v));
+            }
+        }
+    }
+    skip.sort_unstable();
+    skip.dedup();
+    let runs = without_pages(&runs, &skip);
     *FORK.lock() = Some(ForkCopy {
         ranges,
         runs,
         kept,
         fds,
+        shared,
     });
+}
+
+/// The most runs of shared pages one fork protects in the child (one mapping each, until the
+/// child's manager names them; `vm.max_map_count` is 65530).
+const FORK_SHARE_MAX_RUNS: usize = 8192;
+
+/// Pages of managed ranges that a fork child reads before its manager can serve pages shared
+/// with the parent (sorted): the stdio streams (`kept`), the global locale's data (a new
+/// thread's start-up reads it) and the environment (the new manager reads its settings).
+/// They are copied, never shared.
+fn noshare_pages(ranges: &[usermm_vma::ForkRange], kept: &[usize]) -> Vec<usize> {
+    let managed = |a: usize| ranges.iter().any(|r| a >= r.start && a < r.start + r.len);
+    let mut v = kept.to_vec();
+    for (a, l) in sys::locale_objects()
+        .into_iter()
+        .chain(sys::environ_objects())
+    {
+        let mut p = a & !(PAGE - 1);
+        while p < a + l {
+            if managed(p) {
+                v.push(p);
+            }
+            p += PAGE;
+        }
+    }
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// Consecutive page indexes as (first, count) runs.
+fn page_runs(idx: impl Iterator<Item = u64>) -> Vec<(u64, u64)> {
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for i in idx {
+        match runs.last_mut() {
+            Some((s, n)) if *s + *n == i => *n += 1,
+            _ => runs.push((i, 1)),
+        }
+    }
+    runs
+}
+
+/// The manager, while fork_prepare holds MANAGER (its guard is in FORK_HOLDS).
+fn holds_manager() -> Option<Mm> {
+    FORK_HOLDS
+        .lock()
+        .manager
+        .as_ref()
+        .and_then(|g| g.as_ref().cloned())
+}
+
+/// Sends the table of shared pages after the copy: the number of ranges, then per range its
+/// start and count and (page index, slot) pairs.
+fn send_shared(fd: c_int, shared: &[(usize, Vec<(u64, u64)>)]) -> bool {
+    let n = [shared.len() as u64];
+    if !sys::send_all(fd, n.as_ptr() as *const u8, 8) {
+        return false;
+    }
+    for (start, v) in shared {
+        let hdr = [*start as u64, v.len() as u64];
+        if !sys::send_all(fd, hdr.as_ptr() as *const u8, 16) {
+            return false;
+        }
+        let flat: Vec<u64> = v.iter().flat_map(|&(i, s)| [i, s]).collect();
+        if !sys::send_all(fd, flat.as_ptr() as *const u8, flat.len() * 8) {
+            return false;
+        }
+    }
+    true
+}
+
+/// The child's side of [`send_shared`]: per range its start and (page index, inherited slot
+/// k) pairs, and the parent's slot of each k.
+type SharedTable = (Vec<(usize, Vec<(u64, u64)>)>, Vec<u64>);
+
+fn recv_shared(fd: c_int) -> Option<SharedTable> {
+    let mut n = [0u64; 1];
+    if !sys::recv_all(fd, n.as_mut_ptr() as *mut u8, 8) {
+        return None;
+    }
+    let mut ranges = Vec::new();
+    let mut slots = Vec::new();
+    for _ in 0..n[0] {
+        let mut hdr = [0u64; 2];
+        if !sys::recv_all(fd, hdr.as_mut_ptr() as *mut u8, 16) {
+            return None;
+        }
+        let mut flat = vec![0u64; hdr[1] as usize * 2];
+        if !sys::recv_all(fd, flat.as_mut_ptr() as *mut u8, flat.len() * 8) {
+            return None;
+        }
+        let mut v = Vec::with_capacity(hdr[1] as usize);
+        for p in flat.chunks_exact(2) {
+            v.push((p[0], slots.len() as u64));
+            slots.push(p[1]);
+        }
+        ranges.push((hdr[0] as usize, v));
+    }
+    Some((ranges, slots))
+}
+
+/// Remembers a socket shared with a fork child or parent (see FORK_SOCKETS).
+fn note_fork_socket(fd: c_int) {
+    if let Some(ino) = sys::fd_ino(fd) {
+        let mut g = FORK_SOCKETS.lock();
+        g.retain(|&(f, i)| sys::fd_ino(f) == Some(i));
+        g.push((fd, ino));
+    }
+}
+
+/// In a fork child: closes its copies of the sockets of the parent's own fork links.
+fn close_fork_sockets() {
+    for (fd, ino) in std::mem::take(&mut *FORK_SOCKETS.lock()) {
+        if sys::fd_ino(fd) == Some(ino) {
+            sys::close(fd);
+        }
+    }
 }
 
 /// The pages of managed ranges that hold an open stdio stream or its lock, made resident and
@@ -1008,24 +1206,23 @@ fn without_pages(runs: &[(usize, usize)], kept: &[usize]) -> Vec<(usize, usize)>
 }
 
 /// Streams the populated managed memory to the child: a header (address, length) per run,
-/// then its bytes, then (0, 0). Reads go through a private bounce buffer so that faults on
-/// managed memory happen in user mode (served by the manager's threads), whatever the
-/// userfaultfd mode.
-fn fork_send(fd: c_int, runs: &[(usize, usize)]) -> u64 {
-    let bounce = sys::raw_mmap(
-        std::ptr::null_mut(),
-        FORK_CHUNK,
-        libc::PROT_READ | libc::PROT_WRITE,
-        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-        -1,
-        0,
-    );
-    if bounce == libc::MAP_FAILED {
-        return 0;
-    }
-    let b = bounce as *mut u8;
+/// then its bytes, then (0, 0). Resident pages are copied from the view or the frame pool
+/// without faulting (`Mm::copy_for_fork`); anything else is read through a fault served by
+/// the manager's threads.
+fn fork_send(fd: c_int, runs: &[(usize, usize)], ranges: &[usermm_vma::ForkRange]) -> u64 {
+    let mut buf = vec![0u8; FORK_CHUNK];
     let mut sent = 0u64;
+    let mm = holds_manager();
     'runs: for &(addr, len) in runs {
+        let Some(mm) = &mm else {
+            break;
+        };
+        let Some(fr) = ranges
+            .iter()
+            .find(|r| addr >= r.start && addr + len <= r.start + r.len)
+        else {
+            continue;
+        };
         let hdr = [addr as u64, len as u64];
         if !sys::send_all(fd, hdr.as_ptr() as *const u8, 16) {
             break;
@@ -1033,8 +1230,12 @@ fn fork_send(fd: c_int, runs: &[(usize, usize)]) -> u64 {
         let mut off = 0;
         while off < len {
             let n = FORK_CHUNK.min(len - off);
-            sys::copy_out(addr + off, b, n);
-            if !sys::send_all(fd, b, n) {
+            let b = &mut buf[..n];
+            if let Err(e) = mm.copy_for_fork(&fr.region, addr + off - fr.start, b) {
+                warn(&format!("fork: {e}; the child cannot run"));
+                break 'runs;
+            }
+            if !sys::send_all(fd, b.as_ptr(), n) {
                 break 'runs;
             }
             off += n;
@@ -1043,7 +1244,6 @@ fn fork_send(fd: c_int, runs: &[(usize, usize)]) -> u64 {
     }
     let end = [0u64, 0u64];
     sys::send_all(fd, end.as_ptr() as *const u8, 16);
-    sys::raw_munmap(bounce, FORK_CHUNK);
     sent
 }
 
@@ -1055,9 +1255,36 @@ extern "C" fn fork_parent() {
             // With the child's end closed here, a failed fork (no child) makes the first send
             // fail at once instead of blocking.
             sys::close(c);
-            let sent = fork_send(p, &fc.runs);
+            let sent = fork_send(p, &fc.runs, &fc.ranges);
             N_FORK_COPY.fetch_add(sent, Ordering::Relaxed);
-            sys::close(p);
+            let ok = send_shared(p, &fc.shared);
+            let slots: Vec<u64> = fc
+                .shared
+                .iter()
+                .flat_map(|(_, v)| v.iter().map(|&(_, s)| s))
+                .collect();
+            let mm = holds_manager();
+            match mm {
+                Some(mm) if !slots.is_empty() => {
+                    // The socket stays open: the child reads the shared pages through it,
+                    // and its closing (exit, exec, a failed fork) frees the parent's slots.
+                    if ok {
+                        N_FORK_SHARED
+                            .fetch_add(slots.len() as u64 * PAGE as u64, Ordering::Relaxed);
+                    }
+                    note_fork_socket(p);
+                    // SAFETY: p is this library's end of the pair, handed over whole.
+                    let stream = unsafe {
+                        <std::os::unix::net::UnixStream as std::os::fd::FromRawFd>::from_raw_fd(p)
+                    };
+                    if let Err(e) = mm.serve_fork_child(stream, slots) {
+                        warn(&format!(
+                            "fork: {e}; the child cannot read the pages it shares"
+                        ));
+                    }
+                }
+                _ => sys::close(p),
+            }
         }
         for &pg in &fc.kept {
             sys::wipeonfork(pg, PAGE);
@@ -1125,7 +1352,6 @@ fn fork_receive(fc: &ForkCopy) -> u64 {
         }
         got += len as u64;
     }
-    sys::close(c);
     got
 }
 
@@ -1144,49 +1370,191 @@ const FORK_ADOPT_MIN: u64 = 8 << 20;
 /// start-up, which reads objects in the served heap (the locale bash and Python set up), and
 /// they are the threads that would serve a fault there. A range that cannot be adopted stays
 /// kernel memory, with a warning.
+///
+/// The pages the parent shared by slot (`shared`, over the socket `link`) are named in the
+/// adopted ranges' page tables and read from the parent when touched
+/// (`Mm::adopt_anon_inherited`). Where that cannot be done (no manager, a range not adopted),
+/// they are read from the parent now, into the kernel memory of the copy.
 fn fork_adopt(
     ranges: &[(usize, usize, usermm_vma::Kind, bool)],
     kept: &[usize],
     copied: u64,
+    shared: Vec<(usize, Vec<(u64, u64)>)>,
+    link: Option<(c_int, Vec<u64>)>,
 ) -> u64 {
-    if ranges.is_empty() || !active() || copied < FORK_ADOPT_MIN {
+    let link = link.filter(|(_, slots)| !slots.is_empty());
+    if ranges.is_empty() || !active() || (copied < FORK_ADOPT_MIN && link.is_none()) {
+        if let Some((fd, slots)) = &link {
+            fetch_shared(*fd, &shared, slots);
+        }
         return 0;
+    }
+    let mut inherit = None;
+    let mut link_fd = -1;
+    if let Some((fd, slots)) = &link {
+        // SAFETY: dup of the child's end of the pair; the link owns the new descriptor.
+        let dup = unsafe { libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, 0) };
+        if dup >= 0 {
+            // SAFETY: dup is a fresh descriptor of ours, handed over whole.
+            let stream = unsafe {
+                <std::os::unix::net::UnixStream as std::os::fd::FromRawFd>::from_raw_fd(dup)
+            };
+            // SAFETY: getppid has no preconditions.
+            let parent = unsafe { libc::getppid() } as u32;
+            let l = std::sync::Arc::new(usermm::swap::InheritLink::new(
+                parent,
+                stream,
+                slots.clone(),
+            ));
+            *INHERIT.lock() = Some(std::sync::Arc::clone(&l));
+            inherit = Some(l);
+            link_fd = dup;
+        }
+    }
+    let mm = manager();
+    *INHERIT.lock() = None;
+    let linked = match (&mm, &inherit) {
+        (Some(mm), Some(l)) => mm
+            .config()
+            .inherit
+            .as_ref()
+            .is_some_and(|x| std::sync::Arc::ptr_eq(x, l)),
+        _ => false,
+    };
+    if linked {
+        note_fork_socket(link_fd);
+    }
+    drop(inherit);
+    // The manager's threads have started (reading nothing shared: the locale and the
+    // environment were copied); the shared runs become ordinary memory again, to be named
+    // by the adoption below or read now.
+    for (start, v) in &shared {
+        for (i, n) in page_runs(v.iter().map(|&(i, _)| i)) {
+            sys::protect_rw(start + i as usize * PAGE, n as usize * PAGE);
+        }
     }
     // The stdio pages are shared copy-on-write with the parent; a write makes them this
     // child's own (reclaim cannot move a shared page).
     for &p in kept {
         sys::touch_write(p);
     }
-    let Some(mm) = manager() else {
+    let Some(mm) = mm else {
+        if let Some((fd, slots)) = &link {
+            fetch_shared(*fd, &shared, slots);
+        }
         return 0;
     };
     let _guard = Guard::enter();
     let mut adopted = 0;
+    let mut left: Vec<(usize, Vec<(u64, u64)>)> = Vec::new();
     for &(start, len, kind, noreserve) in ranges {
-        match mm.adopt_anon(start, len, noreserve) {
+        let mine = shared
+            .iter()
+            .find(|(s, _)| *s == start)
+            .map(|(_, v)| v.as_slice());
+        let r = match mine {
+            Some(v) if linked => mm.adopt_anon_inherited(start, len, noreserve, v),
+            _ => mm.adopt_anon(start, len, noreserve),
+        };
+        match r {
             Ok(r) => {
                 sys::wipeonfork(start, r.len());
                 note_mapped(r.len() as i64);
                 adopted += r.len() as u64;
                 SPACE.insert(r, kind);
+                if let (Some(v), false) = (mine, linked) {
+                    left.push((start, v.to_vec()));
+                }
             }
-            Err(e) => warn(&format!(
-                "fork: this child's manager cannot adopt its copy of {len} bytes at {start:#x} ({e}); they stay kernel memory, outside the budget"
-            )),
+            Err(e) => {
+                warn(&format!(
+                    "fork: this child's manager cannot adopt its copy of {len} bytes at {start:#x} ({e}); they stay kernel memory, outside the budget"
+                ));
+                if let Some(v) = mine {
+                    left.push((start, v.to_vec()));
+                }
+            }
         }
     }
+    if let Some((fd, slots)) = &link {
+        // Pages of ranges not adopted are read now, before the program runs (nothing else
+        // uses the socket yet); the link keeps its own descriptor.
+        if left.is_empty() {
+            sys::close(*fd);
+        } else {
+            fetch_shared(*fd, &left, slots);
+        }
+    }
+    N_FORK_INHERITED.store(
+        link.as_ref()
+            .map_or(0, |(_, s)| s.len() as u64 * PAGE as u64),
+        Ordering::Relaxed,
+    );
     adopted
+}
+
+/// Reads every page the parent shared by slot into the child's copy now (kernel memory),
+/// through the socket `fd`, which it then closes: the fallback where no manager of this child
+/// takes them over. A parent that stopped answering leaves the child unable to run: it exits.
+fn fetch_shared(fd: c_int, shared: &[(usize, Vec<(u64, u64)>)], slots: &[u64]) {
+    use usermm::swap::inherit::{MAX_REQUEST, OP_READ};
+    for (start, v) in shared {
+        // The whole range: its length is not needed, the pages named are inside it.
+        for chunk in v.chunks(MAX_REQUEST) {
+            let mut req: Vec<u64> = Vec::with_capacity(chunk.len() + 1);
+            req.push(u64::from(OP_READ) | ((chunk.len() as u64) << 32));
+            req.extend(chunk.iter().map(|&(_, k)| slots[k as usize]));
+            let mut hdr = [0u32; 2];
+            let ok = sys::send_all(fd, req.as_ptr() as *const u8, req.len() * 8)
+                && sys::recv_all(fd, hdr.as_mut_ptr() as *mut u8, 8)
+                && hdr[0] == 0
+                && hdr[1] as usize == chunk.len()
+                && chunk.iter().all(|&(i, _)| {
+                    let a = start + i as usize * PAGE;
+                    sys::protect_rw(a, PAGE);
+                    sys::recv_all(fd, a as *mut u8, PAGE)
+                });
+            if !ok {
+                warn("fork: the parent stopped sending the pages it shares with this child; the child cannot run");
+                sys::exit_now(127);
+            }
+        }
+    }
+    sys::close(fd);
 }
 
 extern "C" fn fork_child() {
     // The parent's manager has no threads here and its userfaultfd belongs to the parent's
     // address space: forget it without running any of its code. Managed memory was not
-    // inherited (MADV_DONTFORK): the parent sends a copy of it.
+    // inherited (MADV_DONTFORK): the parent sends a copy of it, and shares its swapped pages.
+    close_fork_sockets();
     let mut adopt = Vec::new();
     let mut kept = Vec::new();
+    let mut shared = Vec::new();
+    let mut link = None;
     let got = match FORK.lock().take() {
         Some(fc) => {
             let got = fork_receive(&fc);
+            if let Some((_, c)) = fc.fds {
+                match recv_shared(c) {
+                    Some((table, slots)) if !slots.is_empty() => {
+                        // Until the manager names them, the shared pages are holes of kernel
+                        // memory: no access may read them as zeros.
+                        for (start, v) in &table {
+                            for (i, n) in page_runs(v.iter().map(|&(i, _)| i)) {
+                                sys::protect_none(start + i as usize * PAGE, n as usize * PAGE);
+                            }
+                        }
+                        shared = table;
+                        link = Some((c, slots));
+                    }
+                    Some(_) => sys::close(c),
+                    None => {
+                        warn("fork: the parent stopped sending its memory; the child cannot run");
+                        sys::exit_now(127);
+                    }
+                }
+            }
             adopt = fc
                 .ranges
                 .iter()
@@ -1233,7 +1601,11 @@ extern "C" fn fork_child() {
         c.store(0, Ordering::Relaxed);
     }
     N_FORK_COPY.store(got, Ordering::Relaxed);
-    N_FORK_ADOPTED.store(fork_adopt(&adopt, &kept, got), Ordering::Relaxed);
+    N_FORK_SHARED.store(0, Ordering::Relaxed);
+    N_FORK_ADOPTED.store(
+        fork_adopt(&adopt, &kept, got, shared, link),
+        Ordering::Relaxed,
+    );
 }
 
 /// mimalloc's settings for memory that usermm manages: arenas committed at once (read-write
@@ -1271,6 +1643,9 @@ extern "C" fn init() {
         };
         THRESHOLD.store(t, Ordering::Relaxed);
         configure_heap();
+        if log::set_logger(&ERROR_LOG).is_ok() {
+            log::set_max_level(log::LevelFilter::Error);
+        }
         sys::atfork(fork_prepare, fork_parent, fork_child);
         STATE.store(1, Ordering::Release);
     });
@@ -1328,6 +1703,8 @@ fn stats_json() -> serde_json::Value {
         "unmanaged_brk_bytes": N_BRK.load(Ordering::Relaxed),
         "fork_copy_bytes": N_FORK_COPY.load(Ordering::Relaxed),
         "fork_adopted_bytes": N_FORK_ADOPTED.load(Ordering::Relaxed),
+        "fork_shared_bytes": N_FORK_SHARED.load(Ordering::Relaxed),
+        "fork_inherited_bytes": N_FORK_INHERITED.load(Ordering::Relaxed),
         "managed_mmaps": N_MMAP.load(Ordering::Relaxed),
         "mremap_moved": N_MREMAP_MOVED.load(Ordering::Relaxed),
         "enomem": N_ENOMEM.load(Ordering::Relaxed),
@@ -1338,7 +1715,32 @@ fn stats_json() -> serde_json::Value {
     })
 }
 
+/// Before this process goes: fork children still sharing its swapped pages get them in a
+/// file of their own (`Mm::hand_over_fork_children`), or they would lose them.
+fn hand_over_to_children() {
+    if N_FORK_SHARED.load(Ordering::Relaxed) > 0 {
+        let _guard = Guard::enter();
+        Mm::hand_over_fork_children(std::time::Duration::from_secs(60));
+    }
+}
+
+/// `_exit(2)` skips the destructors: the hand-over to fork children happens here too (a
+/// Python worker's `os._exit`, a C program's `_exit`). glibc's own internal calls to `_exit`
+/// (`daemon(3)`'s parent) do not come through here.
+#[no_mangle]
+pub extern "C" fn _exit(code: c_int) -> ! {
+    let _ = catch_unwind(hand_over_to_children);
+    sys::exit_group(code)
+}
+
+/// `_Exit(3)`: as [`_exit`].
+#[no_mangle]
+pub extern "C" fn _Exit(code: c_int) -> ! {
+    _exit(code)
+}
+
 extern "C" fn fini() {
+    let _ = catch_unwind(hand_over_to_children);
     let _ = catch_unwind(|| {
         let _guard = Guard::enter();
         let Some(path) = std::env::var_os("USERMM_RUN_STATS") else {

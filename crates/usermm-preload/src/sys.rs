@@ -184,6 +184,17 @@ pub fn nohugepage(addr: usize, len: usize) {
     raw_madvise(addr as *mut c_void, len, libc::MADV_NOHUGEPAGE);
 }
 
+/// PROT_NONE on `[addr, addr+len)`: a fork child's range whose shared pages are not named by
+/// its manager yet (an access is a loud SIGSEGV, never a silent read of zeros).
+pub fn protect_none(addr: usize, len: usize) {
+    raw_mprotect(addr as *mut c_void, len, libc::PROT_NONE);
+}
+
+/// Read-write again (see [`protect_none`]).
+pub fn protect_rw(addr: usize, len: usize) {
+    raw_mprotect(addr as *mut c_void, len, libc::PROT_READ | libc::PROT_WRITE);
+}
+
 /// Reads one byte at `addr` and writes it back: a page shared copy-on-write with the parent
 /// becomes this process's own.
 pub fn touch_write(addr: usize) {
@@ -462,12 +473,22 @@ pub fn recv_all(fd: c_int, mut p: *mut u8, mut n: usize) -> bool {
     }
     true
 }
-/// Copies n bytes from `src` (managed memory: faults are served by the manager's threads) to
-/// `dst` (a private buffer).
-pub fn copy_out(src: usize, dst: *mut u8, n: usize) {
-    // SAFETY: src is live managed memory of this process (a populated range of a region that
-    // the locked Space holds), dst a private buffer of at least n bytes; they do not overlap.
-    unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst, n) };
+/// The inode of open descriptor `fd` (None if it is not open): tells a descriptor this
+/// library recorded from a later one that reused its number.
+pub fn fd_ino(fd: c_int) -> Option<u64> {
+    // SAFETY: fstat writes into a zeroed stat buffer of ours.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        (libc::fstat(fd, &mut st) == 0).then_some(st.st_ino)
+    }
+}
+/// The exit_group system call: ends every thread of the process, running nothing.
+pub fn exit_group(code: c_int) -> ! {
+    // SAFETY: exit_group does not return.
+    unsafe {
+        libc::syscall(libc::SYS_exit_group, code);
+    }
+    unreachable!("exit_group returned")
 }
 pub fn exit_now(code: c_int) -> ! {
     // SAFETY: _exit ends the process at once.
@@ -488,6 +509,66 @@ const FILE_PLUS_SIZE: usize = 224;
 const FILE_LOCK_SIZE: usize = 16;
 /// A bound on the list walk (a list this long or a cycle is not glibc's).
 const MAX_FILES: usize = 1 << 16;
+
+/// The byte ranges of the global locale's data that a new thread reads as it starts
+/// (`__ctype_init`: the LC_CTYPE data), with the other categories' data and names: objects
+/// `setlocale` allocated on the heap, which a fork child's manager threads read before the
+/// child's copy of the heap is managed. Found through a duplicate of the global locale
+/// (glibc's `struct __locale_struct`: 13 category data pointers, three ctype table pointers,
+/// 13 name pointers; public in `<bits/types/__locale_t.h>`).
+pub fn locale_objects() -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    // SAFETY: duplocale returns a new locale object or null; the struct's first 29 words are
+    // the pointers described above, read while we own the object; it is freed before return.
+    unsafe {
+        // LC_GLOBAL_LOCALE is ((locale_t) -1L) in <locale.h>.
+        let d = libc::duplocale(usize::MAX as libc::locale_t);
+        if d.is_null() {
+            return out;
+        }
+        let w = d as *const usize;
+        for i in (0..13).chain(16..29) {
+            let p = std::ptr::read(w.add(i));
+            // A category's `struct __locale_data` and its values array, or a name (a short
+            // string; its first page). Only the addresses are used: nothing is dereferenced.
+            if p >= 1 << 16 {
+                out.push((p, if i < 13 { 2 * 4096 } else { 64 }));
+            }
+        }
+        libc::freelocale(d);
+    }
+    out
+}
+
+extern "C" {
+    static environ: *const *const libc::c_char;
+}
+
+/// The byte ranges of the environment (the `environ` array and its strings): a fork child's
+/// new manager reads its settings there (`USERMM_*`), and `setenv` puts strings on the heap.
+pub fn environ_objects() -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    // SAFETY: environ is glibc's NULL-terminated array of NUL-terminated strings; only this
+    // thread runs the fork's prepare handler, and the program's other threads must not
+    // change the environment while one forks (POSIX).
+    unsafe {
+        let e = environ;
+        if e.is_null() {
+            return out;
+        }
+        let mut n = 0;
+        while n < (1 << 16) {
+            let p = std::ptr::read(e.add(n));
+            if p.is_null() {
+                break;
+            }
+            out.push((p as usize, libc::strlen(p) + 1));
+            n += 1;
+        }
+        out.push((e as usize, (n + 1) * std::mem::size_of::<usize>()));
+    }
+    out
+}
 
 /// The byte ranges glibc's fork touches in the child for every open stdio stream: each FILE
 /// and the lock it points to, found by walking the list as glibc does (`_IO_list_all`,

@@ -18,6 +18,7 @@
 pub mod error;
 pub mod forkguard;
 pub mod mem;
+pub mod net;
 pub mod pagemap;
 pub mod ring;
 pub mod sigbus;

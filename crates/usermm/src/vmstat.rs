@@ -31,6 +31,7 @@ items! {
     NrWriteback = "nr_writeback",
     NrZeroPageMapped = "nr_zero_page_mapped",
     NrSwapUsed = "nr_swap_used",
+    NrSwapShared = "nr_swap_shared",
     NrIsolatedAnon = "nr_isolated_anon",
     NrIsolatedFile = "nr_isolated_file",
     NrActiveFile = "nr_active_file",
@@ -168,6 +169,14 @@ items! {
     RedisErrors = "redis_errors",
     RedisMissingKeys = "redis_missing_keys",
     RedisReadRetries = "redis_read_retries",
+    ForkSwapShared = "fork_swap_shared",
+    ForkCopyDirect = "fork_copy_direct",
+    ForkCopyFaulted = "fork_copy_faulted",
+    ForkSwapHandover = "fork_swap_handover",
+    ForkSwapInherited = "fork_swap_inherited",
+    ForkSwapHeld = "fork_swap_held",
+    ForkSwapReads = "fork_swap_reads",
+    ForkSwapReadPages = "fork_swap_read_pages",
 }
 
 /// The live counters of one memory manager.

@@ -93,6 +93,10 @@ pub struct MmConfig {
     /// group, and it reclaims when the group nears its limit (memcontrol.rs). None: the budget
     /// is this manager's alone.
     pub group: Option<std::path::PathBuf>,
+    /// A fork child's link to the parent whose swapped pages it shares (mm/fork.rs,
+    /// swap/inherit.rs): the swap device is opened that many pages larger and its last
+    /// slots stand for the shared ones. None: a manager of its own.
+    pub inherit: Option<Arc<crate::swap::InheritLink>>,
 }
 
 impl MmConfig {
@@ -124,6 +128,7 @@ impl MmConfig {
             swap_keep: false,
             swap_sparse: false,
             group: None,
+            inherit: None,
         }
     }
 
@@ -490,7 +495,16 @@ impl Mm {
     /// of the same size, and [`EnvManager::swap_note`] says so. (A manager configured
     /// explicitly with a path in use fails instead.)
     pub fn from_env() -> Result<EnvManager> {
-        let cfg = MmConfig::from_env()?;
+        Self::from_env_inheriting(None)
+    }
+
+    /// [`Mm::from_env`] for a fork child that shares its parent's swapped pages through
+    /// `inherit` ([`MmConfig::inherit`]).
+    pub fn from_env_inheriting(
+        inherit: Option<Arc<crate::swap::InheritLink>>,
+    ) -> Result<EnvManager> {
+        let mut cfg = MmConfig::from_env()?;
+        cfg.inherit = inherit;
         let busy = |e: &Error| matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::ResourceBusy);
         match Mm::new(cfg.clone()) {
             Err(e) if busy(&e) && cfg.swap.file_path().is_some() => {
@@ -523,8 +537,27 @@ impl Mm {
         let wmark = cfg
             .watermarks
             .unwrap_or_else(|| Watermarks::scaled(nr_frames));
-        let dev = cfg
-            .swap
+        let inherit = cfg.inherit.as_ref().filter(|l| !l.is_empty());
+        let swap_cfg = match inherit {
+            None => cfg.swap.clone(),
+            Some(link) => cfg
+                .swap
+                .grown(link.len() * PAGE_SIZE as u64)
+                .ok_or_else(|| {
+                    Error::io(
+                        "sharing the parent's swapped pages",
+                        std::io::Error::new(
+                            std::io::ErrorKind::InvalidInput,
+                            format!(
+                                "{} pages were shared at fork, but this process's swap ({:?}) cannot hold them; give it a swap device (USERMM_SWAP)",
+                                link.len(),
+                                cfg.swap
+                            ),
+                        ),
+                    )
+                })?,
+        };
+        let dev = swap_cfg
             .open_for_budget(
                 cfg.budget,
                 crate::swap::FileSwapOptions {
@@ -539,7 +572,17 @@ impl Mm {
                 _ => Error::io("opening the swap device", e),
             })?;
         let writeback_tags = !cfg.settings.is_new(crate::Switch::SwapcacheWritebackTags);
+        let dev = match (dev, inherit) {
+            (Some(d), Some(link)) => Some(Arc::new(
+                crate::swap::InheritedSwap::new(d, Arc::clone(link))
+                    .map_err(|e| Error::io("sharing the parent's swapped pages", e))?,
+            ) as Arc<dyn crate::swap::SwapDevice>),
+            (d, _) => d,
+        };
         let swap = dev.map(|d| SwapState::new(d, writeback_tags));
+        if let (Some(sw), Some(link)) = (&swap, inherit) {
+            sw.slots.reserve(link.base(), link.len());
+        }
         let swap_pages = swap.as_ref().map_or(0, |s| s.slots.nr_pages());
         let wanted = uffd::feature::MOVE
             | uffd::feature::POISON
@@ -727,6 +770,90 @@ impl Mm {
         super::mmap::adopt_anon(self, addr, len, noreserve)
     }
 
+    /// fork(2), parent's side: the swapped pages among the first `len` bytes of `region`
+    /// (except the page indexes in `except`, sorted) are shared with a child by their slots
+    /// (`swap_duplicate`; mm/fork.rs), so the fork reads none of them. Returns (page index, slot) in page order; hand the slots to
+    /// [`Mm::serve_fork_child`] (which gives them back when the child is done) and the list to
+    /// the child ([`MmConfig::inherit`], [`Mm::adopt_anon_inherited`]).
+    pub fn share_swapped_for_fork(
+        &self,
+        region: &Region,
+        len: usize,
+        except: &[u64],
+    ) -> Vec<(u64, u64)> {
+        let npages = (len / PAGE_SIZE) as u64;
+        super::fork::share_swapped(self.inner(), &region.r, npages, except)
+            .into_iter()
+            .map(|(i, s)| (i.raw(), s.offset()))
+            .collect()
+    }
+
+    /// Gives back shares [`Mm::share_swapped_for_fork`] took, for a child that will not get
+    /// them (the fork failed, or the range is copied instead).
+    pub fn unshare_swapped_for_fork(&self, slots: impl IntoIterator<Item = u64>) {
+        super::fork::put_shared(self.inner(), slots);
+    }
+
+    /// fork(2), parent's side: copies bytes `[off, off + buf.len())` of `region` (page-aligned)
+    /// into `buf` for the child, from the view or the frame pool under each page's lock where
+    /// the page is resident, faulting in only the rest (a swapped page not shared by slot).
+    /// Returns how many pages were faulted in.
+    pub fn copy_for_fork(&self, region: &Region, off: usize, buf: &mut [u8]) -> Result<u64> {
+        if !off.is_multiple_of(PAGE_SIZE)
+            || !buf.len().is_multiple_of(PAGE_SIZE)
+            || off + buf.len() > region.len()
+        {
+            return Err(Error::io(
+                "copying memory for a fork child",
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!(
+                        "{} bytes at offset {off} of a region of {}: give whole pages inside it",
+                        buf.len(),
+                        region.len()
+                    ),
+                ),
+            ));
+        }
+        super::fork::copy_for_fork(self.inner(), &region.r, off, buf)
+    }
+
+    /// Serves a fork child's reads of the `shared` slots (from
+    /// [`Mm::share_swapped_for_fork`]) over `stream` on a thread of its own, until the child
+    /// closes it (exit, exec, SIGKILL); then every slot it still shared loses its use. The
+    /// thread keeps the swap device alive as long as the child needs it.
+    pub fn serve_fork_child(
+        &self,
+        stream: std::os::unix::net::UnixStream,
+        shared: Vec<u64>,
+    ) -> Result<()> {
+        super::fork::serve_child(Arc::clone(&self.h.inner), stream, shared)
+            .map_err(|e| Error::io("starting the thread that serves a fork child", e))
+    }
+
+    /// This process is about to exit or exec: the fork children still sharing swapped pages
+    /// with any manager of it get those pages in a file of their own (written now), so they
+    /// keep their memory after this process is gone. Waits at most `timeout`; returns how
+    /// many children were handed their pages. A process killed outright cannot do this: its
+    /// children then get SIGBUS, with a message, on the pages they had not read yet.
+    pub fn hand_over_fork_children(timeout: Duration) -> usize {
+        super::fork::hand_over_all(timeout)
+    }
+
+    /// [`Mm::adopt_anon`] for a fork child whose manager shares its parent's swapped pages
+    /// ([`MmConfig::inherit`]): page `idx` of each `(idx, k)` of `inherited` names the `k`-th
+    /// shared slot and is read from the parent when first touched.
+    pub fn adopt_anon_inherited(
+        &self,
+        addr: usize,
+        len: usize,
+        noreserve: bool,
+        inherited: &[(u64, u64)],
+    ) -> Result<Region> {
+        let v: Vec<(PgOff, u64)> = inherited.iter().map(|&(i, k)| (PgOff::new(i), k)).collect();
+        super::fork::adopt_anon_inherited(self, addr, len, noreserve, &v)
+    }
+
     /// A snapshot of the counters, named as in `/proc/vmstat`.
     pub fn vmstat(&self) -> Vmstat {
         let m = self.inner();
@@ -734,6 +861,7 @@ impl Mm {
         m.vm.set(Item::UffdMoveUnreported, m.mm.uffd.move_unreported());
         if let Some(s) = &m.swap {
             m.vm.set(Item::NrSwapUsed, s.slots.nr_pages() - s.slots.nr_free());
+            m.vm.set(Item::NrSwapShared, s.nr_shared());
             // The tiers' own counters (zswap's), summed where two tiers share a name.
             let mut sums: Vec<(&'static str, u64)> = Vec::new();
             for (_, counters) in crate::swap::tiers(&s.dev) {

@@ -44,6 +44,8 @@ pub mod file;
 #[cfg(not(loom))]
 pub mod filemap;
 #[cfg(not(loom))]
+pub(crate) mod fork;
+#[cfg(not(loom))]
 pub mod fs;
 #[cfg(not(loom))]
 pub mod handler;

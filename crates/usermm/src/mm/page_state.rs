@@ -425,6 +425,12 @@ pub trait ReclaimEnv {
     fn evicted(&self, entry: SwapEntry);
     /// `swap_free`: releases `entry`.
     fn swap_free(&self, entry: SwapEntry);
+    /// Whether slot `entry` has other users (a fork child's share): its contents must not be
+    /// rewritten.
+    fn swap_shared(&self, entry: SwapEntry) -> bool {
+        let _ = entry;
+        false
+    }
     /// Returns reclaimed frames to the free frames.
     fn free_frames(&self, frames: &[Pfn]);
 }
@@ -481,6 +487,15 @@ pub fn add_to_swap(
     keep: &mut Vec<Pfn>,
 ) -> Vec<Pfn> {
     reclaim.sort_unstable_by_key(|&f| pages[f].owner());
+    for &f in &reclaim {
+        // A dirty page whose slot another process shares (`swap_duplicate` at fork) gives
+        // this user's share back and takes a slot of its own: the shared copy is the other's.
+        let p = &pages[f];
+        if p.test(pg::SWAPCACHE) && p.test(pg::DIRTY) && env.swap_shared(p.swap_entry()) {
+            env.swap_free(p.swap_entry());
+            p.clear(pg::SWAPCACHE);
+        }
+    }
     let need: Vec<Pfn> = reclaim
         .iter()
         .copied()

@@ -33,6 +33,14 @@ pub struct SwapState {
     pub dev: Arc<dyn SwapDevice>,
     pub slots: SwapSlots,
     spaces: Vec<AddressSpace>,
+    /// The slots with more than one user, and how many users beyond the first (the counts of
+    /// Linux's `swap_map` above 1): a fork child's share of its parent's swapped pages
+    /// (`swap_duplicate`, mm/fork.rs). Such a slot's contents never change; `swap_free` by
+    /// any user but the last only drops a count. Empty unless the process forked.
+    dup: crate::sync::Mutex<std::collections::HashMap<u64, u32>>,
+    /// Whether `dup` has ever held a slot (a relaxed flag so `swap_free` of a process that
+    /// never forked takes no lock).
+    shared: crate::sync::AtomicBool,
 }
 
 impl std::fmt::Debug for SwapState {
@@ -70,6 +78,8 @@ impl SwapState {
         SwapState {
             dev,
             slots,
+            dup: crate::sync::Mutex::new(std::collections::HashMap::new()),
+            shared: crate::sync::AtomicBool::new(false),
             spaces: (0..n)
                 .map(|i| {
                     let mut space =
@@ -128,10 +138,74 @@ impl SwapState {
         }
     }
 
+    /// `swap_duplicate`: one more user of the allocated slot `entry` (a fork child's share of a
+    /// swapped page). The slot is freed when its last user frees it. False if `entry` is not
+    /// allocated.
+    pub fn swap_duplicate(&self, entry: SwapEntry) -> bool {
+        if !self.slots.is_allocated(entry.offset()) {
+            return false;
+        }
+        self.shared.store(true, Ordering::Relaxed);
+        *self.dup.lock().entry(entry.offset()).or_insert(0) += 1;
+        true
+    }
+
+    /// Whether slot `entry` has more than one user (its contents must not be rewritten: a
+    /// dirty page that held it takes a new slot).
+    pub fn swap_shared(&self, entry: SwapEntry) -> bool {
+        self.shared.load(Ordering::Relaxed) && self.dup.lock().contains_key(&entry.offset())
+    }
+
+    /// Slots with more than one user (`swap_duplicate`), for the counters.
+    pub fn nr_shared(&self) -> u64 {
+        if !self.shared.load(Ordering::Relaxed) {
+            return 0;
+        }
+        self.dup.lock().len() as u64
+    }
+
+    /// Drops one user of `entry` if it has several; true if it did (the slot stays).
+    fn put_duplicate(&self, entry: SwapEntry) -> bool {
+        if !self.shared.load(Ordering::Relaxed) {
+            return false;
+        }
+        let mut dup = self.dup.lock();
+        match dup.get_mut(&entry.offset()) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                true
+            }
+            Some(_) => {
+                dup.remove(&entry.offset());
+                true
+            }
+            None => false,
+        }
+    }
+
     /// `swap_free`: releases an entry: removes it from the cache if present, frees its slot and
-    /// lets the device drop its contents.
+    /// lets the device drop its contents. A slot with other users (`swap_duplicate`) only
+    /// loses this user (the page table's, or its cached page's): that page leaves the swap
+    /// cache, the slot and its contents stay.
     pub fn swap_free(&self, entry: SwapEntry, vm: &Counters) {
         self.delete_from_cache(entry, vm);
+        if self.put_duplicate(entry) {
+            return;
+        }
+        self.free_slot(entry, vm);
+    }
+
+    /// Drops a use of `entry` taken by [`SwapState::swap_duplicate`] by a user that has no
+    /// page in the swap cache (a fork child, a fork's copy): the slot is freed if this was its
+    /// last use; a page of another user cached under it stays cached.
+    pub fn swap_put(&self, entry: SwapEntry, vm: &Counters) {
+        if !self.put_duplicate(entry) {
+            self.delete_from_cache(entry, vm);
+            self.free_slot(entry, vm);
+        }
+    }
+
+    fn free_slot(&self, entry: SwapEntry, vm: &Counters) {
         self.space(entry)
             .shadows
             .forget(entry.cache_index(), entry.next().cache_index());

@@ -536,6 +536,9 @@ impl ReclaimEnv for NodeReclaimEnv<'_> {
     fn swap_free(&self, entry: SwapEntry) {
         self.sw.swap_free(entry, &self.m.vm);
     }
+    fn swap_shared(&self, entry: SwapEntry) -> bool {
+        self.sw.swap_shared(entry)
+    }
     fn free_frames(&self, frames: &[Pfn]) {
         pool::recycle_frames(self.m, frames);
     }

@@ -788,6 +788,85 @@ fn ram_swap() {
     conformance(&dev);
 }
 
+/// A fork parent for [`InheritedSwap`]'s tests: answers the wire protocol of
+/// `swap/inherit.rs` from `dev`, for the slots in `held`, until the socket closes; returns the
+/// slots released.
+fn fake_fork_parent(
+    dev: Arc<dyn SwapDevice>,
+    mut s: std::os::unix::net::UnixStream,
+    held: Vec<u64>,
+) -> std::thread::JoinHandle<Vec<u64>> {
+    use super::inherit::{recv_header, recv_slots, OP_READ, OP_RELEASE};
+    use std::io::Write;
+    std::thread::spawn(move || {
+        let buf = pool(1);
+        let mut released = Vec::new();
+        while let Ok((op, n)) = recv_header(&mut s) {
+            let Ok(slots) = recv_slots(&mut s, n as usize) else {
+                break;
+            };
+            match op {
+                OP_RELEASE => released.extend(slots),
+                OP_READ => {
+                    let mut data = vec![0u8; slots.len() * P];
+                    for (i, &x) in slots.iter().enumerate() {
+                        assert!(held.contains(&x), "read of a slot never shared: {x}");
+                        dev.read_pages(x, &buf, &[0]).unwrap();
+                        buf.read_bytes(0, &mut data[i * P..(i + 1) * P]).unwrap();
+                    }
+                    let mut h = [0u8; 8];
+                    h[4..].copy_from_slice(&n.to_ne_bytes());
+                    if s.write_all(&h).and_then(|()| s.write_all(&data)).is_err() {
+                        break;
+                    }
+                }
+                _ => panic!("unknown request {op}"),
+            }
+        }
+        released
+    })
+}
+
+#[test]
+fn inherited_swap() {
+    use super::{InheritLink, InheritedSwap};
+    // The parent's device holds pages in slots 100..116 (seed 5); the child's device (64
+    // slots) stands for them in its last 16.
+    let parent = Arc::new(RamSwap::new(256 * P as u64).unwrap()) as Arc<dyn SwapDevice>;
+    let src = pool(16);
+    for i in 0..16 {
+        fill(&src, i * P, 100 + i as u64, 5);
+    }
+    let offs: Vec<usize> = (0..16).map(|i| i * P).collect();
+    parent.write_pages(100, &src, &offs).unwrap();
+    let shared: Vec<u64> = (100..116).collect();
+    let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+    let served = fake_fork_parent(Arc::clone(&parent), a, shared.clone());
+    let link = Arc::new(InheritLink::new(1, b, shared));
+    let own = Arc::new(RamSwap::new(SIZE).unwrap()) as Arc<dyn SwapDevice>;
+    let dev = InheritedSwap::new(own, Arc::clone(&link)).unwrap();
+    assert_eq!(link.base(), NR - 16);
+    // An inherited slot reads the parent's page; several in one call are one request.
+    let dst = pool(16);
+    dev.read_pages(NR - 16, &dst, &offs).unwrap();
+    for i in 0..16 {
+        check(&dst, i * P, 100 + i as u64, 5, "inherited slot");
+    }
+    assert_eq!(dev.counters()[3], ("fork_swap_read_pages", 16));
+    // Freed (or written) inherited slots are released to the parent and are the child's own.
+    dev.invalidate(NR - 16);
+    assert_eq!(link.nr_live(), 15);
+    // The suite: every slot then behaves as a plain device's (writes make inherited slots the
+    // child's own).
+    conformance(&dev);
+    assert_eq!(link.nr_live(), 0);
+    drop(dev);
+    drop(link);
+    let mut released = served.join().unwrap();
+    released.sort_unstable();
+    assert_eq!(released, (100..116).collect::<Vec<u64>>());
+}
+
 #[test]
 fn ram_swap_allocates_on_demand() {
     // 1 GiB of slots costs nothing until written.

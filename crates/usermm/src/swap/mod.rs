@@ -22,6 +22,7 @@ mod conformance;
 pub mod crypt;
 pub mod faulty;
 pub mod file;
+pub mod inherit;
 pub mod ram;
 pub mod redis;
 mod slots;
@@ -29,6 +30,7 @@ pub mod zswap;
 
 pub use faulty::FaultySwap;
 pub use file::{FileSwap, FileSwapOptions};
+pub use inherit::{InheritLink, InheritedSwap};
 pub use ram::RamSwap;
 pub use redis::{RedisConfig, RedisSwap, RedisTls};
 pub use slots::{SwapSlots, SWAPFILE_CLUSTER};
@@ -304,6 +306,31 @@ impl SwapConfig {
 
     /// The swap capacity in bytes this configuration asks for (0 for none or a caller-built
     /// device).
+    /// The same device `extra` bytes larger (a fork child's device, with room for the slots it
+    /// shares with its parent: `swap/inherit.rs`). None for no swap and a prebuilt device,
+    /// which cannot grow.
+    pub fn grown(&self, extra: u64) -> Option<SwapConfig> {
+        Some(match self {
+            SwapConfig::File { path, size } => SwapConfig::File {
+                path: path.clone(),
+                size: size.checked_add(extra)?,
+            },
+            SwapConfig::Ram { size } => SwapConfig::Ram {
+                size: size.checked_add(extra)?,
+            },
+            SwapConfig::Zswap { zswap, lower } => SwapConfig::Zswap {
+                zswap: *zswap,
+                lower: Box::new(lower.grown(extra)?),
+            },
+            SwapConfig::Redis(r) => {
+                let mut r = r.clone();
+                r.size = r.size.checked_add(extra)?;
+                SwapConfig::Redis(r)
+            }
+            SwapConfig::None | SwapConfig::Device(_) => return None,
+        })
+    }
+
     pub fn size(&self) -> u64 {
         match self {
             SwapConfig::File { size, .. } | SwapConfig::Ram { size } => *size,

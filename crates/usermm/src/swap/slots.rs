@@ -161,6 +161,27 @@ impl SwapSlots {
         got
     }
 
+    /// Marks the free slots `[start, start+n)` allocated (a swap device that starts with data
+    /// in them: the slots a fork child inherits, see `swap/inherit.rs`). Returns how many were
+    /// free and are now allocated; a slot already allocated, or past the end, is left as it is.
+    pub fn reserve(&self, start: u64, n: u64) -> u64 {
+        let end = start.saturating_add(n).min(self.nr_pages);
+        let mut inner = self.inner.lock();
+        let mut got = 0;
+        for slot in start..end {
+            let word = (slot / 64) as usize;
+            let bit = 1u64 << (slot % 64);
+            if inner.bitmap[word] & bit == 0 {
+                inner.bitmap[word] |= bit;
+                inner.used[(slot / SWAPFILE_CLUSTER) as usize] += 1;
+                got += 1;
+            }
+        }
+        // A cluster filled up here stays queued; `pick_cluster` skips full ones.
+        self.nr_free.fetch_sub(got, Ordering::Relaxed);
+        got
+    }
+
     /// Frees `slot` like [`SwapSlots::free`], except that a cluster this leaves wholly free is
     /// returned instead of queued for allocation: the caller discards it on the device and then
     /// calls [`SwapSlots::discard_done`].
@@ -322,6 +343,27 @@ mod tests {
         s.discard_done(0);
         let c = alloc_vec(&s, 3);
         assert_eq!(c, vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn reserved_slots_are_never_handed_out_until_freed() {
+        let s = SwapSlots::new(3 * SWAPFILE_CLUSTER);
+        assert_eq!(s.reserve(100, 2 * SWAPFILE_CLUSTER), 2 * SWAPFILE_CLUSTER);
+        assert_eq!(
+            s.reserve(100, 1),
+            0,
+            "an allocated slot is not reserved twice"
+        );
+        assert_eq!(s.nr_free(), SWAPFILE_CLUSTER);
+        let got: BTreeSet<u64> = alloc_vec(&s, 3 * SWAPFILE_CLUSTER.usize())
+            .into_iter()
+            .collect();
+        assert_eq!(got.len(), SWAPFILE_CLUSTER.usize());
+        assert!(got
+            .iter()
+            .all(|&x| !(100..100 + 2 * SWAPFILE_CLUSTER).contains(&x)));
+        s.free(150);
+        assert_eq!(alloc_vec(&s, 1), vec![150]);
     }
 
     #[test]

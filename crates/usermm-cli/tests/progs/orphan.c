@@ -1,0 +1,47 @@
+/*
+ * orphan.c: a fork child that outlives its parent under `usermm run`. The parent fills a MiB
+ * buffer (mostly swapped out at a small budget) and forks; the child waits until the parent
+ * is gone, then checks every word and writes "orphan ok" (or what was wrong) to OUT. The
+ * parent ends with exit(3), _exit(2), or SIGKILL ("kill", 0.3 s after the fork): an exiting
+ * parent hands the pages it shares with the child over; a killed one cannot, and the child
+ * must then die of SIGBUS with a message, never read zeros.
+ *
+ *   orphan MiB OUT exit|_exit|kill
+ */
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MIB (1u << 20)
+
+static uint64_t val(size_t i) { return (i * 0x9e3779b97f4a7c15ull) ^ 0x55; }
+
+int main(int argc, char **argv) {
+    if (argc < 4) return 2;
+    size_t n = strtoull(argv[1], NULL, 10) * MIB / 8;
+    uint64_t *p = malloc(n * 8);
+    if (!p) return 1;
+    for (size_t i = 0; i < n; i++) p[i] = val(i);
+    pid_t parent = getpid();
+    fflush(stdout);
+    if (fork() == 0) {
+        while (getppid() == parent) usleep(10000);
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++) bad += p[i] != val(i);
+        FILE *f = fopen(argv[2], "w");
+        if (!f) _exit(3);
+        if (bad) fprintf(f, "orphan FAILED: %zu words wrong\n", bad);
+        else fprintf(f, "orphan ok\n");
+        fclose(f);
+        exit(0);
+    }
+    if (!strcmp(argv[3], "kill")) {
+        usleep(300 * 1000);
+        kill(getpid(), SIGKILL);
+    }
+    if (!strcmp(argv[3], "_exit")) _exit(0);
+    return 0;
+}

@@ -1,0 +1,441 @@
+//! fork(2) without reading swapped-out memory: a parent's swapped pages are shared with the
+//! child by their swap slots, as `copy_nonpresent_pte` shares them in mm/memory.c
+//! (`swap_duplicate`: the slot gains a user and is freed by its last one). Mirrors the swap
+//! part of `dup_mmap` (kernel/fork.c) on the parent's side; the child's side is
+//! `swap/inherit.rs` (its device reads the shared slots through the parent).
+//!
+//! Parent: [`share_swapped`] takes a user of every swapped page of a region
+//! (`SwapState::swap_duplicate`) and lists them; [`serve_child`] starts a thread
+//! (`usermm-forkd`) that answers the child's reads of those slots from the swap device and
+//! drops each slot's extra user when the child releases it, or all of them when the child's
+//! socket closes (exit, exec, SIGKILL). A shared slot is never rewritten: the parent's write
+//! to its page frees its own use of the slot first (`try_to_free_swap`), and reclaim gives a
+//! dirty page whose slot is shared a new one (`add_to_swap`).
+//!
+//! Child: [`adopt_anon_inherited`] makes the received range a region whose swapped pages name
+//! the inherited slots of its device.
+
+use std::collections::HashSet;
+use std::io;
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::swap::inherit::{
+    recv_header, recv_slots, send_slots, MAX_REQUEST, OP_READ, OP_RELEASE, STATUS_HANDOVER,
+};
+use crate::sys::{Mapping, PAGE_SIZE};
+
+use super::page::{pg, PgOff, SwapEntry};
+use super::pgtable::Pte;
+use super::region::{Region, RegionInner};
+use super::{Mm, MmInner};
+
+/// Pages read from the device per request to it.
+const SERVE_BATCH: usize = 64;
+
+/// `copy_nonpresent_pte` for the swapped pages of `r`'s first `npages`: each swapped page's
+/// slot gains a user (`swap_duplicate`) on behalf of a fork child. Returns them as (page,
+/// slot), in page order. A page being swapped in or out meanwhile is left out (the caller
+/// copies it).
+pub(crate) fn share_swapped(
+    m: &MmInner,
+    r: &RegionInner,
+    npages: u64,
+    except: &[u64],
+) -> Vec<(PgOff, SwapEntry)> {
+    let Some(sw) = &m.swap else {
+        return Vec::new();
+    };
+    let end = PgOff::new(npages.min(r.pt.npages()));
+    let mut candidates = Vec::new();
+    r.pt.for_each_used(PgOff::new(0), end, |idx, pte| {
+        if matches!(pte, Pte::Swap(_)) && except.binary_search(&idx.raw()).is_err() {
+            candidates.push(idx);
+        }
+    });
+    let mut shared = Vec::with_capacity(candidates.len());
+    for idx in candidates {
+        let g = r.pt.lock(idx);
+        if let Pte::Swap(s) = g.get() {
+            if sw.swap_duplicate(s) {
+                shared.push((idx, s));
+            }
+        }
+    }
+    m.vm.add(crate::vmstat::Item::ForkSwapShared, shared.len() as u64);
+    shared
+}
+
+/// Drops the child's use of `slots` (its socket closed, or it released them).
+pub(crate) fn put_shared(m: &MmInner, slots: impl IntoIterator<Item = u64>) {
+    if let Some(sw) = &m.swap {
+        for s in slots {
+            sw.swap_put(SwapEntry::new(s), &m.vm);
+        }
+    }
+}
+
+/// A serving thread's stop signal and end, for [`hand_over_all`].
+#[derive(Debug)]
+struct ServerCtl {
+    pid: u32,
+    stop: crate::sys::uffd::EventFd,
+    done: std::sync::Mutex<bool>,
+    cv: std::sync::Condvar,
+}
+
+/// The threads serving this process's fork children.
+static SERVERS: std::sync::Mutex<Vec<Arc<ServerCtl>>> = std::sync::Mutex::new(Vec::new());
+
+/// This process is exiting (or exec'ing): every thread serving a fork child writes the pages
+/// the child still shares into a file of their own and hands the child that file
+/// ([`handover`]), so the child keeps its memory after the parent is gone. Waits for them, at
+/// most `timeout` in all. Returns how many children were handed their pages.
+pub fn hand_over_all(timeout: std::time::Duration) -> usize {
+    // Only the process that started them (not a vfork child sharing its memory).
+    let me = std::process::id();
+    let servers: Vec<Arc<ServerCtl>> = SERVERS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .filter(|c| c.pid == me)
+        .cloned()
+        .collect();
+    for c in &servers {
+        c.stop.signal();
+    }
+    let t0 = std::time::Instant::now();
+    let mut n = 0;
+    for c in &servers {
+        let mut done = c
+            .done
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        while !*done {
+            let left = timeout.saturating_sub(t0.elapsed());
+            if left.is_zero() {
+                log::error!("a fork child's pages were not handed over in time; it may lose them");
+                break;
+            }
+            done =
+                c.cv.wait_timeout(done, left)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .0;
+        }
+        n += usize::from(*done);
+    }
+    n
+}
+
+/// Starts the thread that serves a fork child's reads of the slots `shared` (from
+/// [`share_swapped`]) over `stream`, until the child closes it; then the slots it still held
+/// lose its use.
+pub(crate) fn serve_child(m: Arc<MmInner>, stream: UnixStream, shared: Vec<u64>) -> io::Result<()> {
+    let held: HashSet<u64> = shared.into_iter().collect();
+    let mut held = Some(held);
+    let m2 = Arc::clone(&m);
+    let ctl = Arc::new(ServerCtl {
+        pid: std::process::id(),
+        stop: crate::sys::uffd::EventFd::new().map_err(io::Error::other)?,
+        done: std::sync::Mutex::new(false),
+        cv: std::sync::Condvar::new(),
+    });
+    SERVERS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(Arc::clone(&ctl));
+    let r = super::spawn_thread("usermm-forkd".to_string(), move || {
+        let mut held = held.take().unwrap_or_default();
+        match serve(&m2, stream, &mut held, &ctl) {
+            // The child exited or exec'd: what it still shared is released below.
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {}
+            Err(e) => log::error!("serving a fork child's reads of shared swap slots: {e}"),
+            Ok(()) => {}
+        }
+        put_shared(&m2, held.drain());
+        SERVERS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|c| !Arc::ptr_eq(c, &ctl));
+        *ctl.done
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
+        ctl.cv.notify_all();
+    });
+    match r {
+        Ok(_) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+fn serve(
+    m: &MmInner,
+    mut s: UnixStream,
+    held: &mut HashSet<u64>,
+    ctl: &ServerCtl,
+) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let bounce = Mapping::anon(SERVE_BATCH * PAGE_SIZE, 0).map_err(io::Error::other)?;
+    let Some(sw) = &m.swap else {
+        return Ok(());
+    };
+    let mut data = Vec::new();
+    while !held.is_empty() {
+        let (_, stop) = crate::sys::net::poll2(s.as_raw_fd(), ctl.stop.raw_fd(), -1)?;
+        if stop {
+            return handover(m, &s, held, &bounce);
+        }
+        let (op, n) = recv_header(&mut s)?;
+        let n = n as usize;
+        if n > MAX_REQUEST {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("a request for {n} pages"),
+            ));
+        }
+        let slots = recv_slots(&mut s, n)?;
+        match op {
+            OP_RELEASE => {
+                let gone: Vec<u64> = slots.into_iter().filter(|x| held.remove(x)).collect();
+                put_shared(m, gone);
+            }
+            OP_READ => {
+                if slots.iter().any(|x| !held.contains(x)) {
+                    // Only what was shared with this child is read for it.
+                    send_slots(&mut s, libc::EPERM as u32, &[])?;
+                    continue;
+                }
+                data.clear();
+                data.resize(n * PAGE_SIZE, 0);
+                let mut status = 0;
+                let res = read_slots(&sw.dev, &bounce, &slots, |i, b| {
+                    data[i * PAGE_SIZE..i * PAGE_SIZE + b.len()].copy_from_slice(b);
+                    Ok(())
+                });
+                if let Err(e) = res {
+                    log::error!("reading swap slots for a fork child: {e}");
+                    status = e.raw_os_error().unwrap_or(libc::EIO) as u32;
+                }
+                use std::io::Write;
+                if status == 0 {
+                    let mut hdr = [0u8; 8];
+                    hdr[4..].copy_from_slice(&u32::try_from(n).unwrap_or(0).to_ne_bytes());
+                    s.write_all(&hdr)?;
+                    s.write_all(&data)?;
+                } else {
+                    send_slots(&mut s, status, &[])?;
+                }
+            }
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("unknown request {op}"),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads the pages of `slots` from `dev` through `bounce` ([`SERVE_BATCH`] pages), one
+/// device request per run of consecutive slots, handing each run to `out` as (index of its
+/// first slot in `slots`, its bytes).
+fn read_slots(
+    dev: &Arc<dyn crate::swap::SwapDevice>,
+    bounce: &Mapping,
+    slots: &[u64],
+    mut out: impl FnMut(usize, &[u8]) -> io::Result<()>,
+) -> io::Result<()> {
+    let mut b = vec![0u8; SERVE_BATCH * PAGE_SIZE];
+    let mut i = 0;
+    while i < slots.len() {
+        let mut j = i + 1;
+        while j < slots.len() && j - i < SERVE_BATCH && slots[j] == slots[j - 1] + 1 {
+            j += 1;
+        }
+        let offs: Vec<usize> = (0..j - i).map(|x| x * PAGE_SIZE).collect();
+        let b = &mut b[..(j - i) * PAGE_SIZE];
+        dev.read_pages(slots[i], bounce, &offs)?;
+        bounce.read_bytes(0, b).map_err(io::Error::other)?;
+        out(i, b)?;
+        i = j;
+    }
+    Ok(())
+}
+
+/// Writes the pages of the slots the child still shares (`held`) into a new unlinked file, at
+/// `slot * 4096`, and sends the child that file with a [`STATUS_HANDOVER`] header: it reads
+/// them from there from then on (swap/inherit.rs). The parent is exiting.
+fn handover(
+    m: &MmInner,
+    s: &UnixStream,
+    held: &mut HashSet<u64>,
+    bounce: &Mapping,
+) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let Some(sw) = &m.swap else {
+        return Ok(());
+    };
+    let dir = std::env::var_os("TMPDIR").unwrap_or_else(|| "/tmp".into());
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_TMPFILE)
+        .open(&dir)
+        .map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "a file in {} for a fork child's pages: {e}",
+                    dir.to_string_lossy()
+                ),
+            )
+        })?;
+    let mut slots: Vec<u64> = held.iter().copied().collect();
+    slots.sort_unstable();
+    read_slots(&sw.dev, bounce, &slots, |i, b| {
+        file.write_all_at(b, slots[i] * PAGE_SIZE as u64)
+    })?;
+    let mut hdr = [0u8; 8];
+    hdr[..4].copy_from_slice(&STATUS_HANDOVER.to_ne_bytes());
+    hdr[4..].copy_from_slice(&u32::try_from(slots.len()).unwrap_or(u32::MAX).to_ne_bytes());
+    crate::sys::net::send_with_fd(s.as_raw_fd(), &hdr, file.as_raw_fd())?;
+    m.vm.add(crate::vmstat::Item::ForkSwapHandover, slots.len() as u64);
+    Ok(())
+}
+
+/// A fork child's region over the received range `[addr, addr+len)`: its resident pages are
+/// adopted as `Mm::adopt_anon` does, and page `idx` of each `(idx, k)` of `inherited` names
+/// inherited slot `k` of this manager's device (`swap/inherit.rs`), read when first touched.
+pub(crate) fn adopt_anon_inherited(
+    mm: &Mm,
+    addr: usize,
+    len: usize,
+    noreserve: bool,
+    inherited: &[(PgOff, u64)],
+) -> Result<Region> {
+    let m = mm.inner();
+    let base = match (&m.swap, &m.cfg.inherit) {
+        (Some(_), Some(link)) if link.base() != u64::MAX => link.base(),
+        _ if inherited.is_empty() => u64::MAX,
+        _ => {
+            return Err(Error::io(
+                "adopting a range with pages shared with the parent",
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "this manager was not made with the parent's link (MmConfig::inherit)",
+                ),
+            ))
+        }
+    };
+    let r = super::mmap::adopt_anon(mm, addr, len, noreserve)?;
+    for &(idx, k) in inherited {
+        let slot = SwapEntry::new(base + k);
+        if idx >= r.r.end() {
+            if let Some(sw) = &m.swap {
+                sw.swap_free(slot, &m.vm);
+            }
+            continue;
+        }
+        let mut g = r.r.pt.lock(idx);
+        if g.get() == Pte::None {
+            g.set(Pte::Swap(slot));
+        } else if let Some(sw) = &m.swap {
+            // The page came with the copy: the shared slot is not needed.
+            drop(g);
+            sw.swap_free(slot, &m.vm);
+        }
+    }
+    Ok(r)
+}
+
+/// Copies bytes `[off, off + buf.len())` of region `r` (page-aligned) into `buf` for a fork
+/// child, without faulting where it can: a resident page is copied from the view or from its
+/// pool slot under its page lock (a fault on each parked page was most of a fork's time);
+/// an untouched page is zeros. Any other page (swapped, locked by reclaim or a fault) is read
+/// through the view, which faults it in. Returns the pages read that way.
+pub(crate) fn copy_for_fork(
+    m: &MmInner,
+    r: &RegionInner,
+    off: usize,
+    buf: &mut [u8],
+) -> Result<u64> {
+    let copy_err = |e| Error::io("copying memory for a fork child", e);
+    let present = r.view.resident(off, buf.len()).map_err(copy_err)?;
+    let mut faulted = 0;
+    let mut swapped: Vec<(usize, SwapEntry)> = Vec::new();
+    for (i, page) in buf.chunks_mut(PAGE_SIZE).enumerate() {
+        let idx = PgOff::new(((off / PAGE_SIZE) + i) as u64);
+        let done = match r.pt.get(idx) {
+            Pte::None | Pte::Zero | Pte::HugeZero => {
+                page.fill(0);
+                true
+            }
+            Pte::Frame(f) => {
+                let p = &m.node.pages[f];
+                if p.trylock() {
+                    // Under the page lock neither reclaim nor a fault moves it.
+                    let ok = r.pt.get(idx) == Pte::Frame(f)
+                        && if p.test(pg::MAPPED) {
+                            present[i] && r.view.read_bytes(idx.offset(), page).is_ok()
+                        } else {
+                            m.pool
+                                .slots
+                                .resident(f.offset(), PAGE_SIZE)
+                                .is_ok_and(|v| v[0])
+                                && m.pool.slots.read_bytes(f.offset(), page).is_ok()
+                        };
+                    p.unlock();
+                    ok
+                } else {
+                    false
+                }
+            }
+            Pte::Swap(slot) => {
+                // Read from the device below (batched after the loop), with the slot held so
+                // that it cannot be freed and reused meanwhile.
+                let g = r.pt.lock(idx);
+                let held = g.get() == Pte::Swap(slot)
+                    && m.swap.as_ref().is_some_and(|sw| sw.swap_duplicate(slot));
+                drop(g);
+                if held {
+                    swapped.push((i, slot));
+                }
+                held
+            }
+            Pte::Poison => false,
+        };
+        if !done {
+            r.view.read_bytes(idx.offset(), page).map_err(copy_err)?;
+            faulted += 1;
+        }
+    }
+    let n = (buf.len() / PAGE_SIZE) as u64;
+    m.vm.add(
+        crate::vmstat::Item::ForkCopyDirect,
+        n - faulted - swapped.len() as u64,
+    );
+    if let (Some(sw), false) = (&m.swap, swapped.is_empty()) {
+        // One device request per run of consecutive slots, all in flight together where the
+        // device can (io_uring for the swap file): swapped pages are scattered reads.
+        swapped.sort_unstable_by_key(|&(_, s)| s);
+        let bounce = Mapping::anon(swapped.len() * PAGE_SIZE, 0).map_err(copy_err)?;
+        let slots: Vec<SwapEntry> = swapped.iter().map(|&(_, s)| s).collect();
+        let ok = super::page_io::swap_readpage(m, sw, &slots, &bounce);
+        for (j, &(i, s)) in swapped.iter().enumerate() {
+            let page = &mut buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE];
+            if !ok[j] || bounce.read_bytes(j * PAGE_SIZE, page).is_err() {
+                r.view
+                    .read_bytes(off + i * PAGE_SIZE, page)
+                    .map_err(copy_err)?;
+                faulted += 1;
+            }
+            sw.swap_put(s, &m.vm);
+        }
+    }
+    m.vm.add(crate::vmstat::Item::ForkCopyFaulted, faulted);
+    Ok(faulted)
+}
