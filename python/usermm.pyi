@@ -1,5 +1,6 @@
 """Type stubs for the usermm extension module (maturin installs this as usermm/__init__.pyi)."""
 
+import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, SupportsIndex, Tuple, Union
 
 import numpy.typing as npt
@@ -43,6 +44,7 @@ class Manager:
         settings: Union[None, str, Mapping[str, Union[str, bool, int]]] = None,
         swap_encrypt: bool = False,
         swap_keep: bool = False,
+        group: Optional[Union[str, "os.PathLike[str]"]] = None,
     ) -> None:
         """budget: resident memory limit; swap: "file", "file:PATH", "ram", "none",
         "zswap+file", "zswap+ram" or "zswap:OPTIONS+DEVICE";
@@ -50,7 +52,9 @@ class Manager:
         budget + swap (pages that then find swap full raise SIGBUS when touched); settings:
         seed switches and laptop_mode as "name=value,..." or a dict; swap_encrypt: the file and
         Redis tiers store pages encrypted (a key held only in memory); swap_keep: keep a
-        "file:PATH" swap file when the manager goes."""
+        "file:PATH" swap file when the manager goes; group: a budget group file
+        (create_group) whose one budget this manager shares with every manager that joins
+        it, in this process or others."""
     def array(
         self,
         shape: Union[SupportsIndex, Sequence[SupportsIndex]],
@@ -137,6 +141,10 @@ def default() -> Manager:
 
 def switches() -> List[Dict[str, str]]:
     """The seed switches: name, seed, old, new, what."""
+
+def create_group(path: Union[str, "os.PathLike[str]"], limit: Size) -> None:
+    """Create a budget group file at path (mode 0600, must not exist) holding limit bytes
+    for every Manager(group=path), in this process or others."""
 
 def parse_size(s: str) -> int:
     """Parse "256M"-style sizes into bytes."""

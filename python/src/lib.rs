@@ -26,6 +26,7 @@ fn usermm_py(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("Region", region::region_type(py)?)?;
     m.add_function(wrap_pyfunction!(manager::default, m)?)?;
     m.add_function(wrap_pyfunction!(manager::switches, m)?)?;
+    m.add_function(wrap_pyfunction!(manager::create_group, m)?)?;
     m.add_function(wrap_pyfunction!(args::parse_size, m)?)?;
     errors::add_to_module(m)?;
     fork::register(m)?;
@@ -37,6 +38,7 @@ fn usermm_py(m: &Bound<'_, PyModule>) -> PyResult<()> {
             "Region",
             "default",
             "switches",
+            "create_group",
             "parse_size",
             "Error",
             "InvalidArgumentError",

@@ -95,8 +95,8 @@ impl Manager {
     #[allow(clippy::too_many_arguments)]
     #[new]
     #[pyo3(
-        signature = (budget = None, swap = "file", swap_size = None, overcommit = false, settings = None, swap_encrypt = false, swap_keep = false),
-        text_signature = "(budget='256M', swap='file', swap_size=None, overcommit=False, settings=None, swap_encrypt=False, swap_keep=False)"
+        signature = (budget = None, swap = "file", swap_size = None, overcommit = false, settings = None, swap_encrypt = false, swap_keep = false, group = None),
+        text_signature = "(budget='256M', swap='file', swap_size=None, overcommit=False, settings=None, swap_encrypt=False, swap_keep=False, group=None)"
     )]
     fn new(
         py: Python<'_>,
@@ -107,6 +107,7 @@ impl Manager {
         settings: Option<&Bound<'_, PyAny>>,
         swap_encrypt: bool,
         swap_keep: bool,
+        group: Option<std::path::PathBuf>,
     ) -> PyResult<Self> {
         crate::errors::guard("Manager()", || {
             let budget = match budget.filter(|b| !b.is_none()) {
@@ -123,6 +124,7 @@ impl Manager {
                 .settings(args::settings(settings)?);
             cfg.swap_encrypt = swap_encrypt;
             cfg.swap_keep = swap_keep;
+            cfg.group = group;
             Manager::open(py, cfg)
         })
     }
@@ -414,6 +416,23 @@ pub fn default(py: Python<'_>) -> PyResult<Py<Manager>> {
 /// default (the descriptive values; "old" and "new" are accepted too; every switch defaults to
 /// new except lru_gen) and what (one line). Besides these, settings take laptop_mode
 /// ("on"/"off").
+/// create_group(path, limit)
+/// --
+///
+/// Creates a budget group file at `path` (mode 0600; it must not exist) holding `limit` (bytes
+/// or a size string such as '256M') for every Manager made with `group=path`, in this process
+/// or others: one budget for several managers, as a memory cgroup holds a process tree.
+/// Remove the file when the group is done.
+#[pyfunction]
+pub fn create_group(path: std::path::PathBuf, limit: &Bound<'_, PyAny>) -> PyResult<()> {
+    crate::errors::guard("create_group", || {
+        let limit = args::size("limit", limit)?;
+        usermm::MemCgroup::create(&path, limit)
+            .map(drop)
+            .map_err(mm_err)
+    })
+}
+
 #[pyfunction]
 pub fn switches(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
     crate::errors::guard("switches", || {

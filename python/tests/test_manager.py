@@ -233,3 +233,28 @@ def test_fault_path_sigbus_serves_faults_on_the_faulting_thread(tmp_path):
         f.seek(0)
         assert f.readinto(b) == 8192
     assert bytes(b) == b"y" * 8192
+
+
+def test_managers_in_a_group_share_one_budget(tmp_path):
+    import numpy as np
+
+    path = tmp_path / "group"
+    usermm.create_group(path, "16M")
+    a = usermm.Manager(budget="16M", swap="ram", swap_size="256M", group=path)
+    b = usermm.Manager(budget="16M", swap="ram", swap_size="256M", group=str(path))
+    x = a.array(8 << 20, dtype=np.int64)  # 64 MiB each
+    y = b.array(8 << 20, dtype=np.int64)
+    for k in range(2):
+        x[:] = np.arange(x.size) * 3
+        y[:] = np.arange(y.size) * 5
+        # Both are swapped in and out: together they stay within the one 16 MiB budget.
+        assert a.resident_bytes + b.resident_bytes <= 16 * MiB
+    assert int(x.sum()) == 3 * (x.size * (x.size - 1) // 2)
+    assert int(y.sum()) == 5 * (y.size * (y.size - 1) // 2)
+    assert a.peak_resident_bytes <= 16 * MiB and b.peak_resident_bytes <= 16 * MiB
+    assert a.vmstat()["pswpout"] > 0 and b.vmstat()["pswpout"] > 0
+    # The file exists now: a second create names it.
+    with pytest.raises(usermm.Error, match="group"):
+        usermm.create_group(path, "16M")
+    with pytest.raises(usermm.InvalidArgumentError, match="limit"):
+        usermm.create_group(tmp_path / "other", "x")

@@ -117,6 +117,13 @@ typedef struct usermm_config {
   // has no name while in use (made nameless, or a reused file's path unlinked at once), so
   // process memory never outlives the process on disk; as USERMM_SWAP_KEEP=1. Other values are refused.
   int swap_keep;
+  // The path of a budget group file (made by `usermm_group_create`, or the one `usermm run`
+  // names in USERMM_GROUP) to share one budget with the other managers that join it, in
+  // this process or others, as a memory cgroup holds a process tree; NULL (default): the
+  // budget is this manager's alone. As USERMM_GROUP. Copied by usermm_create.
+  // Appended after `swap_keep` (issue 12): programs compiled against a header without it
+  // must be recompiled (the struct grew by 8 bytes).
+  const char *group;
 } usermm_config;
 
 // The counters of a manager (`/proc/vmstat` names) and its sizes. Filled by `usermm_vmstat`;
@@ -317,6 +324,17 @@ int usermm_vmstat(struct usermm_mm *mm,
 int usermm_vmstat_get(struct usermm_mm *mm,
                       const char *name,
                       uint64_t *value);
+
+// Creates a budget group file at `path` (mode 0600; it must not exist) holding `limit` bytes
+// for every manager that joins it (`usermm_config.group`): one budget for several managers,
+// in this process or others, as a memory cgroup holds a process tree. Remove the file when
+// the group is done. USERMM_ERR_INVALID, with the reason in usermm_last_error, for a NULL
+// or existing path or a limit below 1 MiB.
+//
+// # Safety
+// `path` is NULL or a NUL-terminated string.
+int usermm_group_create(const char *path,
+                        uint64_t limit);
 
 // A static description of a status code.
 const char *usermm_strerror(int code);

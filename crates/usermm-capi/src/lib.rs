@@ -98,6 +98,13 @@ pub struct usermm_config {
     /// has no name while in use (made nameless, or a reused file's path unlinked at once), so
     /// process memory never outlives the process on disk; as USERMM_SWAP_KEEP=1. Other values are refused.
     pub swap_keep: c_int,
+    /// The path of a budget group file (made by `usermm_group_create`, or the one `usermm run`
+    /// names in USERMM_GROUP) to share one budget with the other managers that join it, in
+    /// this process or others, as a memory cgroup holds a process tree; NULL (default): the
+    /// budget is this manager's alone. As USERMM_GROUP. Copied by usermm_create.
+    /// Appended after `swap_keep` (issue 12): programs compiled against a header without it
+    /// must be recompiled (the struct grew by 8 bytes).
+    pub group: *const c_char,
 }
 
 /// The counters of a manager (`/proc/vmstat` names) and its sizes. Filled by `usermm_vmstat`;
@@ -408,6 +415,7 @@ pub unsafe extern "C" fn usermm_config_init(cfg: *mut usermm_config) -> c_int {
             settings: std::ptr::null(),
             swap_encrypt: 0,
             swap_keep: 0,
+            group: std::ptr::null(),
         };
         // SAFETY: cfg is non-NULL and points to a usermm_config the caller owns.
         unsafe { cfg.write(c) };
@@ -462,6 +470,7 @@ fn config_from_c(c: &usermm_config) -> Result<MmConfig, Failure> {
         .settings(settings);
     cfg.swap_encrypt = flag("swap_encrypt", c.swap_encrypt)?;
     cfg.swap_keep = flag("swap_keep", c.swap_keep)?;
+    cfg.group = opt_str(c.group, "group")?.map(Into::into);
     cfg.uffd_policy = match c.uffd_policy {
         USERMM_UFFD_AUTO => OpenPolicy::Auto,
         USERMM_UFFD_FULL => OpenPolicy::Full,
@@ -893,6 +902,24 @@ pub unsafe extern "C" fn usermm_vmstat_get(
         // SAFETY: value is non-NULL and points to a caller-owned u64.
         unsafe { value.write(v) };
         Ok(())
+    })
+}
+
+/// Creates a budget group file at `path` (mode 0600; it must not exist) holding `limit` bytes
+/// for every manager that joins it (`usermm_config.group`): one budget for several managers,
+/// in this process or others, as a memory cgroup holds a process tree. Remove the file when
+/// the group is done. USERMM_ERR_INVALID, with the reason in usermm_last_error, for a NULL
+/// or existing path or a limit below 1 MiB.
+///
+/// # Safety
+/// `path` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn usermm_group_create(path: *const c_char, limit: u64) -> c_int {
+    status(|| {
+        let p = opt_str(path, "path")?.ok_or_else(|| Failure::invalid("path is NULL"))?;
+        mm::MemCgroup::create(std::path::Path::new(p), limit)
+            .map(drop)
+            .map_err(|e| Failure::invalid(format!("budget group {p}: {e}")))
     })
 }
 

@@ -196,6 +196,15 @@ fn c_config_swap_encrypt_and_keep() {
     assert!(text.contains("swapopts: plain "), "{text}");
 }
 
+/// `usermm_group_create` and `usermm_config.group`: two managers in one process share one
+/// budget (together within it), bad paths are named.
+#[test]
+fn c_managers_share_a_budget_group() {
+    let exe = capi_test("capi_test_group", false);
+    let (o, text) = run(&exe, "group", &[]);
+    assert_passed(&o, &text, 9);
+}
+
 /// A fork child touching usermm memory (not inherited: MADV_DONTFORK) dies of SIGSEGV after one
 /// line on stderr naming the address, the range, the parent and what to do; a SIGSEGV elsewhere
 /// in a child says nothing of usermm; the parent's memory is intact.

@@ -35,7 +35,9 @@ use crate::report::median;
 use crate::Failure;
 
 /// Names of the cases, in the order they run.
-pub const CASES: [&str; 6] = ["sort", "numpy", "pydict", "awk", "perl", "mp-numpy"];
+pub const CASES: [&str; 7] = [
+    "sort", "numpy", "pydict", "awk", "perl", "mp-numpy", "mp-pool",
+];
 
 /// Options of one `bench apps` invocation.
 #[derive(Debug, Clone)]
@@ -163,6 +165,23 @@ fn build_case(name: &str, s: &Sizes, dir: &Path) -> Result<Case, Failure> {
                  if __name__ == '__main__':\n    \
                  with mp.get_context('fork').Pool(2) as p:\n        print(p.map(work, [0, 1]))",
                 s.numpy_n / 2
+            )),
+        },
+        "mp-pool" => Case {
+            name: "mp-pool",
+            about: format!(
+                "Python multiprocessing: the parent fills an int64 array of {} ({}), then a Pool \
+                 of 2 forked workers sums it in 8 slices (the array reaches them by fork)",
+                s.numpy_n,
+                mib(s.numpy_n * 8)
+            ),
+            argv: py(format!(
+                "import multiprocessing as mp\nimport numpy as np\nn = {}\n\
+                 a = np.arange(n, dtype=np.int64) * 3\n\
+                 def work(k):\n    return int(a[k * n // 8:(k + 1) * n // 8].sum())\n\
+                 if __name__ == '__main__':\n    \
+                 with mp.get_context('fork').Pool(2) as p:\n        print(sum(p.map(work, range(8))))",
+                s.numpy_n
             )),
         },
         "pydict" => Case {
@@ -628,7 +647,7 @@ fn check_programs(cases: &[String]) -> Result<(), Failure> {
     for c in cases {
         let (prog, pkg) = match c.as_str() {
             "sort" => ("sort", "coreutils"),
-            "numpy" | "pydict" | "mp-numpy" => ("python3", "python3"),
+            "numpy" | "pydict" | "mp-numpy" | "mp-pool" => ("python3", "python3"),
             "awk" => ("awk", "mawk or gawk"),
             "perl" => ("perl", "perl-base"),
             _ => continue,
@@ -638,7 +657,7 @@ fn check_programs(cases: &[String]) -> Result<(), Failure> {
                 "case {c} needs {prog}, which is not in $PATH: install {pkg}, or leave the case out with --case"
             )));
         }
-        if c == "numpy" || c == "mp-numpy" {
+        if c == "numpy" || c == "mp-numpy" || c == "mp-pool" {
             let ok = Command::new("python3")
                 .args(["-c", "import numpy"])
                 .stdout(Stdio::null())

@@ -69,7 +69,8 @@ enum BenchCmd {
     /// fails the command).
     Apps {
         /// Cases, comma-separated: sort, numpy, pydict, awk, perl, mp-numpy (a multiprocessing Pool:
-        /// the process tree under one budget), or all.
+        /// the process tree under one budget), mp-pool (a Pool of forked workers over the
+        /// parent's array), or all.
         #[arg(long = "case", default_value = "all")]
         case: String,
         /// Memory budget: usermm run's --budget and the cgroup's limit (k, M, G suffixes).

@@ -1,5 +1,5 @@
-//! `usermm bench apps --quick`: every case (GNU sort, numpy, a Python dict, awk, perl, a Python
-//! multiprocessing Pool) runs
+//! `usermm bench apps --quick`: every case (GNU sort, numpy, a Python dict, awk, perl, two
+//! Python multiprocessing Pools) runs
 //! natively, under `usermm run` and (as root) in a memory cgroup with a kernel swap file; every
 //! output must be byte-identical to the native one and every program must succeed. Times are
 //! reported, never asserted. Also the command's usage errors.
@@ -41,7 +41,7 @@ fn quick_cases_give_native_output_on_both_engines() {
     let names: Vec<&str> = cases.iter().map(|c| c["case"].as_str().unwrap()).collect();
     assert_eq!(
         names,
-        ["sort", "numpy", "pydict", "awk", "perl", "mp-numpy"]
+        ["sort", "numpy", "pydict", "awk", "perl", "mp-numpy", "mp-pool"]
     );
     let n_engines = engines.split(',').count();
     for c in cases {
@@ -72,6 +72,14 @@ fn quick_cases_give_native_output_on_both_engines() {
     let peak = tree["peak_charged_bytes"].as_u64().unwrap();
     assert!(peak > 0 && peak <= 64 << 20, "{mp}");
     assert_eq!(mp["engine_peak_bytes"].as_u64(), Some(peak), "{mp}");
+    // The Pool over the parent's array: the workers got it by fork, under the same budget.
+    let pool = &cases[6]["runs"].as_array().unwrap()[0];
+    let tree = &pool["detail"]["tree"];
+    assert!(tree["processes"].as_u64().unwrap() >= 3, "{pool}");
+    assert!(
+        tree["peak_charged_bytes"].as_u64().unwrap() <= 64 << 20,
+        "{pool}"
+    );
 }
 
 /// `--set` reaches every `usermm run` (its report names the setting), and each run reports

@@ -11,6 +11,7 @@
  *                       message names the variable and the value
  *   capi_test swapopts  usermm_config's swap_encrypt and swap_keep: a named swap file holds
  *                       the plain pages or none of them, and survives usermm_destroy or not
+ *   capi_test group     usermm_group_create and usermm_config.group: two managers, one budget
  *
  * Prints one line per check and "N passed, M failed"; exits 1 if any check failed.
  */
@@ -570,6 +571,51 @@ static void test_swapopts(void) {
     printf("swapopts: plain %ld tagged words, encrypted 0\n", plain);
 }
 
+static void test_group(void) {
+    char path[] = "/tmp/usermm-capi-group-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0, "mkstemp");
+    close(fd);
+    unlink(path);
+    CHECK(usermm_group_create(path, 16 << 20) == USERMM_OK, "group_create: %s", usermm_last_error());
+    CHECK(usermm_group_create(path, 16 << 20) == USERMM_ERR_INVALID && strstr(usermm_last_error(), path),
+          "a second create names the path: %s", usermm_last_error());
+    CHECK(usermm_group_create(NULL, 16 << 20) == USERMM_ERR_INVALID, "NULL path refused");
+    usermm_config cfg;
+    usermm_config_init(&cfg);
+    CHECK(cfg.group == NULL, "no group by default");
+    cfg.budget = 16 << 20;
+    cfg.swap_kind = USERMM_SWAP_RAM;
+    cfg.swap_size = 256 << 20;
+    cfg.group = path;
+    usermm_mm *a = usermm_create(&cfg), *b = usermm_create(&cfg);
+    CHECK(a && b, "two managers join the group: %s", usermm_last_error());
+    if (!a || !b) return;
+    size_t len = 48 << 20, n = len / 8, bad = 0;
+    uint64_t *p = usermm_map_anon(a, len), *q = usermm_map_anon(b, len);
+    CHECK(p && q, "map_anon in both");
+    if (!p || !q) return;
+    for (int k = 0; k < 2; k++) {
+        for (size_t i = 0; i < n; i++) p[i] = pattern(i);
+        for (size_t i = 0; i < n; i++) q[i] = ~pattern(i);
+    }
+    for (size_t i = 0; i < n; i++) bad += (p[i] != pattern(i)) + (q[i] != ~pattern(i));
+    CHECK(bad == 0, "%zu words wrong", bad);
+    uint64_t ra = 0, rb = 0, pa = 0, pb = 0;
+    usermm_vmstat_get(a, "resident_bytes", &ra);
+    usermm_vmstat_get(b, "resident_bytes", &rb);
+    usermm_vmstat_get(a, "peak_resident_bytes", &pa);
+    usermm_vmstat_get(b, "peak_resident_bytes", &pb);
+    CHECK(ra + rb <= 16 << 20, "together within the one budget: %" PRIu64 " + %" PRIu64, ra, rb);
+    CHECK(pa <= 16 << 20 && pb <= 16 << 20, "peaks %" PRIu64 " %" PRIu64, pa, pb);
+    usermm_destroy(a);
+    usermm_destroy(b);
+    cfg.group = "/nonexistent/usermm-group";
+    CHECK(usermm_create(&cfg) == NULL && strstr(usermm_last_error(), "/nonexistent/usermm-group"),
+          "a missing group file is named: %s", usermm_last_error());
+    unlink(path);
+}
+
 static void test_badenv(void) {
     errno = 0;
     void *p = usermm_mmap(NULL, 4096, RW, PA, -1, 0);
@@ -687,10 +733,12 @@ int main(int argc, char **argv) {
         test_swapopts();
     else if (!strcmp(what, "fork"))
         test_fork();
+    else if (!strcmp(what, "group"))
+        test_group();
     else if (!strcmp(what, "dlopen") && argc > 2)
         test_dlopen(argv[2]);
     else {
-        fprintf(stderr, "usage: capi_test big|bad|handle|badenv|swapopts|fork|dlopen LIB\n");
+        fprintf(stderr, "usage: capi_test big|bad|handle|badenv|swapopts|fork|group|dlopen LIB\n");
         return 2;
     }
     printf("%d passed, %d failed\n", passed, failed);
