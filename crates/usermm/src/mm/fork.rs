@@ -55,13 +55,26 @@ pub(crate) fn share_swapped(
         }
     });
     let mut shared = Vec::with_capacity(candidates.len());
-    for idx in candidates {
-        let g = r.pt.lock(idx);
-        if let Pte::Swap(s) = g.get() {
-            if sw.swap_duplicate(s) {
-                shared.push((idx, s));
+    // A chunk's entries are locked in page order (as every run of ptes is), their slots
+    // duplicated under one lock of the counts, then released.
+    for chunk in candidates.chunks(512) {
+        let mut guards = Vec::with_capacity(chunk.len());
+        let mut got = Vec::with_capacity(chunk.len());
+        for &idx in chunk {
+            let g = r.pt.lock(idx);
+            if let Pte::Swap(s) = g.get() {
+                got.push((idx, s));
             }
+            guards.push(g);
         }
+        let ok = sw.swap_duplicate_many(got.iter().map(|&(_, s)| s));
+        shared.extend(
+            got.into_iter()
+                .zip(ok)
+                .filter(|&(_, ok)| ok)
+                .map(|(x, _)| x),
+        );
+        drop(guards);
     }
     m.vm.add(crate::vmstat::Item::ForkSwapShared, shared.len() as u64);
     shared

@@ -33,14 +33,78 @@ pub struct SwapState {
     pub dev: Arc<dyn SwapDevice>,
     pub slots: SwapSlots,
     spaces: Vec<AddressSpace>,
-    /// The slots with more than one user, and how many users beyond the first (the counts of
-    /// Linux's `swap_map` above 1): a fork child's share of its parent's swapped pages
-    /// (`swap_duplicate`, mm/fork.rs). Such a slot's contents never change; `swap_free` by
-    /// any user but the last only drops a count. Empty unless the process forked.
-    dup: crate::sync::Mutex<std::collections::HashMap<u64, u32>>,
-    /// Whether `dup` has ever held a slot (a relaxed flag so `swap_free` of a process that
-    /// never forked takes no lock).
-    shared: crate::sync::AtomicBool,
+    /// How many users each slot has beyond the first (the counts of Linux's `swap_map` above
+    /// 1): a fork child's share of its parent's swapped pages (`swap_duplicate`, mm/fork.rs).
+    /// Such a slot's contents never change; `swap_free` by any user but the last only drops a
+    /// count. Allocated in chunks on first use: nothing unless the process forked.
+    dup: DupCounts,
+}
+
+/// Per-slot counts of users beyond the first (see `SwapState::dup`): 16-bit counts in chunks
+/// of 16384 slots, each allocated when a slot in it is first shared. Lock-free: a count
+/// changes under the pte lock of the entry naming the slot or by a user dropping its share.
+struct DupCounts {
+    chunks: Box<[std::sync::OnceLock<Box<[std::sync::atomic::AtomicU16]>>]>,
+    /// Slots whose count is above zero.
+    nr: std::sync::atomic::AtomicU64,
+}
+
+const DUP_CHUNK: u64 = 1 << 14;
+
+impl DupCounts {
+    fn new(nr_pages: u64) -> DupCounts {
+        DupCounts {
+            chunks: (0..nr_pages.div_ceil(DUP_CHUNK))
+                .map(|_| std::sync::OnceLock::new())
+                .collect(),
+            nr: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    fn slot(&self, slot: u64, create: bool) -> Option<&std::sync::atomic::AtomicU16> {
+        let c = self.chunks.get((slot / DUP_CHUNK).usize())?;
+        let chunk = if create {
+            c.get_or_init(|| {
+                (0..DUP_CHUNK)
+                    .map(|_| std::sync::atomic::AtomicU16::new(0))
+                    .collect()
+            })
+        } else {
+            c.get()?
+        };
+        chunk.get((slot % DUP_CHUNK).usize())
+    }
+
+    fn get(&self, slot: u64) -> u16 {
+        self.slot(slot, false)
+            .map_or(0, |a| a.load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    /// One more user; false when the count is full (the caller copies instead of sharing).
+    fn inc(&self, slot: u64) -> bool {
+        use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
+        let Some(a) = self.slot(slot, true) else {
+            return false;
+        };
+        let r = a.fetch_update(AcqRel, Acquire, |n| n.checked_add(1));
+        if r == Ok(0) {
+            self.nr.fetch_add(1, Relaxed);
+        }
+        r.is_ok()
+    }
+
+    /// One user less if the slot has several; true if it had.
+    fn dec(&self, slot: u64) -> bool {
+        use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
+        let Some(a) = self.slot(slot, false) else {
+            return false;
+        };
+        let r = a.fetch_update(AcqRel, Acquire, |n| n.checked_sub(1));
+        if r == Ok(1) {
+            self.nr.fetch_sub(1, Relaxed);
+        }
+        r.is_ok()
+    }
 }
 
 impl std::fmt::Debug for SwapState {
@@ -75,11 +139,11 @@ impl SwapState {
             } else {
                 as_flags::NO_WRITEBACK_TAGS
             };
+        let dup = DupCounts::new(slots.nr_pages());
         SwapState {
             dev,
             slots,
-            dup: crate::sync::Mutex::new(std::collections::HashMap::new()),
-            shared: crate::sync::AtomicBool::new(false),
+            dup,
             spaces: (0..n)
                 .map(|i| {
                     let mut space =
@@ -140,47 +204,36 @@ impl SwapState {
 
     /// `swap_duplicate`: one more user of the allocated slot `entry` (a fork child's share of a
     /// swapped page). The slot is freed when its last user frees it. False if `entry` is not
-    /// allocated.
+    /// allocated or already has the most users a count holds.
     pub fn swap_duplicate(&self, entry: SwapEntry) -> bool {
-        if !self.slots.is_allocated(entry.offset()) {
-            return false;
-        }
-        self.shared.store(true, Ordering::Relaxed);
-        *self.dup.lock().entry(entry.offset()).or_insert(0) += 1;
-        true
+        self.slots.is_allocated(entry.offset()) && self.dup.inc(entry.offset())
+    }
+
+    /// [`SwapState::swap_duplicate`] for entries known allocated (the caller holds the pte lock
+    /// of a page table entry naming each); returns, per entry, whether it gained a user.
+    pub fn swap_duplicate_many(&self, entries: impl Iterator<Item = SwapEntry>) -> Vec<bool> {
+        entries
+            .map(|e| {
+                debug_assert!(self.slots.is_allocated(e.offset()), "slot {e} is free");
+                self.dup.inc(e.offset())
+            })
+            .collect()
     }
 
     /// Whether slot `entry` has more than one user (its contents must not be rewritten: a
     /// dirty page that held it takes a new slot).
     pub fn swap_shared(&self, entry: SwapEntry) -> bool {
-        self.shared.load(Ordering::Relaxed) && self.dup.lock().contains_key(&entry.offset())
+        self.dup.get(entry.offset()) > 0
     }
 
     /// Slots with more than one user (`swap_duplicate`), for the counters.
     pub fn nr_shared(&self) -> u64 {
-        if !self.shared.load(Ordering::Relaxed) {
-            return 0;
-        }
-        self.dup.lock().len() as u64
+        self.dup.nr.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Drops one user of `entry` if it has several; true if it did (the slot stays).
     fn put_duplicate(&self, entry: SwapEntry) -> bool {
-        if !self.shared.load(Ordering::Relaxed) {
-            return false;
-        }
-        let mut dup = self.dup.lock();
-        match dup.get_mut(&entry.offset()) {
-            Some(n) if *n > 1 => {
-                *n -= 1;
-                true
-            }
-            Some(_) => {
-                dup.remove(&entry.offset());
-                true
-            }
-            None => false,
-        }
+        self.dup.dec(entry.offset())
     }
 
     /// `swap_free`: releases an entry: removes it from the cache if present, frees its slot and
