@@ -971,6 +971,10 @@ static FORK: Mutex<Option<ForkCopy>> = Mutex::new(None);
 /// Bytes of the bounce buffer the parent copies managed memory through.
 const FORK_CHUNK: usize = 1 << 20;
 
+/// Set in a run header's length: the parent wrote the run into the child's memory itself
+/// (`Mm::write_to_fork_child`); no bytes follow.
+const FORK_WRITTEN: u64 = 1 << 63;
+
 extern "C" fn fork_prepare() {
     let g = MANAGER.lock();
     let mut holds = FORK_HOLDS.lock();
@@ -1091,19 +1095,25 @@ fn holds_manager() -> Option<Mm> {
 }
 
 /// Sends the table of shared pages after the copy: the number of ranges, then per range its
-/// start and count and (page index, slot) pairs.
+/// start and number of runs, and each run as (first page index, first slot, pages): pages
+/// swapped out together have consecutive slots, so a GiB is a few thousand runs.
 fn send_shared(fd: c_int, shared: &[(usize, Vec<(u64, u64)>)]) -> bool {
     let n = [shared.len() as u64];
     if !sys::send_all(fd, n.as_ptr() as *const u8, 8) {
         return false;
     }
     for (start, v) in shared {
-        let hdr = [*start as u64, v.len() as u64];
-        if !sys::send_all(fd, hdr.as_ptr() as *const u8, 16) {
-            return false;
+        let mut runs: Vec<[u64; 3]> = Vec::new();
+        for &(i, s) in v {
+            match runs.last_mut() {
+                Some(r) if r[0] + r[2] == i && r[1] + r[2] == s => r[2] += 1,
+                _ => runs.push([i, s, 1]),
+            }
         }
-        let flat: Vec<u64> = v.iter().flat_map(|&(i, s)| [i, s]).collect();
-        if !sys::send_all(fd, flat.as_ptr() as *const u8, flat.len() * 8) {
+        let hdr = [*start as u64, runs.len() as u64];
+        if !sys::send_all(fd, hdr.as_ptr() as *const u8, 16)
+            || !sys::send_all(fd, runs.as_ptr() as *const u8, runs.len() * 24)
+        {
             return false;
         }
     }
@@ -1126,14 +1136,16 @@ fn recv_shared(fd: c_int) -> Option<SharedTable> {
         if !sys::recv_all(fd, hdr.as_mut_ptr() as *mut u8, 16) {
             return None;
         }
-        let mut flat = vec![0u64; hdr[1] as usize * 2];
-        if !sys::recv_all(fd, flat.as_mut_ptr() as *mut u8, flat.len() * 8) {
+        let mut runs = vec![[0u64; 3]; hdr[1] as usize];
+        if !sys::recv_all(fd, runs.as_mut_ptr() as *mut u8, runs.len() * 24) {
             return None;
         }
-        let mut v = Vec::with_capacity(hdr[1] as usize);
-        for p in flat.chunks_exact(2) {
-            v.push((p[0], slots.len() as u64));
-            slots.push(p[1]);
+        let mut v = Vec::new();
+        for [i, s, n] in runs {
+            for x in 0..n {
+                v.push((i + x, slots.len() as u64));
+                slots.push(s + x);
+            }
         }
         ranges.push((hdr[0] as usize, v));
     }
@@ -1209,7 +1221,12 @@ fn without_pages(runs: &[(usize, usize)], kept: &[usize]) -> Vec<(usize, usize)>
 /// then its bytes, then (0, 0). Resident pages are copied from the view or the frame pool
 /// without faulting (`Mm::copy_for_fork`); anything else is read through a fault served by
 /// the manager's threads.
-fn fork_send(fd: c_int, runs: &[(usize, usize)], ranges: &[usermm_vma::ForkRange]) -> u64 {
+fn fork_send(
+    fd: c_int,
+    runs: &[(usize, usize)],
+    ranges: &[usermm_vma::ForkRange],
+    mut child: Option<i32>,
+) -> u64 {
     let mut buf = vec![0u8; FORK_CHUNK];
     let mut sent = 0u64;
     let mm = holds_manager();
@@ -1223,6 +1240,21 @@ fn fork_send(fd: c_int, runs: &[(usize, usize)], ranges: &[usermm_vma::ForkRange
         else {
             continue;
         };
+        if let Some(pid) = child {
+            // Straight into the child's memory: one copy, no socket.
+            match mm.write_to_fork_child(&fr.region, addr - fr.start, len, pid) {
+                Ok(()) => {
+                    let hdr = [addr as u64, len as u64 | FORK_WRITTEN];
+                    if !sys::send_all(fd, hdr.as_ptr() as *const u8, 16) {
+                        break;
+                    }
+                    sent += len as u64;
+                    continue;
+                }
+                // Refused (ptrace rules): the socket from here on.
+                Err(_) => child = None,
+            }
+        }
         let hdr = [addr as u64, len as u64];
         if !sys::send_all(fd, hdr.as_ptr() as *const u8, 16) {
             break;
@@ -1255,7 +1287,11 @@ extern "C" fn fork_parent() {
             // With the child's end closed here, a failed fork (no child) makes the first send
             // fail at once instead of blocking.
             sys::close(c);
-            let sent = fork_send(p, &fc.runs, &fc.ranges);
+            // The child says who it is once its ranges are mapped (nothing if the fork failed).
+            let mut pid = [0u64; 1];
+            let child = (!fc.runs.is_empty() && sys::recv_all(p, pid.as_mut_ptr() as *mut u8, 8))
+                .then_some(pid[0] as i32);
+            let sent = fork_send(p, &fc.runs, &fc.ranges, child);
             N_FORK_COPY.fetch_add(sent, Ordering::Relaxed);
             let ok = send_shared(p, &fc.shared);
             let slots: Vec<u64> = fc
@@ -1273,10 +1309,7 @@ extern "C" fn fork_parent() {
                             .fetch_add(slots.len() as u64 * PAGE as u64, Ordering::Relaxed);
                     }
                     note_fork_socket(p);
-                    // SAFETY: p is this library's end of the pair, handed over whole.
-                    let stream = unsafe {
-                        <std::os::unix::net::UnixStream as std::os::fd::FromRawFd>::from_raw_fd(p)
-                    };
+                    let stream = sys::stream_from_fd(p);
                     if let Err(e) = mm.serve_fork_child(stream, slots) {
                         warn(&format!(
                             "fork: {e}; the child cannot read the pages it shares"
@@ -1330,12 +1363,24 @@ fn fork_receive(fc: &ForkCopy) -> u64 {
         return 0;
     };
     sys::close(p);
+    if !fc.runs.is_empty() {
+        let me = [sys::getpid() as u64];
+        if !sys::send_all(c, me.as_ptr() as *const u8, 8) {
+            warn("fork: the parent is gone before sending its memory; the child cannot run");
+            sys::exit_now(127);
+        }
+    }
     let mut got = 0u64;
     loop {
         let mut hdr = [0u64; 2];
         if !sys::recv_all(c, hdr.as_mut_ptr() as *mut u8, 16) {
             warn("fork: the parent stopped sending its memory; the child cannot run");
             sys::exit_now(127);
+        }
+        if hdr[1] & FORK_WRITTEN != 0 {
+            // Written into this process's memory by the parent.
+            got += hdr[1] & !FORK_WRITTEN;
+            continue;
         }
         let (addr, len) = (hdr[0] as usize, hdr[1] as usize);
         if len == 0 {
@@ -1392,15 +1437,10 @@ fn fork_adopt(
     let mut inherit = None;
     let mut link_fd = -1;
     if let Some((fd, slots)) = &link {
-        // SAFETY: dup of the child's end of the pair; the link owns the new descriptor.
-        let dup = unsafe { libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, 0) };
+        let dup = sys::dup_cloexec(*fd);
         if dup >= 0 {
-            // SAFETY: dup is a fresh descriptor of ours, handed over whole.
-            let stream = unsafe {
-                <std::os::unix::net::UnixStream as std::os::fd::FromRawFd>::from_raw_fd(dup)
-            };
-            // SAFETY: getppid has no preconditions.
-            let parent = unsafe { libc::getppid() } as u32;
+            let stream = sys::stream_from_fd(dup);
+            let parent = sys::getppid() as u32;
             let l = std::sync::Arc::new(usermm::swap::InheritLink::new(
                 parent,
                 stream,

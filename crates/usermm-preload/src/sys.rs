@@ -473,6 +473,23 @@ pub fn recv_all(fd: c_int, mut p: *mut u8, mut n: usize) -> bool {
     }
     true
 }
+/// A descriptor of this library's (one end of a socket pair), handed over whole to a stream.
+pub fn stream_from_fd(fd: c_int) -> std::os::unix::net::UnixStream {
+    // SAFETY: fd is an open socket this library owns and gives up here.
+    unsafe { <std::os::unix::net::UnixStream as std::os::fd::FromRawFd>::from_raw_fd(fd) }
+}
+
+/// A close-on-exec duplicate of `fd` (-1 on failure).
+pub fn dup_cloexec(fd: c_int) -> c_int {
+    // SAFETY: fcntl F_DUPFD_CLOEXEC on a descriptor of ours; no memory is passed.
+    unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) }
+}
+
+pub fn getpid() -> libc::pid_t {
+    // SAFETY: getpid has no preconditions.
+    unsafe { libc::getpid() }
+}
+
 /// The inode of open descriptor `fd` (None if it is not open): tells a descriptor this
 /// library recorded from a later one that reused its number.
 pub fn fd_ino(fd: c_int) -> Option<u64> {

@@ -25,7 +25,7 @@ pub mod sigbus;
 pub mod uffd;
 
 pub use error::{Result, SysError, Syscall};
-pub use mem::{Advice, Mapping};
+pub use mem::{process_vm_write, Advice, Mapping, VmSrc};
 
 /// Base page size usermm manages (x86-64 and arm64 4 KiB kernels).
 pub const PAGE_SIZE: usize = 4096;

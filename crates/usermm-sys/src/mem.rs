@@ -714,3 +714,75 @@ mod tests {
         assert!(n.pread_pages(&f, 100 * PAGE_SIZE as u64, &[0]).is_err());
     }
 }
+
+/// One source page of [`process_vm_write`]: a page of a mapping of this process, or a buffer.
+#[derive(Debug, Clone, Copy)]
+pub enum VmSrc<'a> {
+    /// The page at byte offset `.1` of the mapping. The caller keeps it present and unchanged
+    /// for the call (a missing page of a userfaultfd-registered mapping would fault).
+    Page(&'a Mapping, usize),
+    /// A page-sized buffer.
+    Buf(&'a [u8]),
+}
+
+/// `process_vm_writev(2)`: writes each source page to its address in process `pid` (a fork
+/// child: its parent may write its memory), at most 1024 pages per system call. Returns the
+/// pages written (fewer than asked if one could not be: an error stops it; EPERM where the
+/// kernel's ptrace rules refuse, ESRCH for a process gone).
+pub fn process_vm_write(pid: i32, pages: &[(VmSrc<'_>, usize)]) -> io::Result<usize> {
+    let mut local = Vec::with_capacity(pages.len());
+    let mut remote = Vec::with_capacity(pages.len());
+    for &(s, to) in pages {
+        let base = match s {
+            VmSrc::Page(m, off) => {
+                check_range(m.len(), off, PAGE_SIZE).map_err(io::Error::other)?;
+                // SAFETY: off + PAGE_SIZE is within the mapping (checked just above).
+                unsafe { m.as_ptr().add(off) }
+            }
+            VmSrc::Buf(b) => {
+                if b.len() != PAGE_SIZE {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("a source buffer of {} bytes, not a page", b.len()),
+                    ));
+                }
+                b.as_ptr() as *mut u8
+            }
+        };
+        local.push(libc::iovec {
+            iov_base: base as *mut libc::c_void,
+            iov_len: PAGE_SIZE,
+        });
+        remote.push(libc::iovec {
+            iov_base: to as *mut libc::c_void,
+            iov_len: PAGE_SIZE,
+        });
+    }
+    let mut done = 0usize;
+    for (l, r) in local.chunks(1024).zip(remote.chunks(1024)) {
+        // SAFETY: every local vector is a readable page of this process (a live mapping's page,
+        // range-checked, or a buffer of exactly one page borrowed for this call); the remote
+        // vectors are the other process's memory, which the kernel checks.
+        let n = unsafe {
+            libc::process_vm_writev(
+                pid,
+                l.as_ptr(),
+                l.len() as libc::c_ulong,
+                r.as_ptr(),
+                r.len() as libc::c_ulong,
+                0,
+            )
+        };
+        if n < 0 {
+            if done == 0 {
+                return Err(io::Error::last_os_error());
+            }
+            break;
+        }
+        done += n as usize / PAGE_SIZE;
+        if (n as usize) < l.len() * PAGE_SIZE {
+            break;
+        }
+    }
+    Ok(done)
+}

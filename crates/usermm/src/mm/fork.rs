@@ -452,3 +452,140 @@ pub(crate) fn copy_for_fork(
     m.vm.add(crate::vmstat::Item::ForkCopyFaulted, faulted);
     Ok(faulted)
 }
+
+/// Pages written per `process_vm_writev` batch (their page locks are held across it).
+const WRITE_BATCH: usize = 256;
+
+/// [`copy_for_fork`] straight into the fork child `pid`'s memory at the same addresses
+/// (`process_vm_writev`: one copy, no socket): bytes `[off, off + len)` of `r`. A resident page
+/// is written from the view or its pool slot under its page lock; any other page is first
+/// copied out as [`copy_for_fork`] does (before any page lock is taken: that may fault).
+/// Untouched pages are skipped (the child's fresh mapping reads zeros). Errors (EPERM where
+/// ptrace rules refuse) leave the caller to send the range over the socket instead.
+pub(crate) fn write_for_fork(
+    m: &MmInner,
+    r: &RegionInner,
+    off: usize,
+    len: usize,
+    pid: i32,
+) -> io::Result<()> {
+    use crate::sys::VmSrc;
+    let npages = len / PAGE_SIZE;
+    let mut i = 0;
+    while i < npages {
+        let end = (i + WRITE_BATCH).min(npages);
+        let n = end - i;
+        let page_at = |j: usize| PgOff::new(((off / PAGE_SIZE) + j) as u64);
+        // Pass 1, no page locks: what is not resident, copied out.
+        let mut buf = vec![0u8; n * PAGE_SIZE];
+        // 0 skip, 1 buffer, 2 resident.
+        let kind: Vec<u8> = (0..n)
+            .map(|j| match r.pt.get(page_at(i + j)) {
+                Pte::None | Pte::Zero | Pte::HugeZero => 0,
+                Pte::Frame(_) => 2,
+                Pte::Swap(_) | Pte::Poison => 1,
+            })
+            .collect();
+        // Each run of swapped pages copied out at once (their reads batched).
+        let mut j = 0;
+        while j < n {
+            if kind[j] != 1 {
+                j += 1;
+                continue;
+            }
+            let mut k = j + 1;
+            while k < n && kind[k] == 1 {
+                k += 1;
+            }
+            copy_for_fork(
+                m,
+                r,
+                off + (i + j) * PAGE_SIZE,
+                &mut buf[j * PAGE_SIZE..k * PAGE_SIZE],
+            )
+            .map_err(io::Error::other)?;
+            j = k;
+        }
+        // Pass 2: resident pages locked, written from where they are.
+        let present = r
+            .view
+            .resident(off + i * PAGE_SIZE, n * PAGE_SIZE)
+            .map_err(io::Error::other)?;
+        // Which pool slots hold their pages, one mincore per run of consecutive frames (a
+        // parked page's slot, checked again under its lock by PG_mapped).
+        let frames: Vec<(usize, super::page::Pfn)> = (0..n)
+            .filter_map(|j| match r.pt.get(page_at(i + j)) {
+                Pte::Frame(f) if kind[j] == 2 => Some((j, f)),
+                _ => None,
+            })
+            .collect();
+        let fs: Vec<super::page::Pfn> = frames.iter().map(|&(_, f)| f).collect();
+        let mut in_slot = vec![None; n];
+        for (&(j, f), ok) in frames.iter().zip(super::pool::slots_present(m, &fs)) {
+            in_slot[j] = Some((f, ok));
+        }
+        let mut locked = Vec::new();
+        let mut retry = Vec::new();
+        let mut src: Vec<(VmSrc<'_>, usize)> = Vec::with_capacity(n);
+        for j in 0..n {
+            let idx = page_at(i + j);
+            let to = r.page_addr(idx);
+            match kind[j] {
+                1 => src.push((VmSrc::Buf(&buf[j * PAGE_SIZE..(j + 1) * PAGE_SIZE]), to)),
+                2 => {
+                    let Pte::Frame(f) = r.pt.get(idx) else {
+                        retry.push(j);
+                        continue;
+                    };
+                    let p = &m.node.pages[f];
+                    if !p.trylock() {
+                        retry.push(j);
+                        continue;
+                    }
+                    let from = if r.pt.get(idx) != Pte::Frame(f) {
+                        None
+                    } else if p.test(pg::MAPPED) {
+                        present[j].then(|| VmSrc::Page(&r.view, idx.offset()))
+                    } else {
+                        (in_slot[j] == Some((f, true)))
+                            .then(|| VmSrc::Page(&m.pool.slots, f.offset()))
+                    };
+                    match from {
+                        Some(s) => {
+                            src.push((s, to));
+                            locked.push(f);
+                        }
+                        None => {
+                            p.unlock();
+                            retry.push(j);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        let res = crate::sys::process_vm_write(pid, &src);
+        for f in locked {
+            m.node.pages[f].unlock();
+        }
+        let written = res?;
+        if written < src.len() {
+            return Err(io::Error::other(format!(
+                "{written} of {} pages written to the fork child",
+                src.len()
+            )));
+        }
+        m.vm.add(crate::vmstat::Item::ForkCopyDirect, src.len() as u64);
+        // Pages that changed state meanwhile: copied out now, locks released.
+        for j in retry {
+            let mut b = vec![0u8; PAGE_SIZE];
+            copy_for_fork(m, r, off + (i + j) * PAGE_SIZE, &mut b).map_err(io::Error::other)?;
+            let to = r.page_addr(page_at(i + j));
+            if crate::sys::process_vm_write(pid, &[(VmSrc::Buf(&b), to)])? != 1 {
+                return Err(io::Error::other("a page not written to the fork child"));
+            }
+        }
+        i = end;
+    }
+    Ok(())
+}

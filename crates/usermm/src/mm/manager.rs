@@ -788,6 +788,36 @@ impl Mm {
             .collect()
     }
 
+    /// fork(2), parent's side: [`Mm::copy_for_fork`] written straight into the memory of the
+    /// child `pid` at the same addresses (`process_vm_writev`), for bytes `[off, off + len)`
+    /// of `region` (page-aligned). An error (the kernel's ptrace rules may refuse) leaves the
+    /// range to be copied another way.
+    pub fn write_to_fork_child(
+        &self,
+        region: &Region,
+        off: usize,
+        len: usize,
+        pid: i32,
+    ) -> Result<()> {
+        if !off.is_multiple_of(PAGE_SIZE)
+            || !len.is_multiple_of(PAGE_SIZE)
+            || off + len > region.len()
+        {
+            return Err(Error::io(
+                "writing memory to a fork child",
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!(
+                        "{len} bytes at offset {off} of a region of {}: give whole pages inside it",
+                        region.len()
+                    ),
+                ),
+            ));
+        }
+        super::fork::write_for_fork(self.inner(), &region.r, off, len, pid)
+            .map_err(|e| Error::io("writing memory to a fork child", e))
+    }
+
     /// Gives back shares [`Mm::share_swapped_for_fork`] took, for a child that will not get
     /// them (the fork failed, or the range is copied instead).
     pub fn unshare_swapped_for_fork(&self, slots: impl IntoIterator<Item = u64>) {
