@@ -771,7 +771,14 @@ fn a_fork_shares_swapped_pages_by_slot_and_each_side_keeps_its_own() {
     assert!(u(&p["fork_copy_bytes"]) <= 3 * 48 * MIB, "{p}");
     // Every child is gone (one SIGKILLed): the parent holds no slot for any of them.
     assert_eq!(u(&p["manager"]["vmstat"]["nr_swap_shared"]), 0, "{p}");
-    assert_eq!(u(&p["manager"]["vmstat"]["fork_copy_faulted"]), 0, "{p}");
+    // Resident pages are copied where they are, under their page lock; only a page that
+    // reclaim or a fault held at that moment is read through a fault.
+    let vm = &p["manager"]["vmstat"];
+    assert!(u(&vm["fork_copy_direct"]) > 0, "{p}");
+    assert!(
+        u(&vm["fork_copy_faulted"]) <= u(&vm["fork_copy_direct"]) / 50,
+        "{p}"
+    );
     let sharing: Vec<&Value> = forked_children(&v)
         .into_iter()
         .filter(|k| u(&k["fork_inherited_bytes"]) > 0)

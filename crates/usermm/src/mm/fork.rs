@@ -89,13 +89,11 @@ pub(crate) fn put_shared(m: &MmInner, slots: impl IntoIterator<Item = u64>) {
     }
 }
 
-/// A serving thread's stop signal and end, for [`hand_over_all`].
+/// A serving thread's stop signal, for [`hand_over_all`]; in [`SERVERS`] while it runs.
 #[derive(Debug)]
 struct ServerCtl {
     pid: u32,
     stop: crate::sys::uffd::EventFd,
-    done: std::sync::Mutex<bool>,
-    cv: std::sync::Condvar,
 }
 
 /// The threads serving this process's fork children.
@@ -104,41 +102,31 @@ static SERVERS: std::sync::Mutex<Vec<Arc<ServerCtl>>> = std::sync::Mutex::new(Ve
 /// This process is exiting (or exec'ing): every thread serving a fork child writes the pages
 /// the child still shares into a file of their own and hands the child that file
 /// ([`handover`]), so the child keeps its memory after the parent is gone. Waits for them, at
-/// most `timeout` in all. Returns how many children were handed their pages.
+/// most `timeout` in all. Returns how many children were handed their pages. Allocates
+/// nothing and takes only this module's lock: `_exit` calls it, possibly from a signal
+/// handler that interrupted malloc.
 pub fn hand_over_all(timeout: std::time::Duration) -> usize {
     // Only the process that started them (not a vfork child sharing its memory).
     let me = std::process::id();
-    let servers: Vec<Arc<ServerCtl>> = SERVERS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .iter()
-        .filter(|c| c.pid == me)
-        .cloned()
-        .collect();
-    for c in &servers {
+    let lock = || {
+        SERVERS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    };
+    let mut n = 0;
+    for c in lock().iter().filter(|c| c.pid == me) {
         c.stop.signal();
+        n += 1;
     }
     let t0 = std::time::Instant::now();
-    let mut n = 0;
-    for c in &servers {
-        let mut done = c
-            .done
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        while !*done {
-            let left = timeout.saturating_sub(t0.elapsed());
-            if left.is_zero() {
-                log::error!("a fork child's pages were not handed over in time; it may lose them");
-                break;
-            }
-            done =
-                c.cv.wait_timeout(done, left)
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .0;
+    while lock().iter().any(|c| c.pid == me) {
+        if t0.elapsed() > timeout {
+            log::error!("a fork child's pages were not handed over in time; it may lose them");
+            break;
         }
-        n += usize::from(*done);
+        std::thread::sleep(std::time::Duration::from_millis(1));
     }
-    n
+    n - lock().iter().filter(|c| c.pid == me).count()
 }
 
 /// Starts the thread that serves a fork child's reads of the slots `shared` (from
@@ -151,8 +139,6 @@ pub(crate) fn serve_child(m: Arc<MmInner>, stream: UnixStream, shared: Vec<u64>)
     let ctl = Arc::new(ServerCtl {
         pid: std::process::id(),
         stop: crate::sys::uffd::EventFd::new().map_err(io::Error::other)?,
-        done: std::sync::Mutex::new(false),
-        cv: std::sync::Condvar::new(),
     });
     SERVERS
         .lock()
@@ -171,10 +157,6 @@ pub(crate) fn serve_child(m: Arc<MmInner>, stream: UnixStream, shared: Vec<u64>)
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .retain(|c| !Arc::ptr_eq(c, &ctl));
-        *ctl.done
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
-        ctl.cv.notify_all();
     });
     match r {
         Ok(_) => Ok(()),
