@@ -12,6 +12,11 @@
 //! to its page frees its own use of the slot first (`try_to_free_swap`), and reclaim gives a
 //! dirty page whose slot is shared a new one (`add_to_swap`).
 //!
+//! The parent's resident pages are copied: [`write_for_fork`] writes them straight into the
+//! child's memory (`process_vm_writev`) from the view or the frame pool under each page's lock,
+//! [`copy_for_fork`] copies them for the socket where that is refused. An exiting parent
+//! hands each child its remaining shared pages in a file ([`hand_over_all`]).
+//!
 //! Child: [`adopt_anon_inherited`] makes the received range a region whose swapped pages name
 //! the inherited slots of its device.
 
@@ -97,7 +102,7 @@ struct ServerCtl {
 }
 
 /// The threads serving this process's fork children.
-static SERVERS: std::sync::Mutex<Vec<Arc<ServerCtl>>> = std::sync::Mutex::new(Vec::new());
+static SERVERS: crate::sync::Mutex<Vec<Arc<ServerCtl>>> = crate::sync::Mutex::new(Vec::new());
 
 /// This process is exiting (or exec'ing): every thread serving a fork child writes the pages
 /// the child still shares into a file of their own and hands the child that file
@@ -108,11 +113,7 @@ static SERVERS: std::sync::Mutex<Vec<Arc<ServerCtl>>> = std::sync::Mutex::new(Ve
 pub fn hand_over_all(timeout: std::time::Duration) -> usize {
     // Only the process that started them (not a vfork child sharing its memory).
     let me = std::process::id();
-    let lock = || {
-        SERVERS
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    };
+    let lock = || SERVERS.lock();
     let mut n = 0;
     for c in lock().iter().filter(|c| c.pid == me) {
         c.stop.signal();
@@ -140,10 +141,7 @@ pub(crate) fn serve_child(m: Arc<MmInner>, stream: UnixStream, shared: Vec<u64>)
         pid: std::process::id(),
         stop: crate::sys::uffd::EventFd::new().map_err(io::Error::other)?,
     });
-    SERVERS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .push(Arc::clone(&ctl));
+    SERVERS.lock().push(Arc::clone(&ctl));
     let r = super::spawn_thread("usermm-forkd".to_string(), move || {
         let mut held = held.take().unwrap_or_default();
         match serve(&m2, stream, &mut held, &ctl) {
@@ -153,10 +151,7 @@ pub(crate) fn serve_child(m: Arc<MmInner>, stream: UnixStream, shared: Vec<u64>)
             Ok(()) => {}
         }
         put_shared(&m2, held.drain());
-        SERVERS
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .retain(|c| !Arc::ptr_eq(c, &ctl));
+        SERVERS.lock().retain(|c| !Arc::ptr_eq(c, &ctl));
     });
     match r {
         Ok(_) => Ok(()),

@@ -43,6 +43,8 @@ pub struct SwapState {
 /// Per-slot counts of users beyond the first (see `SwapState::dup`): 16-bit counts in chunks
 /// of 16384 slots, each allocated when a slot in it is first shared. Lock-free: a count
 /// changes under the pte lock of the entry naming the slot or by a user dropping its share.
+/// std atomics, not the `crate::sync` shim: this module is not built under the model checker
+/// (the page state machine it checks is page_state.rs), and a count is one atomic word.
 struct DupCounts {
     chunks: Box<[std::sync::OnceLock<Box<[std::sync::atomic::AtomicU16]>>]>,
     /// Slots whose count is above zero.
