@@ -1541,11 +1541,15 @@ fn fetch_shared(fd: c_int, shared: &[(usize, Vec<(u64, u64)>)], slots: &[u64]) {
     for (start, v) in shared {
         // The whole range: its length is not needed, the pages named are inside it.
         for chunk in v.chunks(MAX_REQUEST) {
-            let mut req: Vec<u64> = Vec::with_capacity(chunk.len() + 1);
-            req.push(u64::from(OP_READ) | ((chunk.len() as u64) << 32));
-            req.extend(chunk.iter().map(|&(_, k)| slots[k as usize]));
+            // The wire format of usermm::swap::inherit: [op: u32, n: u32] and n slots.
+            let mut req: Vec<u8> = Vec::with_capacity(8 + chunk.len() * 8);
+            req.extend_from_slice(&OP_READ.to_ne_bytes());
+            req.extend_from_slice(&(chunk.len() as u32).to_ne_bytes());
+            for &(_, k) in chunk {
+                req.extend_from_slice(&slots[k as usize].to_ne_bytes());
+            }
             let mut hdr = [0u32; 2];
-            let ok = sys::send_all(fd, req.as_ptr() as *const u8, req.len() * 8)
+            let ok = sys::send_all(fd, req.as_ptr(), req.len())
                 && sys::recv_all(fd, hdr.as_mut_ptr() as *mut u8, 8)
                 && hdr[0] == 0
                 && hdr[1] as usize == chunk.len()
