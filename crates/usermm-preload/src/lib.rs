@@ -1054,12 +1054,27 @@ const FORK_SHARE_MAX_RUNS: usize = 8192;
 /// thread's start-up reads it) and the environment (the new manager reads its settings).
 /// They are copied, never shared.
 fn noshare_pages(ranges: &[usermm_vma::ForkRange], kept: &[usize]) -> Vec<usize> {
+    let mut v = managed_pages(
+        ranges,
+        sys::locale_objects()
+            .into_iter()
+            .chain(sys::environ_objects()),
+    );
+    v.extend_from_slice(kept);
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// The pages of managed ranges that the byte ranges `objects` (address, length) lie on,
+/// sorted, each once.
+fn managed_pages(
+    ranges: &[usermm_vma::ForkRange],
+    objects: impl IntoIterator<Item = (usize, usize)>,
+) -> Vec<usize> {
     let managed = |a: usize| ranges.iter().any(|r| a >= r.start && a < r.start + r.len);
-    let mut v = kept.to_vec();
-    for (a, l) in sys::locale_objects()
-        .into_iter()
-        .chain(sys::environ_objects())
-    {
+    let mut v = Vec::new();
+    for (a, l) in objects {
         let mut p = a & !(PAGE - 1);
         while p < a + l {
             if managed(p) {
@@ -1177,19 +1192,7 @@ fn close_fork_sockets() {
 /// every other managed page is copied by [`fork_send`]. [`fork_parent`] makes them
 /// MADV_WIPEONFORK again.
 fn keep_stdio_for_fork(ranges: &[usermm_vma::ForkRange]) -> Vec<usize> {
-    let managed = |a: usize| ranges.iter().any(|r| a >= r.start && a < r.start + r.len);
-    let mut kept = Vec::new();
-    for (a, l) in sys::stdio_objects() {
-        let mut p = a & !(PAGE - 1);
-        while p < a + l {
-            if managed(p) {
-                kept.push(p);
-            }
-            p += PAGE;
-        }
-    }
-    kept.sort_unstable();
-    kept.dedup();
+    let mut kept = managed_pages(ranges, sys::stdio_objects());
     kept.retain(|&p| {
         sys::touch(p);
         sys::keeponfork(p, PAGE)

@@ -31,7 +31,7 @@ use crate::swap::inherit::{
 };
 use crate::sys::{Mapping, PAGE_SIZE};
 
-use super::page::{pg, PgOff, SwapEntry};
+use super::page::{pg, Pfn, PgOff, SwapEntry};
 use super::pgtable::Pte;
 use super::region::{Region, RegionInner};
 use super::{Mm, MmInner};
@@ -355,6 +355,7 @@ pub(crate) fn copy_for_fork(
 ) -> Result<u64> {
     let copy_err = |e| Error::io("copying memory for a fork child", e);
     let present = r.view.resident(off, buf.len()).map_err(copy_err)?;
+    let in_slot = slots_held(m, r, off, buf.len() / PAGE_SIZE);
     let mut faulted = 0;
     let mut swapped: Vec<(usize, SwapEntry)> = Vec::new();
     for (i, page) in buf.chunks_mut(PAGE_SIZE).enumerate() {
@@ -364,26 +365,14 @@ pub(crate) fn copy_for_fork(
                 page.fill(0);
                 true
             }
-            Pte::Frame(f) => {
-                let p = &m.node.pages[f];
-                if p.trylock() {
-                    // Under the page lock neither reclaim nor a fault moves it.
-                    let ok = r.pt.get(idx) == Pte::Frame(f)
-                        && if p.test(pg::MAPPED) {
-                            present[i] && r.view.read_bytes(idx.offset(), page).is_ok()
-                        } else {
-                            m.pool
-                                .slots
-                                .resident(f.offset(), PAGE_SIZE)
-                                .is_ok_and(|v| v[0])
-                                && m.pool.slots.read_bytes(f.offset(), page).is_ok()
-                        };
-                    p.unlock();
+            Pte::Frame(f) => match lock_resident(m, r, idx, f, present[i], in_slot[i]) {
+                Some((map, at)) => {
+                    let ok = map.read_bytes(at, page).is_ok();
+                    m.node.pages[f].unlock();
                     ok
-                } else {
-                    false
                 }
-            }
+                None => false,
+            },
             Pte::Swap(slot) => {
                 // Read from the device below (batched after the loop), with the slot held so
                 // that it cannot be freed and reused meanwhile.
@@ -428,6 +417,57 @@ pub(crate) fn copy_for_fork(
     }
     m.vm.add(crate::vmstat::Item::ForkCopyFaulted, faulted);
     Ok(faulted)
+}
+
+/// Whether each of the `n` pages of `r` from byte `off` is parked in a pool slot that holds it:
+/// for the pages whose entry names a frame now, (that frame, its slot holds a page), one
+/// mincore per run of consecutive frames; false for the others. Checked again under the page
+/// lock by [`lock_resident`] (PG_mapped, and the frame still the page's).
+fn slots_held(m: &MmInner, r: &RegionInner, off: usize, n: usize) -> Vec<Option<(Pfn, bool)>> {
+    let frames: Vec<(usize, Pfn)> = (0..n)
+        .filter_map(
+            |j| match r.pt.get(PgOff::new((off / PAGE_SIZE + j) as u64)) {
+                Pte::Frame(f) => Some((j, f)),
+                _ => None,
+            },
+        )
+        .collect();
+    let fs: Vec<Pfn> = frames.iter().map(|&(_, f)| f).collect();
+    let mut held = vec![None; n];
+    for (&(j, f), ok) in frames.iter().zip(super::pool::slots_present(m, &fs)) {
+        held[j] = Some((f, ok));
+    }
+    held
+}
+
+/// Locks resident page `f` (page `idx` of `r`) and says where its bytes are: its view page if
+/// it is mapped there (`in_view`, from mincore), else its pool slot if that holds it
+/// (`in_slot`, from [`slots_held`]). Under the page lock neither reclaim nor a fault moves it;
+/// the caller unlocks the page when done. None, the page left unlocked: it is locked by
+/// someone else, or no longer `f`, or not where the checks said.
+fn lock_resident<'a>(
+    m: &'a MmInner,
+    r: &'a RegionInner,
+    idx: PgOff,
+    f: Pfn,
+    in_view: bool,
+    in_slot: Option<(Pfn, bool)>,
+) -> Option<(&'a Mapping, usize)> {
+    let p = &m.node.pages[f];
+    if !p.trylock() {
+        return None;
+    }
+    let at = if r.pt.get(idx) != Pte::Frame(f) {
+        None
+    } else if p.test(pg::MAPPED) {
+        in_view.then_some((&r.view, idx.offset()))
+    } else {
+        (in_slot == Some((f, true))).then_some((&m.pool.slots, f.offset()))
+    };
+    if at.is_none() {
+        p.unlock();
+    }
+    at
 }
 
 /// Pages written per `process_vm_writev` batch (their page locks are held across it).
@@ -488,19 +528,7 @@ pub(crate) fn write_for_fork(
             .view
             .resident(off + i * PAGE_SIZE, n * PAGE_SIZE)
             .map_err(io::Error::other)?;
-        // Which pool slots hold their pages, one mincore per run of consecutive frames (a
-        // parked page's slot, checked again under its lock by PG_mapped).
-        let frames: Vec<(usize, super::page::Pfn)> = (0..n)
-            .filter_map(|j| match r.pt.get(page_at(i + j)) {
-                Pte::Frame(f) if kind[j] == 2 => Some((j, f)),
-                _ => None,
-            })
-            .collect();
-        let fs: Vec<super::page::Pfn> = frames.iter().map(|&(_, f)| f).collect();
-        let mut in_slot = vec![None; n];
-        for (&(j, f), ok) in frames.iter().zip(super::pool::slots_present(m, &fs)) {
-            in_slot[j] = Some((f, ok));
-        }
+        let in_slot = slots_held(m, r, off + i * PAGE_SIZE, n);
         let mut locked = Vec::new();
         let mut retry = Vec::new();
         let mut src: Vec<(VmSrc<'_>, usize)> = Vec::with_capacity(n);
@@ -510,32 +538,17 @@ pub(crate) fn write_for_fork(
             match kind[j] {
                 1 => src.push((VmSrc::Buf(&buf[j * PAGE_SIZE..(j + 1) * PAGE_SIZE]), to)),
                 2 => {
-                    let Pte::Frame(f) = r.pt.get(idx) else {
-                        retry.push(j);
-                        continue;
+                    let at = match r.pt.get(idx) {
+                        Pte::Frame(f) => lock_resident(m, r, idx, f, present[j], in_slot[j])
+                            .map(|(map, at)| (f, map, at)),
+                        _ => None,
                     };
-                    let p = &m.node.pages[f];
-                    if !p.trylock() {
-                        retry.push(j);
-                        continue;
-                    }
-                    let from = if r.pt.get(idx) != Pte::Frame(f) {
-                        None
-                    } else if p.test(pg::MAPPED) {
-                        present[j].then(|| VmSrc::Page(&r.view, idx.offset()))
-                    } else {
-                        (in_slot[j] == Some((f, true)))
-                            .then(|| VmSrc::Page(&m.pool.slots, f.offset()))
-                    };
-                    match from {
-                        Some(s) => {
-                            src.push((s, to));
+                    match at {
+                        Some((f, map, at)) => {
+                            src.push((VmSrc::Page(map, at), to));
                             locked.push(f);
                         }
-                        None => {
-                            p.unlock();
-                            retry.push(j);
-                        }
+                        None => retry.push(j),
                     }
                 }
                 _ => {}

@@ -799,21 +799,7 @@ impl Mm {
         len: usize,
         pid: i32,
     ) -> Result<()> {
-        if !off.is_multiple_of(PAGE_SIZE)
-            || !len.is_multiple_of(PAGE_SIZE)
-            || off + len > region.len()
-        {
-            return Err(Error::io(
-                "writing memory to a fork child",
-                std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    format!(
-                        "{len} bytes at offset {off} of a region of {}: give whole pages inside it",
-                        region.len()
-                    ),
-                ),
-            ));
-        }
+        whole_pages_of(region, off, len, "writing memory to a fork child")?;
         super::fork::write_for_fork(self.inner(), &region.r, off, len, pid)
             .map_err(|e| Error::io("writing memory to a fork child", e))
     }
@@ -829,22 +815,7 @@ impl Mm {
     /// the page is resident, faulting in only the rest (a swapped page not shared by slot).
     /// Returns how many pages were faulted in.
     pub fn copy_for_fork(&self, region: &Region, off: usize, buf: &mut [u8]) -> Result<u64> {
-        if !off.is_multiple_of(PAGE_SIZE)
-            || !buf.len().is_multiple_of(PAGE_SIZE)
-            || off + buf.len() > region.len()
-        {
-            return Err(Error::io(
-                "copying memory for a fork child",
-                std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    format!(
-                        "{} bytes at offset {off} of a region of {}: give whole pages inside it",
-                        buf.len(),
-                        region.len()
-                    ),
-                ),
-            ));
-        }
+        whole_pages_of(region, off, buf.len(), "copying memory for a fork child")?;
         super::fork::copy_for_fork(self.inner(), &region.r, off, buf)
     }
 
@@ -1108,6 +1079,27 @@ impl Mm {
     pub fn reclaim_to(&self, target_bytes: u64) -> u64 {
         vmscan::reclaim_to(self.inner(), target_bytes / PAGE_SIZE as u64)
     }
+}
+
+/// `[off, off + len)` must be whole pages inside `region`; else an error for `what` naming the
+/// numbers.
+fn whole_pages_of(region: &Region, off: usize, len: usize, what: &str) -> Result<()> {
+    if off.is_multiple_of(PAGE_SIZE)
+        && len.is_multiple_of(PAGE_SIZE)
+        && off.checked_add(len).is_some_and(|end| end <= region.len())
+    {
+        return Ok(());
+    }
+    Err(Error::io(
+        what,
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "{len} bytes at offset {off} of a region of {}: give whole pages inside it",
+                region.len()
+            ),
+        ),
+    ))
 }
 
 #[cfg(test)]
