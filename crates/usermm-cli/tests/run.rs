@@ -795,7 +795,7 @@ fn a_fork_shares_swapped_pages_by_slot_and_each_side_keeps_its_own() {
 #[test]
 fn an_orphaned_fork_child_keeps_the_pages_it_shared() {
     let exe = gcc(&progs().join("orphan.c"), "orphan", &[]);
-    for how in ["exit", "_exit", "kill"] {
+    for how in ["exit", "_exit", "kill", "daemon"] {
         let out = tmp().join(format!("orphan-{how}.out"));
         let _ = std::fs::remove_file(&out);
         // The orphan holds the pipes of this output until it is done.

@@ -15,7 +15,9 @@
 //!   0: all of it), and munmap, mremap, mprotect, madvise, mlock on the ranges served
 //!   (everything else is passed to the kernel with a raw system call; see
 //!   `docs/c-and-run.md` for the exact list);
-//! * pthread_create, to mark usermm's own threads; sbrk/brk, passed on and counted.
+//! * pthread_create, to mark usermm's own threads; sbrk/brk, passed on and counted;
+//! * `_exit`, `_Exit` and `daemon`: a process leaving hands its fork children the swapped
+//!   pages they share with it first (below).
 //!
 //! Recursion: usermm's own mappings (frame pool, region views, bounce buffers, the RAM swap
 //! device) are made by code inside this library through the same `mmap` symbol, and glibc's
@@ -1773,11 +1775,24 @@ fn hand_over_to_children() {
 
 /// `_exit(2)` skips the destructors: the hand-over to fork children happens here too (a
 /// Python worker's `os._exit`, a C program's `_exit`). glibc's own internal calls to `_exit`
-/// (`daemon(3)`'s parent) do not come through here.
+/// do not come through here; the one that matters, `daemon(3)`'s parent, is covered by
+/// [`daemon`].
 #[no_mangle]
 pub extern "C" fn _exit(code: c_int) -> ! {
     let _ = catch_unwind(hand_over_to_children);
     sys::exit_group(code)
+}
+
+/// `daemon(3)`: glibc's forks, and its parent leaves through glibc's internal `_exit`, which
+/// would skip the hand-over: the daemon would lose every swapped page it shares with the
+/// process that started it. The same steps, with the parent leaving through [`_exit`].
+#[no_mangle]
+pub extern "C" fn daemon(nochdir: c_int, noclose: c_int) -> c_int {
+    match sys::fork() {
+        -1 => -1,
+        0 => sys::daemon_child(nochdir != 0, noclose != 0),
+        _ => _exit(0),
+    }
 }
 
 /// `_Exit(3)`: as [`_exit`].

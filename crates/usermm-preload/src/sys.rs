@@ -512,6 +512,52 @@ pub fn exit_now(code: c_int) -> ! {
     unsafe { libc::_exit(code) }
 }
 
+/// glibc's `fork` (its atfork handlers run: this library's included).
+pub fn fork() -> libc::pid_t {
+    // SAFETY: fork has no memory arguments; the caller handles all three outcomes.
+    unsafe { libc::fork() }
+}
+
+/// The rest of `daemon(3)` in the child, as glibc's `misc/daemon.c` does it: a new session,
+/// `/` as the working directory unless `nochdir`, and unless `noclose` standard input, output
+/// and error on `/dev/null` (which must be the null character device, or ENODEV). 0, or -1
+/// with errno set.
+pub fn daemon_child(nochdir: bool, noclose: bool) -> c_int {
+    // SAFETY: setsid, chdir, open, fstat, dup2 and close with NUL-terminated literals and a
+    // zeroed stat buffer of ours; each result is checked as glibc checks it.
+    unsafe {
+        if libc::setsid() == -1 {
+            return -1;
+        }
+        if !nochdir {
+            let _ = libc::chdir(c"/".as_ptr());
+        }
+        if !noclose {
+            let fd = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+            if fd == -1 {
+                return -1;
+            }
+            let mut st: libc::stat = std::mem::zeroed();
+            if libc::fstat(fd, &mut st) != 0 {
+                libc::close(fd);
+                return -1;
+            }
+            if st.st_mode & libc::S_IFMT != libc::S_IFCHR || st.st_rdev != libc::makedev(1, 3) {
+                libc::close(fd);
+                set_errno(libc::ENODEV);
+                return -1;
+            }
+            for target in 0..3 {
+                libc::dup2(fd, target);
+            }
+            if fd > 2 {
+                libc::close(fd);
+            }
+        }
+    }
+    0
+}
+
 // ---------------------------------------------------------------------------------------------
 // fork and stdio: glibc's fork writes the lock of every open FILE in the child before any
 // atfork handler runs (`fresetlockfiles` in sysdeps/nptl/fork.h walks `_IO_list_all`).
