@@ -56,9 +56,20 @@ fn text(o: &Output) -> String {
 
 /// `usermm run OPTS --json -o FILE -- PROGRAM...`: the program's output and the report.
 fn run_json(name: &str, opts: &[&str], program: &[&str]) -> (Output, Value) {
+    run_json_env(name, opts, program, &[])
+}
+
+/// [`run_json`] with environment variables set for `usermm run` and the program.
+fn run_json_env(
+    name: &str,
+    opts: &[&str],
+    program: &[&str],
+    env: &[(&str, &str)],
+) -> (Output, Value) {
     let report = tmp().join(format!("{name}.json"));
     let _ = std::fs::remove_file(&report);
     let o = usermm()
+        .envs(env.iter().copied())
         .arg("run")
         .args(opts)
         .arg("--json")
@@ -789,6 +800,52 @@ fn a_fork_shares_swapped_pages_by_slot_and_each_side_keeps_its_own() {
         let m = &k["manager"];
         assert!(u(&m["peak_resident_bytes"]) <= 16 * MIB, "{k}");
         assert!(u(&m["vmstat"]["fork_swap_read_pages"]) > 0, "{k}");
+    }
+}
+
+#[test]
+fn fork_copies_through_the_socket_or_reads_shared_pages_eagerly_when_it_must() {
+    let exe = gcc(&progs().join("forkshare.c"), "forkshare", &[]);
+    let forkshare = |name: &str, hook: &str| -> Value {
+        let (o, v) = run_json_env(
+            name,
+            &["--budget", "16M", "--swap-size", "512M"],
+            &[exe.to_str().unwrap(), "96"],
+            &[(hook, "1")],
+        );
+        assert!(o.status.success(), "{}", text(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("forkshare ok"),
+            "{}",
+            text(&o)
+        );
+        assert!(u(&v["process"]["fork_shared_bytes"]) >= 3 * 48 * MIB, "{v}");
+        // Nothing is left shared once the children are gone.
+        assert_eq!(
+            u(&v["process"]["manager"]["vmstat"]["nr_swap_shared"]),
+            0,
+            "{v}"
+        );
+        v
+    };
+    // process_vm_writev into the child refused (as ptrace rules may): the resident pages are
+    // streamed through the fork socket instead, and every side still sees its own memory.
+    let v = forkshare("forkshare-streamed", "USERMM_TEST_FORK_NO_VM_WRITE");
+    let p = &v["process"];
+    assert!(u(&p["fork_copy_bytes"]) > 0, "{p}");
+    assert_eq!(
+        u(&p["fork_streamed_bytes"]),
+        u(&p["fork_copy_bytes"]),
+        "{p}"
+    );
+    // A child whose manager cannot start reads every page it shares with the parent at once
+    // (into the kernel's memory) instead of naming them: still exactly the parent's data.
+    let v = forkshare("forkshare-unmanaged", "USERMM_TEST_FORK_CHILD_UNMANAGED");
+    let kids = forked_children(&v);
+    assert!(!kids.is_empty(), "{v}");
+    for k in kids {
+        assert!(k["manager"].is_null(), "{k}");
+        assert_eq!(u(&k["fork_inherited_bytes"]), 0, "{k}");
     }
 }
 

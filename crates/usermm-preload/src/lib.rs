@@ -118,6 +118,9 @@ static SWAP_NOTE: Mutex<Option<String>> = Mutex::new(None);
 static N_HEAP_ENOMEM: AtomicU64 = AtomicU64::new(0);
 static N_BRK: AtomicU64 = AtomicU64::new(0);
 static N_FORK_COPY: AtomicU64 = AtomicU64::new(0);
+/// Bytes of fork copies this process sent through the fork socket because
+/// `process_vm_writev` into the child was refused (all of its children).
+static N_FORK_STREAMED: AtomicU64 = AtomicU64::new(0);
 /// Bytes of the fork copy this child's manager adopted (the rest stayed kernel memory).
 static N_FORK_ADOPTED: AtomicU64 = AtomicU64::new(0);
 /// Bytes of swapped-out memory shared with fork children by slot instead of copied (parent).
@@ -238,6 +241,7 @@ fn manager() -> Option<Mm> {
     // programs); the first manager holds PATH, the others swap to a temporary file.
     let inherit = INHERIT.lock().take();
     let made = refuse_self_served()
+        .and_then(|()| refuse_test_child())
         .and_then(|()| Mm::from_env_inheriting(inherit))
         .map(|e| {
             *SWAP_NOTE.lock() = e.swap_note;
@@ -261,6 +265,26 @@ fn manager() -> Option<Mm> {
 /// `fault_path=sigbus` cannot serve a program whose heap is managed: a fault may interrupt
 /// malloc, and the fault path allocates. `usermm run` refuses it up front; this catches a
 /// USERMM_SET given by hand.
+/// Test hooks for the fork paths a root test cannot otherwise reach (`tests/run.rs`):
+/// `USERMM_TEST_FORK_NO_VM_WRITE=1` makes the parent behave as if `process_vm_writev` into the
+/// child were refused (ptrace rules), so the copy streams through the socket;
+/// `USERMM_TEST_FORK_CHILD_UNMANAGED=1` makes a fork child's manager fail to start, so the
+/// child reads the pages it shares with the parent at once, into kernel memory.
+fn test_hook(name: &str) -> bool {
+    std::env::var_os(name).is_some_and(|v| v == "1")
+}
+
+/// A fork child's manager refused by `USERMM_TEST_FORK_CHILD_UNMANAGED` ([`test_hook`]).
+fn refuse_test_child() -> usermm::Result<()> {
+    if FORKED.load(Ordering::Relaxed) && test_hook("USERMM_TEST_FORK_CHILD_UNMANAGED") {
+        return Err(usermm::Error::from(usermm::ConfigError::Unsupported {
+            what: "a manager in this fork child".into(),
+            why: "USERMM_TEST_FORK_CHILD_UNMANAGED=1 (a test hook) is set".into(),
+        }));
+    }
+    Ok(())
+}
+
 fn refuse_self_served() -> usermm::Result<()> {
     let set = std::env::var("USERMM_SET").unwrap_or_default();
     match usermm::Settings::parse(&set) {
@@ -1235,6 +1259,9 @@ fn fork_send(
     let mut buf = vec![0u8; FORK_CHUNK];
     let mut sent = 0u64;
     let mm = holds_manager();
+    if test_hook("USERMM_TEST_FORK_NO_VM_WRITE") {
+        child = None;
+    }
     'runs: for &(addr, len) in runs {
         let Some(mm) = &mm else {
             break;
@@ -1277,6 +1304,7 @@ fn fork_send(
             }
             off += n;
             sent += n as u64;
+            N_FORK_STREAMED.fetch_add(n as u64, Ordering::Relaxed);
         }
     }
     let end = [0u64, 0u64];
@@ -1651,6 +1679,7 @@ extern "C" fn fork_child() {
     }
     N_FORK_COPY.store(got, Ordering::Relaxed);
     N_FORK_SHARED.store(0, Ordering::Relaxed);
+    N_FORK_STREAMED.store(0, Ordering::Relaxed);
     N_FORK_ADOPTED.store(
         fork_adopt(&adopt, &kept, got, shared, link),
         Ordering::Relaxed,
@@ -1751,6 +1780,7 @@ fn stats_json() -> serde_json::Value {
         },
         "unmanaged_brk_bytes": N_BRK.load(Ordering::Relaxed),
         "fork_copy_bytes": N_FORK_COPY.load(Ordering::Relaxed),
+        "fork_streamed_bytes": N_FORK_STREAMED.load(Ordering::Relaxed),
         "fork_adopted_bytes": N_FORK_ADOPTED.load(Ordering::Relaxed),
         "fork_shared_bytes": N_FORK_SHARED.load(Ordering::Relaxed),
         "fork_inherited_bytes": N_FORK_INHERITED.load(Ordering::Relaxed),
