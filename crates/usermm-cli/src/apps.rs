@@ -1,6 +1,7 @@
 //! `usermm bench apps`: real, unmodified programs (GNU sort, a numpy script, Python building a
-//! dict, mawk building an associative array, perl reading and sorting lines, a Python
-//! multiprocessing Pool: a process tree under one budget) on both engines in
+//! dict, mawk building an associative array, perl reading and sorting lines, two Python
+//! multiprocessing Pools and a `make -j2` build with gcc: process trees under one budget) on
+//! both engines in
 //! one command. Each case runs natively once for the reference output, then alternately under
 //! `usermm run` (engine usermm) and inside a memory cgroup limited to the same budget with
 //! kernel swap of the same kind and size (engine kernel, set up and torn down by `kernel::Env`,
@@ -35,8 +36,8 @@ use crate::report::median;
 use crate::Failure;
 
 /// Names of the cases, in the order they run.
-pub const CASES: [&str; 7] = [
-    "sort", "numpy", "pydict", "awk", "perl", "mp-numpy", "mp-pool",
+pub const CASES: [&str; 8] = [
+    "sort", "numpy", "pydict", "awk", "perl", "mp-numpy", "mp-pool", "make",
 ];
 
 /// Options of one `bench apps` invocation.
@@ -75,6 +76,9 @@ struct Sizes {
     dict_n: u64,
     awk_lines: u64,
     perl_lines: u64,
+    /// The make case: C files, and statements in the one function of each.
+    make_files: u64,
+    make_lines: u64,
 }
 
 fn sizes(quick: bool) -> Sizes {
@@ -86,6 +90,8 @@ fn sizes(quick: bool) -> Sizes {
             dict_n: 300_000,
             awk_lines: 300_000,
             perl_lines: 200_000,
+            make_files: 4,
+            make_lines: 150,
         }
     } else {
         Sizes {
@@ -95,6 +101,8 @@ fn sizes(quick: bool) -> Sizes {
             dict_n: 3_000_000,
             awk_lines: 2_000_000,
             perl_lines: 1_000_000,
+            make_files: 8,
+            make_lines: 1500,
         }
     }
 }
@@ -116,6 +124,63 @@ fn numbers_file(dir: &Path, lines: u64, seed: u64) -> Result<PathBuf, Failure> {
     w.flush()
         .map_err(|e| Failure::Run(format!("{}: {e}", p.display())))?;
     Ok(p)
+}
+
+/// Writes a C project for `make -j2` (seeded: the same sources on every machine): `files`
+/// units, each one function of `lines` statements mixing 64 words (gcc's optimiser holds the
+/// whole function: about 100 MiB per cc1 at 1500 lines), a `main` that prints what they
+/// compute, and a Makefile. Returns its directory.
+fn make_project(dir: &Path, files: u64, lines: u64) -> Result<PathBuf, Failure> {
+    let d = dir.join(format!("make-{files}-{lines}"));
+    let fail = |e: std::io::Error| Failure::Run(format!("{}: {e}", d.display()));
+    std::fs::create_dir_all(&d).map_err(fail)?;
+    let mut r = XorShift::new(5);
+    for f in 0..files {
+        let mut src = format!(
+            "unsigned long f{f}(unsigned long *x) {{\n    unsigned long a = {}, b = {};\n",
+            r.next_u64() % 1000,
+            r.next_u64() % 1000
+        );
+        for i in 0..lines {
+            let (k, j, c) = (
+                r.next_u64() % 64,
+                r.next_u64() % 64,
+                1 + r.next_u64() % (1 << 20),
+            );
+            src.push_str(&format!(
+                "    a += x[{k}] * {c}u ^ b; b = (b << 3) + x[{j}] + a; x[{}] ^= a + {i};\n",
+                (k + j) % 64
+            ));
+        }
+        src.push_str("    return a ^ b;\n}\n");
+        std::fs::write(d.join(format!("u{f}.c")), src).map_err(fail)?;
+    }
+    let mut main = String::from("#include <stdio.h>\n");
+    for f in 0..files {
+        main.push_str(&format!("unsigned long f{f}(unsigned long *x);\n"));
+    }
+    main.push_str(
+        "int main(void) {\n    unsigned long x[64], s = 0;\n    \
+         for (int i = 0; i < 64; i++) x[i] = i * 2654435761u;\n",
+    );
+    for f in 0..files {
+        main.push_str(&format!("    s ^= f{f}(x);\n"));
+    }
+    main.push_str("    printf(\"%lu\\n\", s);\n    return 0;\n}\n");
+    std::fs::write(d.join("main.c"), main).map_err(fail)?;
+    let objs: Vec<String> = (0..files)
+        .map(|f| format!("u{f}.o"))
+        .chain(["main.o".to_string()])
+        .collect();
+    std::fs::write(
+        d.join("Makefile"),
+        format!(
+            "prog: {}\n\t$(CC) -o $@ $^\n%.o: %.c\n\t$(CC) -O2 -c $<\nclean:\n\trm -f *.o prog\n",
+            objs.join(" ")
+        ),
+    )
+    .map_err(fail)?;
+    Ok(d)
 }
 
 fn build_case(name: &str, s: &Sizes, dir: &Path) -> Result<Case, Failure> {
@@ -224,6 +289,23 @@ fn build_case(name: &str, s: &Sizes, dir: &Path) -> Result<Case, Failure> {
                      print scalar(@s), ' ', $s[0] + 0, ' ', $s[-1] + 0, \" $x\\n\""
                         .into(),
                     input.display().to_string(),
+                ],
+            }
+        }
+        "make" => {
+            let d = make_project(dir, s.make_files, s.make_lines)?;
+            let d = d.display();
+            Case {
+                name: "make",
+                about: format!(
+                    "make -j2: gcc -O2 builds {} C files of one {}-statement function each (two \
+                     cc1 processes at a time, the whole tree under one budget), then the program runs",
+                    s.make_files, s.make_lines
+                ),
+                argv: vec![
+                    "sh".into(),
+                    "-c".into(),
+                    format!("make -s -C {d} clean && make -s -j2 -C {d} && {d}/prog"),
                 ],
             }
         }
@@ -650,6 +732,8 @@ fn check_programs(cases: &[String]) -> Result<(), Failure> {
             "numpy" | "pydict" | "mp-numpy" | "mp-pool" => ("python3", "python3"),
             "awk" => ("awk", "mawk or gawk"),
             "perl" => ("perl", "perl-base"),
+            "make" if !have("cc") => ("cc", "gcc"),
+            "make" => ("make", "make"),
             _ => continue,
         };
         if !have(prog) {
