@@ -294,7 +294,6 @@ fn build_case(name: &str, s: &Sizes, dir: &Path) -> Result<Case, Failure> {
         }
         "make" => {
             let d = make_project(dir, s.make_files, s.make_lines)?;
-            let d = d.display();
             Case {
                 name: "make",
                 about: format!(
@@ -302,10 +301,13 @@ fn build_case(name: &str, s: &Sizes, dir: &Path) -> Result<Case, Failure> {
                      cc1 processes at a time, the whole tree under one budget), then the program runs",
                     s.make_files, s.make_lines
                 ),
+                // The directory as the shell's $1: any path, spaces included.
                 argv: vec![
                     "sh".into(),
                     "-c".into(),
-                    format!("make -s -C {d} clean && make -s -j2 -C {d} && {d}/prog"),
+                    r#"make -s -C "$1" clean && make -s -j2 -C "$1" && "$1/prog""#.into(),
+                    "sh".into(),
+                    d.display().to_string(),
                 ],
             }
         }
