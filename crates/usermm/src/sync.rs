@@ -25,6 +25,10 @@ impl<T> Mutex<T> {
 #[cfg(loom)]
 pub use loom::thread::yield_now;
 
+/// One-time initialisation (lazily made tables: the memory map's sections). loom has none; its
+/// models make such tables whole before they start (`MemMap::new`).
+pub use std::sync::OnceLock;
+
 #[cfg(not(loom))]
 pub use self::locks::{Condvar, Mutex, MutexGuard, RwLock};
 #[cfg(not(loom))]

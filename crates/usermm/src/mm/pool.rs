@@ -17,7 +17,7 @@ use crate::sync::{AtomicU64, Ordering};
 use crate::sys::{Advice, Mapping, PAGE_SIZE};
 use crate::vmstat::Item;
 
-use super::page::{pg, Pfn};
+use super::page::{pg, Pfn, Sections};
 use super::zap::ZapQueue;
 use super::MmInner;
 
@@ -34,7 +34,8 @@ pub struct FramePool {
     /// Per frame, under `anon_clean=hash`: the hash (`| 1`; 0 = none) of the contents a clean
     /// swap-cache page was mapped writable with, the contents its swap copy holds
     /// ([`set_clean_hash`], `rmap::verify_clean`).
-    clean_hash: Box<[AtomicU64]>,
+    /// Made a section at a time, as the descriptors are.
+    clean_hash: Sections<AtomicU64>,
 }
 
 impl FramePool {
@@ -44,7 +45,7 @@ impl FramePool {
             slots,
             zero_src,
             zaps: ZapQueue::default(),
-            clean_hash: (0..frames).map(|_| AtomicU64::new(0)).collect(),
+            clean_hash: Sections::new(frames),
         }
     }
 }
@@ -59,7 +60,10 @@ pub(crate) fn set_clean_hash(m: &MmInner, f: Pfn, h: u64) {
 /// Takes frame `f`'s recorded hash (0: none), leaving none (also how a frame whose contents
 /// were replaced, reread from swap or zeros, forgets it).
 pub(crate) fn take_clean_hash(m: &MmInner, f: Pfn) -> u64 {
-    m.pool.clean_hash[f.idx()].swap(0, Ordering::Relaxed)
+    m.pool
+        .clean_hash
+        .get_made(f.idx())
+        .map_or(0, |h| h.swap(0, Ordering::Relaxed))
 }
 
 /// The runs of `v`: maximal index ranges whose neighbours satisfy `next(prev, cur)` (consecutive
