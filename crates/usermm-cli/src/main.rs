@@ -63,10 +63,10 @@ enum Cmd {
 #[derive(Subcommand)]
 enum BenchCmd {
     /// Real, unmodified programs (GNU sort, numpy, a Python dict, awk, perl, Python Pools, make
-    /// with gcc) natively for the reference output, then under `usermm run` and in a memory cgroup of the same budget with
-    /// kernel swap of the same kind and size, alternately: wall time, speed ratio, peak RSS of
-    /// the process tree, faults, and whether stdout is identical to the native run (a mismatch
-    /// fails the command).
+    /// with gcc) natively for the reference output, then under `usermm run` and in a memory
+    /// cgroup of the same budget with kernel swap of the same kind and size, alternately: wall
+    /// time, speed ratio, peak RSS of the process tree, faults, and whether stdout is identical
+    /// to the native run (a mismatch fails the command).
     Apps {
         /// Cases, comma-separated: sort, numpy, pydict, awk, perl, mp-numpy (a multiprocessing Pool:
         /// the process tree under one budget), mp-pool (a Pool of forked workers over the

@@ -262,9 +262,6 @@ fn manager() -> Option<Mm> {
     }
 }
 
-/// `fault_path=sigbus` cannot serve a program whose heap is managed: a fault may interrupt
-/// malloc, and the fault path allocates. `usermm run` refuses it up front; this catches a
-/// USERMM_SET given by hand.
 /// Test hooks for the fork paths a root test cannot otherwise reach (`tests/run.rs`):
 /// `USERMM_TEST_FORK_NO_VM_WRITE=1` makes the parent behave as if `process_vm_writev` into the
 /// child were refused (ptrace rules), so the copy streams through the socket;
@@ -285,6 +282,9 @@ fn refuse_test_child() -> usermm::Result<()> {
     Ok(())
 }
 
+/// `fault_path=sigbus` cannot serve a program whose heap is managed: a fault may interrupt
+/// malloc, and the fault path allocates. `usermm run` refuses it up front; this catches a
+/// USERMM_SET given by hand.
 fn refuse_self_served() -> usermm::Result<()> {
     let set = std::env::var("USERMM_SET").unwrap_or_default();
     match usermm::Settings::parse(&set) {
