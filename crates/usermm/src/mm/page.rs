@@ -333,12 +333,21 @@ impl<T: Default> Sections<T> {
             (0..n).map(|_| T::default()).collect()
         })
     }
-    /// Entry `i` if its section was made (an entry never made holds `T::default()`).
+    /// Entries in all.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Entry `i` if its section was made (an entry never made holds `T::default()`); None
+    /// also beyond the end.
     #[inline]
     pub fn get_made(&self, i: usize) -> Option<&T> {
-        self.sections[i >> SECTION_SHIFT]
-            .get()
-            .map(|s| &s[i & SECTION_MASK])
+        self.sections
+            .get(i >> SECTION_SHIFT)?
+            .get()?
+            .get(i & SECTION_MASK)
     }
     /// Every entry in order; makes every section.
     pub fn iter(&self) -> impl Iterator<Item = &T> {

@@ -18,7 +18,7 @@ use crate::sys::{Mapping, PAGE_SIZE};
 use crate::vmstat::{Counters, Item};
 
 use super::fs::{as_flags, AddressSpace, AddressSpaceOps, Host, Shadows};
-use super::page::{pg, MappingId, Owner, Pfn, PgOff, SwapEntry};
+use super::page::{pg, MappingId, Owner, Pfn, PgOff, Sections, SwapEntry};
 use super::pgtable::{Pte, PteGuard};
 use super::pool;
 use super::region::{AccessPattern, RegionInner};
@@ -40,41 +40,34 @@ pub struct SwapState {
     dup: DupCounts,
 }
 
-/// Per-slot counts of users beyond the first (see `SwapState::dup`): 16-bit counts in chunks
-/// of 16384 slots, each allocated when a slot in it is first shared. Lock-free: a count
-/// changes under the pte lock of the entry naming the slot or by a user dropping its share.
-/// std atomics, not the `crate::sync` shim: this module is not built under the model checker
-/// (the page state machine it checks is page_state.rs), and a count is one atomic word.
+/// Per-slot counts of users beyond the first (see `SwapState::dup`): 16-bit counts made a
+/// section at a time when a slot in it is first shared ([`Sections`], as the page descriptors
+/// are). Lock-free: a count changes under the pte lock of the entry naming the slot or by a
+/// user dropping its share. std atomics, not the `crate::sync` shim: this module is not built
+/// under the model checker (the page state machine it checks is page_state.rs), and a count is
+/// one atomic word.
 struct DupCounts {
-    chunks: Box<[std::sync::OnceLock<Box<[std::sync::atomic::AtomicU16]>>]>,
+    counts: Sections<std::sync::atomic::AtomicU16>,
     /// Slots whose count is above zero.
     nr: std::sync::atomic::AtomicU64,
 }
 
-const DUP_CHUNK: u64 = 1 << 14;
-
 impl DupCounts {
     fn new(nr_pages: u64) -> DupCounts {
         DupCounts {
-            chunks: (0..nr_pages.div_ceil(DUP_CHUNK))
-                .map(|_| std::sync::OnceLock::new())
-                .collect(),
+            counts: Sections::new(nr_pages.usize()),
             nr: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
+    /// Slot `slot`'s count, its section made when `create`; None beyond the device.
     fn slot(&self, slot: u64, create: bool) -> Option<&std::sync::atomic::AtomicU16> {
-        let c = self.chunks.get((slot / DUP_CHUNK).usize())?;
-        let chunk = if create {
-            c.get_or_init(|| {
-                (0..DUP_CHUNK)
-                    .map(|_| std::sync::atomic::AtomicU16::new(0))
-                    .collect()
-            })
+        let i = slot.usize();
+        if create && i < self.counts.len() {
+            Some(&self.counts[i])
         } else {
-            c.get()?
-        };
-        chunk.get((slot % DUP_CHUNK).usize())
+            self.counts.get_made(i)
+        }
     }
 
     fn get(&self, slot: u64) -> u16 {
