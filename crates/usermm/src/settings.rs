@@ -74,6 +74,11 @@ pub enum Switch {
     /// reclaim unmaps it (new, `hash`): a changed page has its swap copy dropped then, as
     /// Linux's reclaim reads the pte dirty bit, and no store ever faults.
     AnonClean,
+    /// How an empty pool slot gets the page a device then reads into: none, the data goes
+    /// through the bounce buffer and one UFFDIO_COPY per run (old, `copy`), or pages moved in
+    /// runs from a transparent huge page, so the read lands straight in the slots in few
+    /// physically contiguous pieces (new, `huge`; mm/pool.rs `fill_empty_from_huge`).
+    PoolFill,
 }
 
 /// Static description of one switch.
@@ -203,6 +208,15 @@ pub const SWITCHES: &[SwitchInfo] = &[
         old: "wp",
         new: "hash",
         what: "how a clean swap-cache page is mapped: write-protected (a store faults and drops the swap copy), or writable with its hash recorded and compared when reclaim unmaps it",
+        default: Behaviour::New,
+    },
+    SwitchInfo {
+        switch: Switch::PoolFill,
+        name: "pool_fill",
+        seed: "issue 15",
+        old: "copy",
+        new: "huge",
+        what: "how an empty pool slot a file read needs gets its page: the read goes through the bounce buffer and UFFDIO_COPY, or pages are moved in from a huge page and the device reads straight into them",
         default: Behaviour::New,
     },
 ];

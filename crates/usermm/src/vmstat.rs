@@ -145,6 +145,7 @@ items! {
     MarkPageAccessed = "mark_page_accessed",
     PoolSlotLost = "pool_slot_lost",
     PoolZapBatched = "pool_zap_batched",
+    PoolHugeFill = "pool_huge_fill",
     InitPageAccessed = "init_page_accessed",
     FaultStaleUnmapped = "fault_stale_unmapped",
     FaultRefaultTripwire = "fault_refault_tripwire",

@@ -40,6 +40,35 @@ fn write_pattern_file(path: &std::path::Path, pages: u64) {
     f.sync_all().unwrap();
 }
 
+/// The word at byte `off` of a [`pattern`] file.
+fn pattern_word(off: u64) -> u64 {
+    let mut w = [0u8; 8];
+    pattern(off, &mut w);
+    u64::from_ne_bytes(w)
+}
+
+/// Four threads each read their quarter of the first `pages` pages of `r`, a mapping of a
+/// [`pattern`] file, in order: the words at `offs` of every page, checked.
+fn read_in_quarters(r: &usermm::Region, pages: u64, offs: &[u64], what: &str) {
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            s.spawn(move || {
+                let quarter = pages / 4;
+                for p in t * quarter..(t + 1) * quarter {
+                    for &off in offs {
+                        let at = p * 4096 + off;
+                        assert_eq!(
+                            r.read_u64(at as usize),
+                            pattern_word(at),
+                            "{what} page {p} +{off}"
+                        );
+                    }
+                }
+            });
+        }
+    });
+}
+
 fn tmpdir() -> tempfile::TempDir {
     tempfile::tempdir_in(std::env::var("TMPDIR").unwrap_or("/var/tmp".into())).unwrap()
 }
@@ -1381,26 +1410,9 @@ fn four_sequential_readers_of_one_mapping_are_read_ahead_asynchronously() {
     let m = mm(4 * MIB, Settings::default());
     let len = (PAGES * 4096) as usize;
     let r = m.map_file(&path, 0, len, MapKind::Shared).unwrap();
-    let word = |off: u64| {
-        let mut w = [0u8; 8];
-        pattern(off, &mut w);
-        u64::from_ne_bytes(w)
-    };
+    let word = pattern_word;
     let v0 = m.vmstat();
-    std::thread::scope(|s| {
-        for t in 0..4u64 {
-            let r = &r;
-            s.spawn(move || {
-                let quarter = PAGES / 4;
-                for p in t * quarter..(t + 1) * quarter {
-                    for off in [0u64, 2048, 4088] {
-                        let at = p * 4096 + off;
-                        assert_eq!(r.read_u64(at as usize), word(at), "page {p} +{off}");
-                    }
-                }
-            });
-        }
-    });
+    read_in_quarters(&r, PAGES, &[0, 2048, 4088], "");
     let v = m.vmstat().delta(&v0);
     // Most windows come from the worker (a fault that outruns it reads its window itself;
     // under load, in CI, 2,869 of 7,256 pages read were the worker's).
@@ -1718,4 +1730,59 @@ fn random_readers_of_a_mapped_file_get_standby_readers() {
     let v = m.vmstat();
     assert!(v.val("handler_standby_wake") > 0, "{v}");
     assert!(m.peak_resident_bytes() <= 4 * MIB);
+}
+
+/// `pool_fill=huge`: an empty pool slot a read needs gets a page moved from a huge page, so
+/// every read of a file on disk goes straight into the slots (`file_read_direct`), the first
+/// pass over a cold pool included; `copy` reads those through the bounce buffer. Both read
+/// the same bytes, through reclaim and a second pass that reuses the frames, with four
+/// threads, and stay within the budget.
+#[test]
+fn empty_slots_filled_from_huge_pages_are_read_into_directly() {
+    const PAGES: u64 = 4096; // 16 MiB
+    let d = tmpdir();
+    let path = d.path().join("hugefill");
+    write_pattern_file(&path, PAGES);
+    for fill in [usermm::Behaviour::New, usermm::Behaviour::Old] {
+        let m = mm(4 * MIB, Settings::default().with(Switch::PoolFill, fill));
+        let len = (PAGES * 4096) as usize;
+        let r = m.map_file(&path, 0, len, MapKind::Shared).unwrap();
+        for pass in 0..2 {
+            read_in_quarters(
+                &r,
+                PAGES,
+                &[0, 1024, 4088],
+                &format!("{fill:?} pass {pass}"),
+            );
+        }
+        let v = m.vmstat();
+        assert!(m.peak_resident_bytes() <= 4 * MIB, "{fill:?}");
+        assert!(
+            v.val("pgsteal_file") > PAGES,
+            "{fill:?}: both passes reclaimed: {v}"
+        );
+        if !m.open(&path).unwrap().is_direct() {
+            // A file system without O_DIRECT (tmpfs): every read goes through the bounce buffer.
+            assert_eq!(v.val("pool_huge_fill"), 0, "{v}");
+            continue;
+        }
+        let read = v.val("pgpgin") / 4;
+        if fill == usermm::Behaviour::New {
+            // Every page was read straight into its slot, and frames kept their pages for
+            // the next read (the budget's 1024 were filled about twice: a frame whose page was
+            // copied into a view, not moved, had its slot emptied).
+            assert!(v.val("pool_huge_fill") > 0, "{v}");
+            assert!(
+                v.val("pool_huge_fill") * 4 < read,
+                "frames did not keep their pages for reuse: {v}"
+            );
+            assert_eq!(v.val("file_read_direct"), read, "{v}");
+        } else {
+            assert_eq!(v.val("pool_huge_fill"), 0, "{v}");
+            assert!(
+                v.val("file_read_direct") < read,
+                "the cold pool's reads bounced: {v}"
+            );
+        }
+    }
 }

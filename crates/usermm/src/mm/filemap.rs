@@ -944,7 +944,7 @@ fn read_into_slots(
         m.node.pages[f].clear(pg::POOLED);
     }
     // Which slots hold a page (recycled, or populated by the caller).
-    let present = pool::slots_present(m, frames);
+    let mut present = pool::slots_present(m, frames);
     let Some(file) = mapping.file() else {
         if mapping.is_file() {
             // Closed meanwhile (a readahead window queued before the last close).
@@ -956,6 +956,10 @@ fn read_into_slots(
     let file = &*file;
     let direct = matches!(mapping.host, Host::File { direct: true, .. });
     let data = data_pages(file, start, n);
+    if direct && m.cfg.settings.is_new(Switch::PoolFill) && present.iter().any(|&p| !p) {
+        // Empty slots get pages from a huge page, so the read below goes straight into them.
+        pool::fill_empty_from_huge(m, frames, &mut present);
+    }
     let ks: Vec<usize> = (0..n).collect();
     let runs: Vec<std::ops::Range<usize>> = pool::runs(&ks, |a, b| data[a] == data[b]).collect();
     // Pages `k0..k0+len` into their frames: read ones from `src` (then out of the kernel's
@@ -1014,6 +1018,49 @@ fn read_into_slots(
             io::Result::Ok(())
         })?;
     } else {
+        // Parts (at most 512 pages of one data run) the device reads straight into their
+        // slots: every slot holds a page and the file is O_DIRECT. Several are put in flight
+        // at once through io_uring; whatever it does not read in full goes the way below.
+        let direct_parts: Vec<(usize, usize)> = if direct {
+            runs.iter()
+                .filter(|r| data[r.start])
+                .flat_map(|r| {
+                    (r.start..r.end)
+                        .step_by(512)
+                        .map(move |p| (p, (r.end - p).min(512)))
+                })
+                .filter(|&(p, l)| present[p..p + l].iter().all(|&b| b))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let mut read_direct = vec![false; n];
+        if direct_parts.len() > 1
+            && m.cfg.settings.is_new(Switch::FileIo)
+            && crate::sys::ring::available()
+        {
+            let offs: Vec<Vec<usize>> = direct_parts
+                .iter()
+                .map(|&(p, l)| frames[p..p + l].iter().map(|f| f.offset()).collect())
+                .collect();
+            let ios: Vec<crate::sys::ring::PageIo<'_>> = direct_parts
+                .iter()
+                .zip(&offs)
+                .map(|(&(p, _), o)| crate::sys::ring::PageIo {
+                    mem: &m.pool.slots,
+                    pages: o,
+                    file_off: (start + p as u64).byte_offset(),
+                })
+                .collect();
+            let ok = crate::sys::ring::try_read_pages(file, &ios);
+            for (&(p, l), ok) in direct_parts.iter().zip(ok) {
+                if ok {
+                    read_direct[p..p + l].fill(true);
+                    m.vm.inc(Item::FileIoUring);
+                    m.vm.add(Item::FileReadDirect, l as u64);
+                }
+            }
+        }
         for r in runs {
             let (k0, len) = (r.start, r.len());
             if !data[k0] {
@@ -1023,6 +1070,9 @@ fn read_into_slots(
             for part in (k0..k0 + len).step_by(512) {
                 let plen = (k0 + len - part).min(512);
                 let off = (start + part as u64).byte_offset();
+                if read_direct[part] {
+                    continue;
+                }
                 if direct && present[part..part + plen].iter().all(|&p| p) {
                     // Every slot holds a page: the device writes straight into them (no bounce
                     // copy; O_DIRECT needs the page-aligned slots it gets). A read that comes
@@ -1054,6 +1104,10 @@ fn read_into_slots(
     Ok(())
 }
 
+/// The most pages read as one batch of frames by [`do_page_cache_readahead`]: 8 MiB, a block
+/// device's usual `read_ahead_kb` (this VM's disk: 8192). Its 2 MiB parts are read at once.
+const RA_RUN_MAX: usize = 2048;
+
 /// `page_cache_ra_unbounded`: reads the uncached pages of `[start, start+nr)` (below EOF) with
 /// one I/O per run; the page at `mark` gets PG_readahead (the async trigger). Returns the
 /// pages read.
@@ -1081,7 +1135,7 @@ pub fn do_page_cache_readahead(
     while i < end {
         // A run of absent indices.
         let mut run = Vec::new();
-        while i < end && run.len() < 512 {
+        while i < end && run.len() < RA_RUN_MAX {
             if mapping.peek(&m.vm, i).is_some() {
                 break;
             }
@@ -1093,10 +1147,18 @@ pub fn do_page_cache_readahead(
             continue;
         }
         let mut frames = Vec::with_capacity(run.len());
-        // As many frames as the allocator gives (direct reclaim included); fails only when
-        // nothing can be freed.
+        // Frames for the whole run, so that it is one read: the allocator gives what is free
+        // above the min watermark (kswapd keeps only low..high, 256 pages at a 256 MiB budget,
+        // so a 512-page window came in halves: two reads at queue depth one), then reclaims
+        // for the rest. Fails only when nothing can be freed; a run that got some frames is
+        // read with those.
         if !page_alloc::alloc_pages(m, run.len(), &mut frames) {
             break;
+        }
+        while frames.len() < run.len() {
+            if page_alloc::alloc_more_pages(m, run.len() - frames.len(), &mut frames) == 0 {
+                break;
+            }
         }
         // Fewer frames than pages (memory is short): the rest of the run is read next round.
         i = run[0] + frames.len() as u64;

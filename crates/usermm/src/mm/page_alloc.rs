@@ -11,6 +11,38 @@ use super::vmscan;
 use super::MmInner;
 use crate::conv::Narrow;
 
+/// More frames for a batch that has some already (a readahead window gathering its frames so
+/// that it is one read): up to `want` of those free above the min watermark, else of what one
+/// direct reclaim pass frees. Never retries or dips into the reserve as [`alloc_pages`] does
+/// (the batch goes ahead with what it has); none in a budget group. Returns how many it added.
+pub fn alloc_more_pages(m: &MmInner, want: usize, out: &mut Vec<Pfn>) -> usize {
+    let take = |out: &mut Vec<Pfn>| {
+        let can = m.node.nr_free().saturating_sub(m.node.wmark.min).usize();
+        let got = if can > 0 {
+            m.node.alloc_frames(want.min(can), out)
+        } else {
+            0
+        };
+        if got > 0 {
+            if m.node.nr_free() < m.node.wmark.low {
+                vmscan::wake_kswapd(&m.node);
+            }
+            m.node.note_resident();
+        }
+        got
+    };
+    let got = take(out);
+    if got > 0 || want == 0 || m.node.memcg.is_some() {
+        return got;
+    }
+    vmscan::wake_kswapd(&m.node);
+    m.vm.inc(Item::Allocstall);
+    if vmscan::try_to_free_pages(m, vmscan::SWAP_CLUSTER_MAX.max(want)) == 0 {
+        return 0;
+    }
+    take(out)
+}
+
 /// `__alloc_pages`: allocates up to `want` frames into `out` (at least one). The fast path takes
 /// free frames above the min watermark and wakes kswapd below low; the slow path reclaims
 /// directly (`allocstall`), then dips into the reserve below min. Returns false when nothing can
