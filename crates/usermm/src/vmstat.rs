@@ -115,6 +115,7 @@ items! {
     FileWriteNoread = "file_write_noread",
     FileIoUring = "file_io_uring",
     FileReadDirect = "file_read_direct",
+    FileWriteRuns = "file_write_runs",
     FileMapMoved = "file_map_moved",
     FileMapStoredUnseen = "file_map_stored_unseen",
     FlusherWake = "flusher_wake",

@@ -1799,3 +1799,34 @@ fn empty_slots_filled_from_huge_pages_are_read_into_directly() {
         }
     }
 }
+
+/// A file written in order and synced reaches the disk in large requests: writeback (the
+/// flushers' and the sync's) takes 512 dirty pages a batch, so a run of consecutive ones is one write of up to 2 MiB
+/// (`file_write_runs`), not a 256 KiB write per 64 pages.
+#[test]
+fn sequential_writeback_sends_large_runs() {
+    const PAGES: u64 = 4096; // 16 MiB
+    let d = tmpdir();
+    let path = d.path().join("runs");
+    let m = mm(64 * MIB, Settings::default());
+    let f = m.open(&path).unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    let v0 = m.vmstat();
+    for c in 0..PAGES * 4096 / (1 << 20) {
+        pattern(c << 20, &mut buf);
+        f.write_at(c << 20, &buf).unwrap();
+    }
+    f.sync().unwrap();
+    let v = m.vmstat().delta(&v0);
+    let (pages, runs) = (v.val("nr_written"), v.val("file_write_runs"));
+    // Background writeback takes some before the sync, the sync the rest.
+    assert_eq!(pages, PAGES, "{v}");
+    assert!(
+        runs > 0 && pages / runs >= 256,
+        "{pages} pages written in {runs} requests: {v}"
+    );
+    let data = std::fs::read(&path).unwrap();
+    let mut want = vec![0u8; data.len()];
+    pattern(0, &mut want);
+    assert!(data.len() as u64 == PAGES * 4096 && data == want);
+}
