@@ -1830,3 +1830,33 @@ fn sequential_writeback_sends_large_runs() {
     pattern(0, &mut want);
     assert!(data.len() as u64 == PAGES * 4096 && data == want);
 }
+
+/// An in-memory file that outgrows a budget with no swap fails with ENOMEM and a message that
+/// names the budget, the cause and what to do; the pages written before stay readable.
+#[test]
+fn an_in_memory_file_without_swap_says_why_it_is_full() {
+    let m = Mm::new(MmConfig::new(4 * MIB).swap(SwapConfig::None)).unwrap();
+    let f = m.memfile("noswap").unwrap();
+    let mut buf = vec![0u8; 65536];
+    let mut pos = 0;
+    let err = loop {
+        pattern(pos, &mut buf);
+        match f.write_at(pos, &buf) {
+            Ok(_) => pos += buf.len() as u64,
+            Err(e) => break e,
+        }
+        assert!(
+            pos <= 4 * MIB,
+            "wrote {pos} bytes into a 4 MiB budget without swap"
+        );
+    };
+    let msg = err.to_string();
+    assert!(
+        msg.contains("budget of 4 MiB") && msg.contains("there is none") && msg.contains("--swap"),
+        "{msg}"
+    );
+    let mut want = vec![0u8; 65536];
+    pattern(0, &mut want);
+    f.read_at(0, &mut buf).unwrap();
+    assert!(buf == want);
+}

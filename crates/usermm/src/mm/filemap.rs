@@ -151,7 +151,7 @@ pub fn pagecache_get_page(
             m.node.note_resident();
         } else if !page_alloc::alloc_pages(m, 1, &mut frames) {
             return Err(Error::io(
-                format!("page cache of {}", mapping.name()),
+                out_of_memory(m, mapping),
                 io::Error::from_raw_os_error(libc::ENOMEM),
             ));
         }
@@ -689,6 +689,23 @@ impl AddressSpaceOps for FileAops {
     ) -> io::Result<u64> {
         write_cache_pages(m, mapping, start, end, sync, nr_to_write)
     }
+}
+
+/// What a page-cache allocation that found no frame says: the budget, why nothing could be
+/// reclaimed, and what to do.
+fn out_of_memory(m: &MmInner, mapping: &AddressSpace) -> String {
+    let budget = (m.node.nr_frames() * PAGE_SIZE as u64) >> 20;
+    let why = match &m.swap {
+        _ if !mapping.is_memory() => "every page is in use and none could be reclaimed",
+        None => "an in-memory file's pages can only go to swap, and there is none",
+        Some(s) if s.slots.nr_free() == 0 => "an in-memory file's pages go to swap, and it is full",
+        Some(_) => "no page could be reclaimed",
+    };
+    format!(
+        "page cache of {}: no free page in the budget of {budget} MiB ({why}); give the manager \
+         a larger budget or swap (MmConfig::swap, --swap ram|file, USERMM_SWAP)",
+        mapping.name()
+    )
 }
 
 /// Dirty pages looked up, locked and written as one batch by [`write_cache_pages`]: 2 MiB, so
