@@ -38,7 +38,8 @@ pub struct FramePool {
     /// Made a section at a time, as the descriptors are.
     clean_hash: Sections<AtomicU64>,
     /// The huge page empty slots are filled from before a device reads into them
-    /// ([`fill_empty_from_huge`]).
+    /// ([`fill_empty_from_huge`]): its pages not yet moved (at most 2 MiB) are held
+    /// outside the budget's frames, as the bounce buffers are.
     huge: Mutex<Option<HugeSource>>,
 }
 
