@@ -438,6 +438,9 @@ const HUGE_FILL_MIN_RUN: usize = 16;
 /// zero page. It is registered with the userfaultfd like the pool (UFFDIO_MOVE needs equal
 /// `vm_page_prot`), after it is populated, so nothing ever faults on it.
 pub(crate) fn fill_empty_from_huge(m: &MmInner, frames: &[Pfn], present: &mut [bool]) -> usize {
+    if !thp_possible() {
+        return 0;
+    }
     let ks: Vec<usize> = (0..frames.len()).filter(|&k| !present[k]).collect();
     let mut filled = 0;
     let mut src = m.pool.huge.lock();
@@ -484,6 +487,18 @@ pub(crate) fn fill_empty_from_huge(m: &MmInner, frames: &[Pfn], present: &mut [b
     drop(src);
     m.vm.add(Item::PoolHugeFill, filled as u64);
     filled
+}
+
+/// Whether the kernel can give a `MADV_HUGEPAGE` mapping transparent huge pages: not when
+/// `/sys/kernel/mm/transparent_hugepage/enabled` is `[never]` (then a fill would be 512 small
+/// faults and moves for pages no more contiguous than UFFDIO_COPY's). Read once; unreadable
+/// (no THP support built in) counts as no.
+fn thp_possible() -> bool {
+    static POSSIBLE: crate::sync::OnceLock<bool> = crate::sync::OnceLock::new();
+    *POSSIBLE.get_or_init(|| {
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .is_ok_and(|s| !s.contains("[never]"))
+    })
 }
 
 /// A populated huge page to fill slots from (4 KiB pages where the kernel has no huge page to
