@@ -1804,8 +1804,8 @@ fn empty_slots_filled_from_huge_pages_are_read_into_directly() {
 }
 
 /// A file written in order and synced reaches the disk in large requests: writeback (the
-/// flushers' and the sync's) takes 512 dirty pages a batch, so a run of consecutive ones is one write of up to 2 MiB
-/// (`file_write_runs`), not a 256 KiB write per 64 pages.
+/// flushers' and the sync's) takes 512 dirty pages a batch, so a run of consecutive ones is one
+/// write of up to 2 MiB (`file_write_runs`), not a 256 KiB write per 64 pages.
 #[test]
 fn sequential_writeback_sends_large_runs() {
     const PAGES: u64 = 4096; // 16 MiB

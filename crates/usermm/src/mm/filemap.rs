@@ -1044,19 +1044,17 @@ fn read_into_slots(
         // Parts (at most 512 pages of one data run) the device reads straight into their
         // slots: every slot holds a page and the file is O_DIRECT. Several are put in flight
         // at once through io_uring; whatever it does not read in full goes the way below.
-        let direct_parts: Vec<(usize, usize)> = if direct {
-            runs.iter()
-                .filter(|r| data[r.start])
-                .flat_map(|r| {
-                    (r.start..r.end)
-                        .step_by(512)
-                        .map(move |p| (p, (r.end - p).min(512)))
-                })
-                .filter(|&(p, l)| present[p..p + l].iter().all(|&b| b))
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let reads_direct = |p: usize, l: usize| direct && present[p..p + l].iter().all(|&b| b);
+        let direct_parts: Vec<(usize, usize)> = runs
+            .iter()
+            .filter(|r| data[r.start])
+            .flat_map(|r| {
+                (r.start..r.end)
+                    .step_by(512)
+                    .map(move |p| (p, (r.end - p).min(512)))
+            })
+            .filter(|&(p, l)| reads_direct(p, l))
+            .collect();
         let mut read_direct = vec![false; n];
         if direct_parts.len() > 1
             && m.cfg.settings.is_new(Switch::FileIo)
@@ -1096,7 +1094,7 @@ fn read_into_slots(
                 if read_direct[part] {
                     continue;
                 }
-                if direct && present[part..part + plen].iter().all(|&p| p) {
+                if reads_direct(part, plen) {
                     // Every slot holds a page: the device writes straight into them (no bounce
                     // copy; O_DIRECT needs the page-aligned slots it gets). A read that comes
                     // back short (the file on disk ends inside the run) goes the bounce way,

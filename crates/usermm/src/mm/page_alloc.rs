@@ -16,22 +16,7 @@ use crate::conv::Narrow;
 /// direct reclaim pass frees. Never retries or dips into the reserve as [`alloc_pages`] does
 /// (the batch goes ahead with what it has); none in a budget group. Returns how many it added.
 pub fn alloc_more_pages(m: &MmInner, want: usize, out: &mut Vec<Pfn>) -> usize {
-    let take = |out: &mut Vec<Pfn>| {
-        let can = m.node.nr_free().saturating_sub(m.node.wmark.min).usize();
-        let got = if can > 0 {
-            m.node.alloc_frames(want.min(can), out)
-        } else {
-            0
-        };
-        if got > 0 {
-            if m.node.nr_free() < m.node.wmark.low {
-                vmscan::wake_kswapd(&m.node);
-            }
-            m.node.note_resident();
-        }
-        got
-    };
-    let got = take(out);
+    let got = take_free(m, want, out, false);
     if got > 0 || want == 0 || m.node.memcg.is_some() {
         return got;
     }
@@ -40,7 +25,30 @@ pub fn alloc_more_pages(m: &MmInner, want: usize, out: &mut Vec<Pfn>) -> usize {
     if vmscan::try_to_free_pages(m, vmscan::SWAP_CLUSTER_MAX.max(want)) == 0 {
         return 0;
     }
-    take(out)
+    take_free(m, want, out, false)
+}
+
+/// The allocators' fast path: up to `want` free frames above the min watermark (all free ones
+/// with `reserve`) into `out`, waking kswapd when that leaves fewer than low. Returns how many.
+fn take_free(m: &MmInner, want: usize, out: &mut Vec<Pfn>, reserve: bool) -> usize {
+    let free = m.node.nr_free();
+    let can = if reserve {
+        free
+    } else {
+        free.saturating_sub(m.node.wmark.min)
+    }
+    .usize();
+    if can == 0 {
+        return 0;
+    }
+    let got = m.node.alloc_frames(want.min(can), out);
+    if got > 0 {
+        if m.node.nr_free() < m.node.wmark.low {
+            vmscan::wake_kswapd(&m.node);
+        }
+        m.node.note_resident();
+    }
+    got
 }
 
 /// `__alloc_pages`: allocates up to `want` frames into `out` (at least one). The fast path takes
@@ -55,15 +63,8 @@ pub fn alloc_pages(m: &MmInner, want: usize, out: &mut Vec<Pfn>) -> bool {
     let mut fails = 0u32;
     let write_errors = m.vm.get(Item::SwapWriteError);
     loop {
-        let free = m.node.nr_free();
-        let above_min = free.saturating_sub(m.node.wmark.min).usize();
         // Once direct reclaim has run and failed, dip into the reserve below min.
-        let can = if fails > 2 { free.usize() } else { above_min };
-        if can > 0 && m.node.alloc_frames(want.min(can), out) > 0 {
-            if m.node.nr_free() < m.node.wmark.low {
-                vmscan::wake_kswapd(&m.node);
-            }
-            m.node.note_resident();
+        if take_free(m, want, out, fails > 2) > 0 {
             return true;
         }
         vmscan::wake_kswapd(&m.node);

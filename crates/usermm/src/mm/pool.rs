@@ -421,7 +421,8 @@ const HUGE_PAGES: usize = 512;
 /// page: 18.4-19.8k pages/s against 23.9-25.2k.
 const HUGE_FILL_MIN_RUN: usize = 16;
 
-/// Makes the empty slots among `frames` (`present[k]` false), in runs of at least
+/// Makes the empty slots among `frames` (settled by the caller: no slot drop pending;
+/// `present[k]` false), in runs of at least
 /// [`HUGE_FILL_MIN_RUN`] consecutive frames, hold pages, moved from a
 /// transparent huge page (`pool_huge_fill`), so that a device can read straight into them;
 /// `present` is updated. Returns how many were filled; a slot left empty (no huge page could be
@@ -460,7 +461,6 @@ pub(crate) fn fill_empty_from_huge(m: &MmInner, frames: &[Pfn], present: &mut [b
             }
             let h = src.as_mut().expect("made above");
             let n = (end - k).min(HUGE_PAGES - h.next);
-            settle(m, frames[k]);
             let dst = m.pool.slots.addr() + frames[k].offset();
             let from = h.map.addr() + h.next * PAGE_SIZE;
             let moved = match m.mm.uffd.move_pages(dst, from, n * PAGE_SIZE, false, true) {
