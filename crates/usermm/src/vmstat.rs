@@ -89,6 +89,8 @@ items! {
     UffdMoveUnreported = "uffd_move_unreported",
     MmWarn = "mm_warn",
     FaultDeferred = "fault_deferred",
+    FaultIoParked = "fault_io_parked",
+    FaultIoServed = "fault_io_served",
     HandlerSpinHit = "handler_spin_hit",
     HandlerWakeup = "handler_wakeup",
     HandlerSpinSkipped = "handler_spin_skipped",

@@ -1363,7 +1363,7 @@ fn random_faults_on_a_file_region_stop_reading_around() {
         v.val("file_ra_random") > 0,
         "random faults were never recognised"
     );
-    // About 100 faults (MMAP_LOTSAMISS) read a window (read_ahead_kb 512: 128 pages); the rest
+    // About 100 faults (MMAP_LOTSAMISS) read a window (64 pages: 1/16 of this budget); the rest
     // read their page. With every fault reading around it would be ~128 pages per access.
     assert!(
         read(&v) < n + 200 * 128,

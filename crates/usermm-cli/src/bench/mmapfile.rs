@@ -570,6 +570,8 @@ const SHOWN: &[&str] = &[
     "pgsteal_file",
     "workingset_refault_file",
     "fault_deferred",
+    "fault_io_parked",
+    "fault_io_served",
     "file_ra_async",
     "file_ra_hit",
     "file_map_moved",

@@ -1233,6 +1233,12 @@ pub fn do_page_cache_readahead(
             }
             p.unlock();
         }
+        if m.handlers.io_waiters.any() {
+            // Faults parked on these pages are served here, now (handler.rs `IoWaiters`).
+            drop(cpu);
+            super::handler::serve_io_waiters(m);
+            cpu = ra_worker_cpu(m);
+        }
         if ok.is_err() {
             // Drop them so a later read retries the I/O.
             for (k, &f) in added.iter().enumerate() {
@@ -1380,10 +1386,9 @@ pub fn file_read(
         return Ok(0);
     }
     let len = buf.len().min((size - pos).usize());
-    let ps = PAGE_SIZE as u64;
     let first = PgOff::of_byte(pos);
     let last = PgOff::of_byte(pos + len as u64 - 1);
-    let max = m.cfg.read_ahead_kb as u64 * 1024 / ps;
+    let max = super::readahead::ra_pages(m.cfg.read_ahead_kb, m.node.nr_frames());
     let mut done = 0usize;
     let mut index = first;
     while index <= last {
@@ -1584,5 +1589,87 @@ pub(crate) fn pagecache_isize_extended(m: &MmInner, mapping: &AddressSpace, old:
                 g.set(super::pgtable::Pte::None);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{MapKind, Mm, MmConfig, SwapConfig};
+    use std::time::{Duration, Instant};
+
+    fn wait_for(what: &str, cond: impl Fn() -> bool) {
+        let t0 = Instant::now();
+        while !cond() {
+            assert!(t0.elapsed() < Duration::from_secs(10), "{what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// A fault on a page under read I/O is parked, not waited for by its handler, and served
+    /// when the read completes: by the thread that completes it (`serve_io_waiters`, as
+    /// `do_page_cache_readahead` does), or, where the page is unlocked by a path that does not
+    /// look for parked faults, by an idle handler. Meanwhile the handlers serve other faults.
+    #[test]
+    fn a_fault_on_a_page_under_read_io_is_parked_and_served_when_the_read_completes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let data: Vec<u8> = (0..4 * PAGE_SIZE)
+            .map(|i| u8::try_from((i / PAGE_SIZE * 16 + i % 13) % 256).unwrap())
+            .collect();
+        std::fs::write(&path, &data).unwrap();
+        let word =
+            |page: usize| u64::from_ne_bytes(data[page * PAGE_SIZE..][..8].try_into().unwrap());
+        let mm = Mm::new(MmConfig::new(16 << 20).swap(SwapConfig::None)).unwrap();
+        let cf = mm.open(&path).unwrap();
+        let r = Arc::new(
+            mm.map_file(&path, 0, 4 * PAGE_SIZE, MapKind::Shared)
+                .unwrap(),
+        );
+        // Each fault reads only its own page (no read-around of the pages the test locks).
+        r.set_access_pattern(crate::AccessPattern::Random);
+        let m = mm.inner();
+        for (page, wake) in [(1usize, true), (3, false)] {
+            let idx = PgOff::new(page as u64);
+            // The page as a read in flight has it: in the cache, locked, not up to date.
+            let f = find_or_create_page(m, &cf.mapping, idx).unwrap().unwrap();
+            // A failed assertion below unlocks it, so the region's teardown does not wait for
+            // it for ever.
+            struct Unlock<'a>(&'a crate::mm::page::Page);
+            impl Drop for Unlock<'_> {
+                fn drop(&mut self) {
+                    if std::thread::panicking() {
+                        self.0.set(pg::ERROR);
+                        self.0.unlock();
+                    }
+                }
+            }
+            let _unlock = Unlock(&m.node.pages[f]);
+            let parked = m.vm.get(Item::FaultIoParked);
+            let served = m.vm.get(Item::FaultIoServed);
+            let r2 = r.clone();
+            let reader = std::thread::spawn(move || r2.read_u64(page * PAGE_SIZE));
+            wait_for("the fault was never parked", || {
+                m.vm.get(Item::FaultIoParked) > parked
+            });
+            // The handlers are free: a fault on another page is served meanwhile.
+            assert_eq!(r.read_u64(0), word(0));
+            assert!(!reader.is_finished(), "served before its page was read");
+            read_into(m, &cf.mapping, idx, &[f]).unwrap();
+            let p = &m.node.pages[f];
+            p.set(pg::UPTODATE);
+            p.unlock();
+            put_page(&m.node, f);
+            if wake {
+                super::super::handler::serve_io_waiters(m);
+                assert!(
+                    m.vm.get(Item::FaultIoServed) > served,
+                    "not served by the reader"
+                );
+            }
+            assert_eq!(reader.join().unwrap(), word(page), "page {page}");
+            assert!(m.vm.get(Item::FaultIoServed) > served);
+        }
+        assert!(m.handlers.io_waiters_empty());
     }
 }

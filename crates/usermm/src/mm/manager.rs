@@ -69,8 +69,10 @@ pub struct MmConfig {
     /// `vm.swappiness` (0-200): anon vs file scan balance.
     pub swappiness: u32,
     /// Largest file readahead window in KiB (`read_ahead_kb`), also the read-around of a file
-    /// region's major fault. Default 512: Linux's 128 KiB with a kernel fault costing 2 us
-    /// becomes 4x larger where a fault costs a handler round trip (10-20 us).
+    /// region's major fault. Default 1024: Linux's 128 KiB with a kernel fault costing 2 us
+    /// becomes larger where a fault costs a handler round trip (10-20 us), and a mapped file
+    /// read in sequence keeps up to eight windows in flight: 1 MiB windows read 2 GiB at
+    /// 1.7-2.0 GiB/s here, 512 KiB ones at 1.4-1.7.
     pub read_ahead_kb: u32,
     /// Anonymous regions fault in 2 MiB units where aligned, and untouched units read the huge
     /// zero page (`transparent_hugepage=always`; false = `never`).
@@ -122,7 +124,7 @@ impl MmConfig {
             dirty_expire_centisecs: 3000,
             dirty_writeback_centisecs: 500,
             swappiness: 60,
-            read_ahead_kb: 512,
+            read_ahead_kb: 1024,
             thp: false,
             swap_encrypt: false,
             swap_keep: false,

@@ -91,6 +91,13 @@ impl FileRaState {
     }
 }
 
+/// `ra_pages`: the largest readahead window in pages, `read_ahead_kb` but at most 1/16 of a
+/// budget of `nr_frames` pages (at least one page): a window that is a large part of a small
+/// budget evicts the pages read ahead of it before they are used.
+pub fn ra_pages(read_ahead_kb: u32, nr_frames: u64) -> u64 {
+    (read_ahead_kb as u64 / 4).min(nr_frames / 16).max(1)
+}
+
 /// `get_init_ra_size`: the first window, 4x (small requests) or 2x the request, rounded up to a
 /// power of two, capped at `max`.
 pub fn get_init_ra_size(req: u64, max: u64) -> u64 {
@@ -213,9 +220,10 @@ pub struct RaRequest {
 /// hint: the access that needs a dropped window reads it synchronously).
 pub const RA_QUEUE_MAX: usize = 32;
 
-/// Readahead worker threads per manager: windows read at once (a mapped file read in sequence
-/// keeps two windows ahead of its faults, memory.rs).
-pub const RA_WORKERS: usize = 2;
+/// Readahead worker threads per manager, started as windows are queued: windows read at once
+/// (a mapped file read in sequence keeps up to eight windows ahead of its faults, memory.rs's
+/// `RA_AHEAD_MAX`, so its reads keep the device at queue depth eight).
+pub const RA_WORKERS: usize = 8;
 
 #[derive(Debug, Default)]
 struct RaQueueInner {
@@ -386,6 +394,14 @@ mod tests {
         };
         let w = st.on_miss(1000, 2, 32);
         assert_eq!((w.start, w.size, w.async_size), (1000, 2, 0));
+    }
+
+    #[test]
+    fn a_window_is_at_most_a_sixteenth_of_the_budget() {
+        assert_eq!(ra_pages(1024, 65536), 256);
+        assert_eq!(ra_pages(1024, 1024), 64, "4 MiB budget");
+        assert_eq!(ra_pages(1024, 8), 1);
+        assert_eq!(ra_pages(0, 65536), 1);
     }
 
     #[test]
