@@ -39,6 +39,7 @@ use crate::vmstat::Item;
 
 use super::memory::{handle_fault, poison_after_panic, resolve_from_scratch, Fault};
 use super::page::Pfn;
+use super::page_state::{set_may_park, take_parked};
 use super::MmInner;
 use crate::conv::Saturate;
 
@@ -119,29 +120,6 @@ impl HandlerState {
 /// A parked fault older than this is served by an idle handler (the fallback above).
 pub const IO_PARK_FALLBACK: Duration = Duration::from_millis(2);
 
-thread_local! {
-    /// Whether a fault served on this thread may be parked on read I/O (handler threads, and
-    /// any thread while it serves parked faults) instead of waiting for the page lock.
-    static MAY_PARK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    /// The page the fault just served (it returned `Fault::Retry`) was parked on.
-    static PARKED_ON: std::cell::Cell<Option<Pfn>> = const { std::cell::Cell::new(None) };
-}
-
-/// Called by a fault that found page `f` locked and not up to date (under read I/O): on a
-/// thread that may park, records `f` and returns true (the fault returns `Fault::Retry`, and
-/// its server parks it); elsewhere false (the caller waits for the lock as before).
-pub(crate) fn park_on_io(f: Pfn) -> bool {
-    MAY_PARK.with(std::cell::Cell::get) && {
-        PARKED_ON.with(|p| p.set(Some(f)));
-        true
-    }
-}
-
-/// The page the fault just served was parked on, if it was (and forgets it).
-fn take_parked() -> Option<Pfn> {
-    PARKED_ON.with(std::cell::Cell::take)
-}
-
 /// Whether page `f` is no longer under read I/O (a parked fault on it can be served).
 fn io_done(m: &MmInner, f: Pfn) -> bool {
     let p = &m.node.pages[f];
@@ -198,7 +176,7 @@ fn serve_parked(m: &MmInner, older_than: Option<Duration>) {
     if taken.is_empty() {
         return;
     }
-    let was = MAY_PARK.with(|p| p.replace(true));
+    let was = set_may_park(true);
     let mut again = Vec::new();
     for p in taken {
         match catch_retry(m, p.addr, p.flags) {
@@ -206,7 +184,7 @@ fn serve_parked(m: &MmInner, older_than: Option<Duration>) {
             Fault::Retry => again.push((p, take_parked())),
         }
     }
-    MAY_PARK.with(|p| p.set(was));
+    set_may_park(was);
     if again.is_empty() {
         return;
     }
@@ -745,7 +723,7 @@ pub fn handler_main(m: Arc<MmInner>, slot: usize) {
 fn handler_run(m: &Arc<MmInner>, slot: usize, standby: bool) {
     use std::panic::{catch_unwind, AssertUnwindSafe};
     IS_HANDLER.with(|h| h.set(true));
-    MAY_PARK.with(|p| p.set(true));
+    set_may_park(true);
     let mut held = Held {
         msgs: [Msg::default(); 32],
         n: 0,

@@ -1311,7 +1311,7 @@ fn filemap_fault(
     // read (handler.rs `IoWaiters`).
     if !p.trylock() {
         let under_io = !p.test(pg::UPTODATE);
-        if under_io && super::handler::park_on_io(f) {
+        if under_io && super::page_state::park_on_io(f) {
             filemap::put_page(&m.node, f);
             return Err(Fault::Retry);
         }

@@ -28,6 +28,35 @@ pub enum Fault {
     Retry,
 }
 
+thread_local! {
+    /// Whether a fault served on this thread may be parked on read I/O (handler threads, and
+    /// any thread while it serves parked faults; handler.rs `IoWaiters`) instead of waiting
+    /// for the page lock.
+    static MAY_PARK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The page the fault just served (it returned `Fault::Retry`) was parked on.
+    static PARKED_ON: std::cell::Cell<Option<Pfn>> = const { std::cell::Cell::new(None) };
+}
+
+/// Called by a fault that found page `f` locked and not up to date (under read I/O): on a
+/// thread that may park, records `f` and returns true (the fault returns `Fault::Retry`, and
+/// its server parks it); elsewhere false (the caller waits for the lock as before).
+pub(crate) fn park_on_io(f: Pfn) -> bool {
+    MAY_PARK.with(std::cell::Cell::get) && {
+        PARKED_ON.with(|p| p.set(Some(f)));
+        true
+    }
+}
+
+/// The page the fault just served was parked on, if it was (and forgets it).
+pub(crate) fn take_parked() -> Option<Pfn> {
+    PARKED_ON.with(std::cell::Cell::take)
+}
+
+/// Lets faults served on this thread be parked (`true`) or not; returns the previous value.
+pub(crate) fn set_may_park(may: bool) -> bool {
+    MAY_PARK.with(|p| p.replace(may))
+}
+
 /// Largest minor-fault fault-around run over readahead pages.
 pub const RA_AROUND: u64 = 32;
 
