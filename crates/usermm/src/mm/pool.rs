@@ -37,10 +37,18 @@ pub struct FramePool {
     /// ([`set_clean_hash`], `rmap::verify_clean`).
     /// Made a section at a time, as the descriptors are.
     clean_hash: Sections<AtomicU64>,
-    /// The huge page empty slots are filled from before a device reads into them
-    /// ([`fill_empty_from_huge`]): its pages not yet moved (at most 2 MiB) are held
-    /// outside the budget's frames, as the bounce buffers are.
-    huge: Mutex<Option<HugeSource>>,
+    /// The huge pages empty slots are filled from before a device reads into them
+    /// ([`fill_empty_from_huge`]): their pages not yet moved (at most [`HUGE_SOURCES`] x 2 MiB)
+    /// are held outside the budget's frames, as the bounce buffers are.
+    huge: Mutex<HugeSources>,
+}
+
+/// The huge pages being filled from ([`FramePool`]'s `huge`): the last one is used first;
+/// `making` are being made by fillers outside the lock.
+#[derive(Debug, Default)]
+struct HugeSources {
+    ready: Vec<HugeSource>,
+    making: usize,
 }
 
 /// A transparent huge page whose 4 KiB pages are moved one run at a time into empty slots:
@@ -61,7 +69,7 @@ impl FramePool {
             zero_src,
             zaps: ZapQueue::default(),
             clean_hash: Sections::new(frames),
-            huge: Mutex::new(None),
+            huge: Mutex::new(HugeSources::default()),
         }
     }
 }
@@ -414,6 +422,14 @@ pub(crate) fn with_bounce<R>(pages: usize, f: impl FnOnce(&Mapping) -> R) -> R {
 /// Pages in a transparent huge page (x86-64, arm64 with 4 KiB pages).
 const HUGE_PAGES: usize = 512;
 
+/// Huge pages held or being made at once, at most: two fillers make theirs at the same time
+/// (on two CPUs), a third waits for one of them. Making one is the kernel's allocation and
+/// zeroing of 2 MiB, which on this VM runs at about 340 MB/s for memory the guest had handed
+/// back to the host (free page reporting; 4-6.7 GB/s once warm): made under the lock, it kept
+/// the other readahead workers waiting, and a cold pool's first 256 MiB took a whole CPU for
+/// 0.6 s while the other idled.
+const HUGE_SOURCES: usize = 2;
+
 /// Runs of empty slots shorter than this are left to the caller's way: a short read gains
 /// nothing from contiguity, and each move out of the huge page flushes the TLB (an IPI when a
 /// thread of the process runs on another CPU), where the bounce buffer's UFFDIO_COPY into an
@@ -444,22 +460,35 @@ pub(crate) fn fill_empty_from_huge(m: &MmInner, frames: &[Pfn], present: &mut [b
     }
     let ks: Vec<usize> = (0..frames.len()).filter(|&k| !present[k]).collect();
     let mut filled = 0;
-    let mut src = m.pool.huge.lock();
-    for run in runs(&ks, |a, b| b == a + 1 && frames[b] == frames[a].next()) {
+    'runs: for run in runs(&ks, |a, b| b == a + 1 && frames[b] == frames[a].next()) {
         if run.len() < HUGE_FILL_MIN_RUN {
             continue;
         }
         let mut k = ks[run.start];
         let end = k + run.len();
         while k < end {
-            if src.as_ref().is_none_or(|h| h.next == HUGE_PAGES) {
-                *src = None;
-                match new_huge_source(m) {
-                    Some(h) => *src = Some(h),
-                    None => return filled,
-                }
+            let mut src = m.pool.huge.lock();
+            while src.ready.last().is_some_and(|h| h.next == HUGE_PAGES) {
+                src.ready.pop();
             }
-            let h = src.as_mut().expect("made above");
+            let Some(h) = src.ready.last_mut() else {
+                if src.making >= HUGE_SOURCES {
+                    // Both being made by other fillers: one is ready soon.
+                    drop(src);
+                    std::thread::yield_now();
+                    continue;
+                }
+                src.making += 1;
+                drop(src);
+                let made = new_huge_source(m);
+                let mut src = m.pool.huge.lock();
+                src.making -= 1;
+                match made {
+                    Some(h) => src.ready.push(h),
+                    None => break 'runs,
+                }
+                continue;
+            };
             let n = (end - k).min(HUGE_PAGES - h.next);
             let dst = m.pool.slots.addr() + frames[k].offset();
             let from = h.map.addr() + h.next * PAGE_SIZE;
@@ -476,6 +505,7 @@ pub(crate) fn fill_empty_from_huge(m: &MmInner, frames: &[Pfn], present: &mut [b
                 }
             };
             h.next = (h.next + moved).min(HUGE_PAGES);
+            drop(src);
             present[k..k + moved].fill(true);
             filled += moved;
             if moved < n {
@@ -484,7 +514,6 @@ pub(crate) fn fill_empty_from_huge(m: &MmInner, frames: &[Pfn], present: &mut [b
             k += n;
         }
     }
-    drop(src);
     m.vm.add(Item::PoolHugeFill, filled as u64);
     filled
 }
