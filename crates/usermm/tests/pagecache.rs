@@ -1570,11 +1570,15 @@ fn access_pattern_and_willneed_advice() {
     );
     drop(r);
 
-    // WILLNEED: read in the background, then found cached. The sequential phase's own
-    // asynchronous windows finish first: counted in file_ra_async too, they could otherwise
-    // stand in for the WILLNEED window (CI saw that once: the check then faulted).
+    // WILLNEED: read in the background, then found cached. On a manager of its own: the
+    // sequential phase's windows, still in flight, could stand in for the WILLNEED window in
+    // file_ra_async (CI saw that once: the check then faulted), and the pages they cached
+    // inside the WILLNEED range are older than it, so kswapd, making room for the WILLNEED
+    // window, reclaims them first (as Linux's would: WILLNEED skips cached pages without
+    // marking them accessed), and their check faults.
+    drop(m);
+    let m = mm(4 * MIB, Settings::default());
     let settle = std::time::Duration::from_secs(20);
-    m.settle(settle);
     let r = m.map_file(&path, 0, len, MapKind::Shared).unwrap();
     let (off, n) = (8 * MIB as usize, MIB as usize);
     let v0 = m.vmstat();
@@ -1585,6 +1589,7 @@ fn access_pattern_and_willneed_advice() {
         v.val("file_ra_async") > 0,
         "WILLNEED read in the background: {v}"
     );
+
     let v0 = m.vmstat();
     for p in (off / 4096) as u64..((off + n) / 4096) as u64 {
         check(&r, p);
