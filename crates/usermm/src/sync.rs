@@ -4,7 +4,7 @@
 //! std's futex locks behind a poison-free API ([`locks`]).
 
 #[cfg(loom)]
-pub use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+pub use loom::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 #[cfg(loom)]
 pub use loom::sync::{Arc, MutexGuard};
 
@@ -32,7 +32,7 @@ pub use std::sync::OnceLock;
 #[cfg(not(loom))]
 pub use self::locks::{Condvar, Mutex, MutexGuard, RwLock};
 #[cfg(not(loom))]
-pub use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+pub use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(loom))]
 pub use std::sync::Arc;
 #[cfg(not(loom))]

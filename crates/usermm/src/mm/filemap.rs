@@ -1233,6 +1233,9 @@ pub fn do_page_cache_readahead(
             }
             p.unlock();
         }
+        // Flags stored, then parked faults looked for; a parker does the reverse (handler.rs
+        // `park`): the fences make sure one of the two sees the other.
+        crate::sync::fence(Ordering::SeqCst);
         if m.handlers.io_waiters.any() {
             // Faults parked on these pages are served here, now (handler.rs `IoWaiters`).
             drop(cpu);

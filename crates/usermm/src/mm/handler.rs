@@ -142,6 +142,9 @@ fn park(m: &MmInner, addr: usize, flags: u64, f: Pfn) {
         w.len.store(l.len(), Ordering::Release);
     }
     m.vm.inc(Item::FaultIoParked);
+    // Against the completer's fence (filemap.rs): it stores the page's flags, then looks for
+    // parked faults; this stored one, now looks at the flags. One of the two sees the other.
+    crate::sync::fence(Ordering::SeqCst);
     if io_done(m, f) {
         serve_io_waiters(m);
     }
