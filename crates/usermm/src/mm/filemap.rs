@@ -1234,7 +1234,7 @@ pub fn do_page_cache_readahead(
             p.unlock();
         }
         // Flags stored, then parked faults looked for; a parker does the reverse (handler.rs
-        // `park`): the fences make sure one of the two sees the other.
+        // `park_all`): the fences make sure one of the two sees the other.
         crate::sync::fence(Ordering::SeqCst);
         if m.handlers.io_waiters.any() {
             // Faults parked on these pages are served here, now (handler.rs `IoWaiters`).
@@ -1673,6 +1673,6 @@ mod tests {
             assert_eq!(reader.join().unwrap(), word(page), "page {page}");
             assert!(m.vm.get(Item::FaultIoServed) > served);
         }
-        assert!(m.handlers.io_waiters_empty());
+        assert!(!m.handlers.io_waiters.any());
     }
 }

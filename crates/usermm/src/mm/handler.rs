@@ -109,14 +109,6 @@ impl IoWaiters {
     }
 }
 
-impl HandlerState {
-    /// No fault is parked on read I/O (tests).
-    #[cfg(test)]
-    pub(crate) fn io_waiters_empty(&self) -> bool {
-        self.io_waiters.list.lock().is_empty()
-    }
-}
-
 /// A parked fault older than this is served by an idle handler (the fallback above).
 pub const IO_PARK_FALLBACK: Duration = Duration::from_millis(2);
 
@@ -126,26 +118,40 @@ fn io_done(m: &MmInner, f: Pfn) -> bool {
     p.test(crate::mm::page::pg::UPTODATE) || !p.test(crate::mm::page::pg::LOCKED)
 }
 
-/// Parks the fault at `addr` on page `f`. If the page's read completed meanwhile (its reader
-/// may have looked for waiters before this one was parked), the parked faults are served here.
-fn park(m: &MmInner, addr: usize, flags: u64, f: Pfn) {
+/// If the fault just served on this thread was parked on a page under read I/O
+/// ([`take_parked`]), parks it and returns true; otherwise false (it is deferred as before).
+fn parked(m: &MmInner, msg: &Msg) -> bool {
+    let Some(f) = take_parked() else {
+        return false;
+    };
+    let now = Instant::now();
+    let p = Parked {
+        addr: msg.fault_address(),
+        flags: msg.fault_flags(),
+        first: now,
+        at: now,
+    };
+    m.vm.inc(Item::FaultIoParked);
+    park_all(m, vec![(p, Some(f))]);
+    true
+}
+
+/// Parks faults, each with the page it waits on if known. If a page's read completed
+/// meanwhile (its completer may have looked for waiters before the fault was parked), the
+/// parked faults are served here.
+fn park_all(m: &MmInner, faults: Vec<(Parked, Option<Pfn>)>) {
     let w = &m.handlers.io_waiters;
+    let pages: Vec<Pfn> = faults.iter().filter_map(|&(_, f)| f).collect();
     {
         let mut l = w.list.lock();
-        let now = Instant::now();
-        l.push(Parked {
-            addr,
-            flags,
-            first: now,
-            at: now,
-        });
+        l.extend(faults.into_iter().map(|(p, _)| p));
         w.len.store(l.len(), Ordering::Release);
     }
-    m.vm.inc(Item::FaultIoParked);
     // Against the completer's fence (filemap.rs): it stores the page's flags, then looks for
-    // parked faults; this stored one, now looks at the flags. One of the two sees the other.
+    // parked faults; this stored the faults, now looks at the flags. One of the two sees the
+    // other.
     crate::sync::fence(Ordering::SeqCst);
-    if io_done(m, f) {
+    if pages.into_iter().any(|f| io_done(m, f)) {
         serve_io_waiters(m);
     }
 }
@@ -184,24 +190,18 @@ fn serve_parked(m: &MmInner, older_than: Option<Duration>) {
     for p in taken {
         match catch_retry(m, p.addr, p.flags) {
             Fault::Done => m.vm.inc(Item::FaultIoServed),
-            Fault::Retry => again.push((p, take_parked())),
+            Fault::Retry => again.push((
+                Parked {
+                    at: Instant::now(),
+                    ..p
+                },
+                take_parked(),
+            )),
         }
     }
     set_may_park(was);
-    if again.is_empty() {
-        return;
-    }
-    let ready = again.iter().any(|(_, f)| f.is_some_and(|f| io_done(m, f)));
-    {
-        let mut l = w.list.lock();
-        let now = Instant::now();
-        l.extend(again.into_iter().map(|(p, _)| Parked { at: now, ..p }));
-        w.len.store(l.len(), Ordering::Release);
-    }
-    if ready {
-        // A page's read completed while its fault was being served: its reader may have
-        // looked for waiters before the fault was parked again.
-        serve_parked(m, None);
+    if !again.is_empty() {
+        park_all(m, again);
     }
 }
 
@@ -818,11 +818,8 @@ fn handler_loop(m: &MmInner, slot: usize, held: &mut Held, standby: bool) {
             match msg.event {
                 event::PAGEFAULT => {
                     let t = since(&m.handlers);
-                    if serve_one(&msg) == Fault::Retry {
-                        match take_parked() {
-                            Some(f) => park(m, msg.fault_address(), msg.fault_flags(), f),
-                            None => held.deferred.push((msg, t)),
-                        }
+                    if serve_one(&msg) == Fault::Retry && !parked(m, &msg) {
+                        held.deferred.push((msg, t));
                     }
                 }
                 other => log::debug!("userfaultfd event {other:#x} ignored"),
@@ -840,13 +837,7 @@ fn handler_loop(m: &MmInner, slot: usize, held: &mut Held, standby: bool) {
             let before = held.deferred.len();
             held.deferred.retain(|(msg, _)| {
                 let f = catch_retry(m, msg.fault_address(), msg.fault_flags());
-                match (f, take_parked()) {
-                    (Fault::Retry, Some(pf)) => {
-                        park(m, msg.fault_address(), msg.fault_flags(), pf);
-                        false
-                    }
-                    (f, _) => f == Fault::Retry,
-                }
+                f == Fault::Retry && !parked(m, msg)
             });
             publish_deferred(&held.deferred);
             if held.deferred.len() < before {
@@ -896,14 +887,12 @@ fn handler_loop(m: &MmInner, slot: usize, held: &mut Held, standby: bool) {
                         m.vm.inc(Item::HandlerSpinHit);
                         let t = since(&m.handlers);
                         let msg = held.msgs[0];
-                        if msg.event == event::PAGEFAULT && serve_one(&msg) == Fault::Retry {
-                            match take_parked() {
-                                Some(f) => park(m, msg.fault_address(), msg.fault_flags(), f),
-                                None => {
-                                    held.deferred.push((msg, t));
-                                    publish_deferred(&held.deferred);
-                                }
-                            }
+                        if msg.event == event::PAGEFAULT
+                            && serve_one(&msg) == Fault::Retry
+                            && !parked(m, &msg)
+                        {
+                            held.deferred.push((msg, t));
+                            publish_deferred(&held.deferred);
                         }
                         held.next = 1;
                         break;

@@ -475,7 +475,7 @@ pub(crate) fn fill_empty_from_huge(m: &MmInner, frames: &[Pfn], present: &mut [b
                 if src.making >= HUGE_SOURCES {
                     // Both being made by other fillers: one is ready soon.
                     drop(src);
-                    std::thread::yield_now();
+                    crate::sync::yield_now();
                     continue;
                 }
                 src.making += 1;
