@@ -91,13 +91,24 @@ pub fn futex_wake(word: &std::sync::atomic::AtomicU32, n: u32) -> u32 {
 /// CLOCK_MONOTONIC in nanoseconds: one clock for every process of the machine (std's `Instant`
 /// reads it too but cannot be compared across processes).
 pub fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// CPU time used so far by every thread of this process, living or exited, in nanoseconds
+/// (CLOCK_PROCESS_CPUTIME_ID: user and system time).
+pub fn process_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
+/// Clock `id` in nanoseconds (one that always exists).
+fn clock_ns(id: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime writes one timespec into the valid, exclusively borrowed `ts`.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    debug_assert_eq!(rc, 0, "CLOCK_MONOTONIC always exists");
+    let rc = unsafe { libc::clock_gettime(id, &mut ts) };
+    debug_assert_eq!(rc, 0, "clock {id} always exists");
     u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
 }
 

@@ -183,18 +183,51 @@ items! {
     ForkSwapReadPages = "fork_swap_read_pages",
 }
 
+/// Shards the counters are split over. Each thread adds to one shard (its own from its first
+/// update, dealt round-robin), each shard on cache lines of its own; a read sums them. This is
+/// the kernel's per-CPU `vm_stat_diff`, made per thread. With one array, the counters every
+/// page passes (`nr_isolated_file`, `pgfault`, the LRU sizes) shared cache lines that bounced
+/// between the vCPUs on every update: in a mapped 4 GiB read at a 256 MiB budget one
+/// `lock sub` in reclaim's loop took 76% of `shrink_node`'s own samples (4% of all).
+const SHARDS: usize = 8;
+
+#[derive(Debug)]
+#[repr(align(128))]
+struct Shard([AtomicU64; COUNT]);
+
 /// The live counters of one memory manager.
 #[derive(Debug)]
 pub struct Counters {
-    v: [AtomicU64; COUNT],
+    shards: Box<[Shard]>,
 }
 
 impl Default for Counters {
     fn default() -> Self {
         Counters {
-            v: std::array::from_fn(|_| AtomicU64::new(0)),
+            shards: (0..SHARDS)
+                .map(|_| Shard(std::array::from_fn(|_| AtomicU64::new(0))))
+                .collect(),
         }
     }
+}
+
+/// This thread's shard. A constant-initialised thread-local without a destructor: safe in the
+/// SIGBUS fault path's signal handler, and nothing to register at thread start.
+#[inline]
+fn shard_of_thread() -> usize {
+    use std::cell::Cell;
+    use std::sync::atomic::AtomicUsize;
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local!(static SHARD: Cell<usize> = const { Cell::new(usize::MAX) });
+    SHARD.with(|c| {
+        let k = c.get();
+        if k != usize::MAX {
+            return k;
+        }
+        let k = NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS;
+        c.set(k);
+        k
+    })
 }
 
 impl Counters {
@@ -219,7 +252,7 @@ impl Counters {
 
     #[inline]
     pub fn add(&self, i: Item, n: u64) {
-        self.v[i as usize].fetch_add(n, Ordering::Relaxed);
+        self.shards[shard_of_thread()].0[i as usize].fetch_add(n, Ordering::Relaxed);
     }
     #[inline]
     pub fn inc(&self, i: Item) {
@@ -227,21 +260,44 @@ impl Counters {
     }
     #[inline]
     pub fn sub(&self, i: Item, n: u64) {
-        self.v[i as usize].fetch_sub(n, Ordering::Relaxed);
+        self.shards[shard_of_thread()].0[i as usize].fetch_sub(n, Ordering::Relaxed);
     }
+    /// The counter: the sum of its shards (a state counter read while another thread moves it
+    /// between shards may be off by that move for a moment, never below 0).
     #[inline]
     pub fn get(&self, i: Item) -> u64 {
-        self.v[i as usize].load(Ordering::Relaxed)
+        self.value(i as usize)
     }
+    fn value(&self, i: usize) -> u64 {
+        let sum = self
+            .shards
+            .iter()
+            .fold(0u64, |a, s| a.wrapping_add(s.0[i].load(Ordering::Relaxed)));
+        // A decrement seen before the increment it follows (in another shard) sums below 0.
+        if sum > i64::MAX as u64 {
+            0
+        } else {
+            sum
+        }
+    }
+    /// Sets the counter to `n`, by adding the difference to this thread's shard (as racy
+    /// against a concurrent update as a store always was).
     #[inline]
     pub fn set(&self, i: Item, n: u64) {
-        self.v[i as usize].store(n, Ordering::Relaxed);
+        self.set_index(i as usize, n);
+    }
+    fn set_index(&self, i: usize, n: u64) {
+        let cur = self
+            .shards
+            .iter()
+            .fold(0u64, |a, s| a.wrapping_add(s.0[i].load(Ordering::Relaxed)));
+        self.shards[shard_of_thread()].0[i].fetch_add(n.wrapping_sub(cur), Ordering::Relaxed);
     }
     /// Sets the counter named `name` (a swap tier's counter); false if no counter has that name.
     pub fn set_named(&self, name: &str, n: u64) -> bool {
         match NAMES.iter().position(|x| *x == name) {
             Some(i) => {
-                self.v[i].store(n, Ordering::Relaxed);
+                self.set_index(i, n);
                 true
             }
             None => false,
@@ -251,8 +307,8 @@ impl Counters {
         Vmstat {
             values: NAMES
                 .iter()
-                .zip(self.v.iter())
-                .map(|(n, v)| (*n, v.load(Ordering::Relaxed)))
+                .enumerate()
+                .map(|(i, n)| (*n, self.value(i)))
                 .collect(),
         }
     }

@@ -316,6 +316,11 @@ pub struct Pass {
     /// "madv_random").
     pub variant: String,
     pub secs: f64,
+    /// CPU time of the benchmark's process over the pass, every thread of it: usermm's
+    /// handlers, readahead workers, kswapd and flushers run there, the kernel's kswapd and
+    /// kworkers do not (so it compares builds of usermm, not the two engines).
+    #[serde(default)]
+    pub cpu_secs: f64,
     /// Accesses done by each thread (sequential: 8-byte words; random: page accesses).
     pub per_thread: Vec<u64>,
     /// Bytes the pass covered: the file (sequential), 4 KiB per access (random).
@@ -357,6 +362,7 @@ pub fn execute<M: Mapper>(
         .map(path, p.size as usize)
         .map_err(|e| Failure::Run(format!("mmap-file: mapping {}: {e}", path.display())))?;
     let t0 = Instant::now();
+    let cpu0 = usermm_sys::process_cpu_ns();
     let deadline = t0 + p.time_limit;
     let results: Vec<(u64, u64, Option<String>)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..p.threads)
@@ -378,12 +384,14 @@ pub fn execute<M: Mapper>(
             .map_err(|e| Failure::Run(format!("mmap-file: msync of {}: {e}", path.display())))?;
     }
     let secs = t0.elapsed().as_secs_f64();
+    let cpu_secs = usermm_sys::process_cpu_ns().saturating_sub(cpu0) as f64 / 1e9;
     drop(map);
     let per_thread: Vec<u64> = results.iter().map(|r| r.0).collect();
     let ops: u64 = per_thread.iter().sum();
     Ok(Pass {
         variant: variant.to_string(),
         secs,
+        cpu_secs,
         bytes: if p.pattern.random() {
             ops * PAGE
         } else {
@@ -626,6 +634,7 @@ impl Report {
             "passes": self.passes.iter().map(|s| json!({
                 "variant": s.variant,
                 "secs": s.secs,
+                "cpu_secs": s.cpu_secs,
                 "ops": s.ops(),
                 "bytes": s.bytes,
                 "rate": s.rate(pat),
@@ -653,9 +662,14 @@ impl Report {
         );
         let best = self.best();
         if pat.random() {
-            s += &format!(" ({} accesses in {:.2} s", best.ops(), best.secs);
+            s += &format!(
+                " ({} accesses in {:.2} s, cpu {:.2} s",
+                best.ops(),
+                best.secs,
+                best.cpu_secs
+            );
         } else {
-            s += &format!(" ({:.2} s", best.secs);
+            s += &format!(" ({:.2} s, cpu {:.2} s", best.secs, best.cpu_secs);
         }
         if self.passes.len() > 1 {
             s += &format!(", counted: {}", best.variant);

@@ -1372,6 +1372,58 @@ pub(crate) fn remove_page(
     true
 }
 
+/// [`remove_page`] for reclaim, of a batch of `mapping`'s clean isolated pages (frame, index)
+/// under one hold of the tree lock: `__remove_mapping` for each page that is still the
+/// cache's and has no other user. Returns which were removed. Per page, the lock, the file's
+/// page count and the counters were cache lines the readahead workers adding the next windows
+/// also wrote: in a mapped sequential read the tree lock alone was 5% of the samples.
+pub(crate) fn remove_pages_for_reclaim(
+    m: &MmInner,
+    mapping: &AddressSpace,
+    pages: &[(Pfn, PgOff)],
+) -> Vec<bool> {
+    let mut removed = vec![false; pages.len()];
+    {
+        let mut t = mapping.lock_tree(&m.vm, LockSite::DeleteFromPageCache);
+        for (k, &(f, index)) in pages.iter().enumerate() {
+            if t.get(index.raw()) == Some(Entry::Page(f).encode())
+                && m.node.pages[f].page_count() == 1
+            {
+                t.remove(index.raw());
+                removed[k] = true;
+            }
+        }
+    }
+    let freed: Vec<Pfn> = pages
+        .iter()
+        .zip(&removed)
+        .filter(|&(_, &r)| r)
+        .map(|(&(f, _), _)| f)
+        .collect();
+    if freed.is_empty() {
+        return removed;
+    }
+    let n = freed.len() as u64;
+    mapping.nrpages.fetch_sub(n, Ordering::Relaxed);
+    m.vm.sub(Item::NrFilePages, n);
+    if mapping.is_memory() {
+        m.vm.sub(Item::NrShmem, n);
+    } else {
+        let dirty = freed
+            .iter()
+            .filter(|&&f| m.node.pages[f].test(pg::DIRTY))
+            .count();
+        m.vm.sub(Item::NrDirty, dirty as u64);
+    }
+    for &f in &freed {
+        let p = &m.node.pages[f];
+        p.reset_flags(pg::POOLED);
+        p.set_page_count(0);
+    }
+    pool::recycle_frames(m, &freed);
+    removed
+}
+
 /// Readahead state of one open file (`struct file_ra_state`).
 pub use super::readahead::FileRaState;
 

@@ -371,7 +371,93 @@ const SHADOW_RUN_SHIFT: u32 = 6;
 
 #[derive(Debug, Default)]
 #[repr(align(64))]
-struct ShadowShard(Mutex<std::collections::HashMap<u64, u32>>);
+struct ShadowShard(Mutex<ShadowMap>);
+
+/// A shard's shadows, by runs of [`SHADOW_CHUNK`] consecutive indexes. A map of single
+/// indexes (SipHash, then foldhash) cost one or two cache misses per shadow left and per
+/// shadow looked up, 7-8% of a mapped 4 GiB sequential read's samples at a 256 MiB budget;
+/// reclaim evicts, and readahead adds, neighbours together, so a run's shadows share one
+/// entry and one miss.
+#[derive(Debug, Default)]
+struct ShadowMap {
+    runs: std::collections::HashMap<u64, Box<ShadowRun>, foldhash::fast::RandomState>,
+    /// Shadows held in `runs`.
+    len: usize,
+}
+
+/// Indexes per [`ShadowRun`] (the shard's run of neighbours, `1 << SHADOW_RUN_SHIFT`).
+const SHADOW_CHUNK: u64 = 1 << SHADOW_RUN_SHIFT;
+const SHADOW_CHUNK_LEN: usize = 1 << SHADOW_RUN_SHIFT;
+
+/// The shadows of one run of [`SHADOW_CHUNK`] indexes: bit `i` of `held` says `tokens[i]` is one.
+#[derive(Debug)]
+struct ShadowRun {
+    held: u64,
+    tokens: [u32; SHADOW_CHUNK_LEN],
+}
+
+impl ShadowMap {
+    fn insert(&mut self, index: u64, token: u32) {
+        let run = self.runs.entry(index / SHADOW_CHUNK).or_insert_with(|| {
+            Box::new(ShadowRun {
+                held: 0,
+                tokens: [0; SHADOW_CHUNK_LEN],
+            })
+        });
+        let bit = 1u64 << (index % SHADOW_CHUNK);
+        if run.held & bit == 0 {
+            run.held |= bit;
+            self.len += 1;
+        }
+        #[allow(clippy::cast_possible_truncation)]
+        let i = (index % SHADOW_CHUNK) as usize;
+        run.tokens[i] = token;
+    }
+
+    fn take(&mut self, index: u64) -> Option<u32> {
+        let key = index / SHADOW_CHUNK;
+        let run = self.runs.get_mut(&key)?;
+        let bit = 1u64 << (index % SHADOW_CHUNK);
+        if run.held & bit == 0 {
+            return None;
+        }
+        run.held &= !bit;
+        self.len -= 1;
+        #[allow(clippy::cast_possible_truncation)]
+        let token = run.tokens[(index % SHADOW_CHUNK) as usize];
+        if run.held == 0 {
+            self.runs.remove(&key);
+        }
+        Some(token)
+    }
+
+    /// Drops the shadows of `from..to`.
+    fn forget(&mut self, from: u64, to: u64) {
+        let mut len = self.len;
+        self.runs.retain(|&key, run| {
+            let (lo, hi) = (key * SHADOW_CHUNK, (key + 1) * SHADOW_CHUNK);
+            if hi <= from || lo >= to {
+                return true;
+            }
+            let a = from.max(lo) - lo;
+            let b = to.min(hi) - lo;
+            let mask = if b - a == SHADOW_CHUNK {
+                u64::MAX
+            } else {
+                ((1u64 << (b - a)) - 1) << a
+            };
+            len -= (run.held & mask).count_ones() as usize;
+            run.held &= !mask;
+            run.held != 0
+        });
+        self.len = len;
+    }
+
+    fn clear(&mut self) {
+        self.runs.clear();
+        self.len = 0;
+    }
+}
 
 impl Default for Shadows {
     fn default() -> Self {
@@ -391,7 +477,7 @@ impl Shadows {
         })
     }
 
-    fn shard(shards: &[ShadowShard], index: u64) -> &Mutex<std::collections::HashMap<u64, u32>> {
+    fn shard(shards: &[ShadowShard], index: u64) -> &Mutex<ShadowMap> {
         #[allow(clippy::cast_possible_truncation)]
         let k = (index >> SHADOW_RUN_SHIFT) as usize % SHADOW_SHARDS;
         &shards[k].0
@@ -422,7 +508,7 @@ impl Shadows {
         match &self.0 {
             ShadowStore::Map(shards) => {
                 let mut s = Self::shard(shards, index).lock();
-                if s.len() >= cap.div_ceil(SHADOW_SHARDS).max(1) {
+                if s.len >= cap.div_ceil(SHADOW_SHARDS).max(1) {
                     s.clear();
                 }
                 s.insert(index, token);
@@ -439,10 +525,10 @@ impl Shadows {
         match &self.0 {
             ShadowStore::Map(shards) => {
                 let mut s = Self::shard(shards, index).lock();
-                if s.is_empty() {
+                if s.len == 0 {
                     return None;
                 }
-                s.remove(&index)
+                s.take(index)
             }
             ShadowStore::Slots { .. } => {
                 let w = self.slot_word(index, false)?;
@@ -465,16 +551,16 @@ impl Shadows {
                 if to.saturating_sub(from) <= 4 * SHADOW_SHARDS as u64 {
                     for i in from..to {
                         let mut s = Self::shard(shards, i).lock();
-                        if !s.is_empty() {
-                            s.remove(&i);
+                        if s.len != 0 {
+                            s.take(i);
                         }
                     }
                     return;
                 }
                 for shard in shards.iter() {
                     let mut s = shard.0.lock();
-                    if !s.is_empty() {
-                        s.retain(|&i, _| i < from || i >= to);
+                    if s.len != 0 {
+                        s.forget(from, to);
                     }
                 }
             }
@@ -496,7 +582,7 @@ impl Shadows {
     #[cfg(test)]
     fn len(&self) -> usize {
         match &self.0 {
-            ShadowStore::Map(shards) => shards.iter().map(|s| s.0.lock().len()).sum(),
+            ShadowStore::Map(shards) => shards.iter().map(|s| s.0.lock().len).sum(),
             ShadowStore::Slots { words, .. } => words.get().map_or(0, |t| {
                 t.iter().filter(|w| w.load(Ordering::Relaxed) != 0).count()
             }),
@@ -507,6 +593,37 @@ impl Shadows {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// A shard's runs of shadows hold what a plain map of indexes holds, through inserts,
+        /// takes and range forgets that cross run boundaries.
+        #[test]
+        fn shadow_runs_hold_what_a_map_of_indexes_holds(
+            ops in proptest::collection::vec((0u8..3, 0u64..300, 0u64..300, proptest::prelude::any::<u32>()), 1..300)
+        ) {
+            let mut runs = ShadowMap::default();
+            let mut model = std::collections::BTreeMap::new();
+            for (op, a, b, token) in ops {
+                match op {
+                    0 => {
+                        runs.insert(a, token);
+                        model.insert(a, token);
+                    }
+                    1 => proptest::prop_assert_eq!(runs.take(a), model.remove(&a)),
+                    _ => {
+                        let (from, to) = (a.min(b), a.max(b));
+                        runs.forget(from, to);
+                        model.retain(|&i, _| i < from || i >= to);
+                    }
+                }
+                proptest::prop_assert_eq!(runs.len, model.len());
+            }
+            for (i, t) in model {
+                proptest::prop_assert_eq!(runs.take(i), Some(t));
+            }
+            proptest::prop_assert!(runs.runs.is_empty());
+        }
+    }
 
     #[test]
     fn shadows_are_taken_once_forgotten_by_range_and_bounded() {

@@ -612,19 +612,36 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
     let settings = &m.cfg.settings;
     let mut keep = Vec::new();
     let mut to_unmap = Vec::new();
-    let mut clean: Vec<(std::sync::Arc<super::fs::AddressSpace>, Pfn)> = Vec::new();
-    let mut write: Vec<(std::sync::Arc<super::fs::AddressSpace>, Pfn)> = Vec::new();
-    let mut shmem: Vec<(std::sync::Arc<super::fs::AddressSpace>, Pfn)> = Vec::new();
+    // The files of the batch's pages, each once; the lists below name them by index.
+    let mut spaces: Vec<std::sync::Arc<super::fs::AddressSpace>> = Vec::new();
+    let mut clean: Vec<(usize, Pfn)> = Vec::new();
+    let mut write: Vec<(usize, Pfn)> = Vec::new();
+    let mut shmem: Vec<(usize, Pfn)> = Vec::new();
     let mut unqueued_dirty = 0;
+    // A batch is mostly runs of one file's pages: the previous page's file is looked up once.
+    // Each lookup is the file table's read lock and a reference on the file, atomics that every
+    // other thread touching the file also writes.
     for f in isolated {
         let p = &m.node.pages[f];
         let Owner::Cache(id, _) = p.owner() else {
             keep.push(f);
             continue;
         };
-        let Some(a) = m.files.get(id) else {
-            keep.push(f);
-            continue;
+        let a = match spaces.last() {
+            Some(a) if a.id == id => spaces.len() - 1,
+            _ => match spaces.iter().position(|a| a.id == id) {
+                Some(k) => k,
+                None => match m.files.get(id) {
+                    Some(a) => {
+                        spaces.push(a);
+                        spaces.len() - 1
+                    }
+                    None => {
+                        keep.push(f);
+                        continue;
+                    }
+                },
+            },
         };
         if p.test(pg::WRITEBACK) {
             keep.push(f);
@@ -678,30 +695,31 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
     // pageout of dirty file pages (kswapd), one run per mapping.
     let mut k = 0;
     while k < write.len() {
-        let a = write[k].0.clone();
+        let ai = write[k].0;
+        let a = &spaces[ai];
         let mut e = k;
         let mut batch = Vec::new();
-        while e < write.len() && write[e].0.id == a.id {
+        while e < write.len() && write[e].0 == ai {
             let f = write[e].1;
-            if filemap::clear_page_dirty_for_io(m, &a, f) {
+            if filemap::clear_page_dirty_for_io(m, a, f) {
                 batch.push((m.node.pages[f].index(), f));
             }
             e += 1;
         }
         batch.sort_unstable();
         for &(i, f) in &batch {
-            filemap::set_page_writeback(m, &a, f, i);
+            filemap::set_page_writeback(m, a, f, i);
         }
-        let res = filemap::write_pages_locked(m, &a, &batch);
+        let res = filemap::write_pages_locked(m, a, &batch);
         for &(i, f) in &batch {
-            filemap::end_page_writeback(m, &a, f, i);
+            filemap::end_page_writeback(m, a, f, i);
         }
         match res {
             Ok(()) => {
                 m.vm.add(Item::NrVmscanWrite, batch.len() as u64);
                 for &(_, f) in &batch {
                     m.node.pages[f].clear(pg::RECLAIM);
-                    clean.push((a.clone(), f));
+                    clean.push((ai, f));
                 }
             }
             Err(err) => {
@@ -709,7 +727,7 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
                 a.wb_err.set(err.raw_os_error().unwrap_or(libc::EIO));
                 m.vm.inc(Item::FileWriteError);
                 for &(_, f) in &batch {
-                    filemap::set_page_dirty(m, &a, f);
+                    filemap::set_page_dirty(m, a, f);
                     m.node.pages[f].set(pg::ACTIVE);
                     keep.push(f);
                 }
@@ -723,20 +741,21 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
     if let Some(sw) = &m.swap {
         let mut slots = Vec::with_capacity(shmem.len());
         sw.get_swap_pages(shmem.len(), &mut slots);
-        for (k, (a, f)) in shmem.iter().enumerate() {
+        for (k, &(ai, f)) in shmem.iter().enumerate() {
+            let a = &spaces[ai];
             let Some(&slot) = slots.get(k) else {
-                m.node.pages[*f].set(pg::ACTIVE);
-                keep.push(*f);
+                m.node.pages[f].set(pg::ACTIVE);
+                keep.push(f);
                 continue;
             };
-            let idx = m.node.pages[*f].index();
-            let ok = page_io::swap_writepage(m, sw, slot, [*f]).is_ok();
-            if ok && super::shmem::shmem_replace_with_swap(m, a, *f, idx, slot) {
+            let idx = m.node.pages[f].index();
+            let ok = page_io::swap_writepage(m, sw, slot, [f]).is_ok();
+            if ok && super::shmem::shmem_replace_with_swap(m, a, f, idx, slot) {
                 workingset_eviction(m, sw.space(slot), slot.cache_index(), false);
-                freed.push(*f);
+                freed.push(f);
             } else {
                 sw.put_swap_page(slot);
-                keep.push(*f);
+                keep.push(f);
             }
         }
     } else {
@@ -750,24 +769,41 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
     }
     vmscan_recycle(m, &freed, true);
 
-    // __remove_mapping for clean pages.
-    let mut n_clean = 0;
-    for (a, f) in clean {
-        let idx = m.node.pages[f].index();
-        let item = if m.node.pages[f].test(pg::SWAPBACKED) {
-            Item::NrIsolatedAnon
-        } else {
-            Item::NrIsolatedFile
-        };
-        if filemap::remove_page(m, &a, f, idx, true) {
-            workingset_eviction(m, &a, idx, item == Item::NrIsolatedFile);
-            n_clean += 1;
-            m.vm.sub(item, 1);
-            m.files.forget_if_unused(&a);
-        } else {
-            keep.push(f);
+    // __remove_mapping for clean pages, one batch per file.
+    let (mut n_anon, mut n_file) = (0usize, 0usize);
+    let mut k = 0;
+    while k < clean.len() {
+        let ai = clean[k].0;
+        let a = &spaces[ai];
+        let e = k + clean[k..].iter().take_while(|&&(x, _)| x == ai).count();
+        let batch: Vec<(Pfn, PgOff)> = clean[k..e]
+            .iter()
+            .map(|&(_, f)| (f, m.node.pages[f].index()))
+            .collect();
+        // Read before the frames are freed.
+        let file: Vec<bool> = batch
+            .iter()
+            .map(|&(f, _)| !m.node.pages[f].test(pg::SWAPBACKED))
+            .collect();
+        let removed = filemap::remove_pages_for_reclaim(m, a, &batch);
+        for (j, &(f, idx)) in batch.iter().enumerate() {
+            if !removed[j] {
+                keep.push(f);
+                continue;
+            }
+            workingset_eviction(m, a, idx, file[j]);
+            if file[j] {
+                n_file += 1;
+            } else {
+                n_anon += 1;
+            }
         }
+        m.files.forget_if_unused(a);
+        k = e;
     }
+    m.vm.sub(Item::NrIsolatedAnon, n_anon as u64);
+    m.vm.sub(Item::NrIsolatedFile, n_file as u64);
+    let n_clean = n_anon + n_file;
     m.node.lru.putback(&m.node.pages, &keep, &m.vm);
     (n_clean + nr_shmem_freed, unqueued_dirty)
 }
