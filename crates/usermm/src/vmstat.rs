@@ -120,6 +120,7 @@ items! {
     FileWriteRuns = "file_write_runs",
     FileMapMoved = "file_map_moved",
     FileMapStoredUnseen = "file_map_stored_unseen",
+    FileMapReadHashed = "file_map_read_hashed",
     FlusherWake = "flusher_wake",
     FlusherWakeVmscan = "flusher_wake_vmscan",
     DirtyThrottle = "balance_dirty_pages",

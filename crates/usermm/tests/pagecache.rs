@@ -1605,6 +1605,52 @@ fn access_pattern_and_willneed_advice() {
     assert!(e.contains("willneed") && e.contains("past"), "{e}");
 }
 
+/// A read of a file some region maps records each page's hash (`clean_map=move`), so the
+/// fault-around that maps the page later hashes only the view; a page written since its read
+/// (buffered here, then written back clean) has forgotten its hash. Had it kept the stale
+/// one, the move would take its new contents for a store in the gap (`file_map_stored_unseen`).
+#[test]
+fn a_read_records_page_hashes_that_a_write_forgets() {
+    const PAGES: u64 = 512; // 2 MiB, within the 4 MiB budget
+    let d = tmpdir();
+    let path = d.path().join("hashed");
+    write_pattern_file(&path, PAGES);
+    let len = (PAGES * 4096) as usize;
+    let m = mm(4 * MIB, Settings::default());
+    // Mapped first, so the reads below know a region maps the file.
+    let r = m.map_file(&path, 0, len, MapKind::Shared).unwrap();
+    let f = m.open(&path).unwrap();
+    let mut buf = vec![0u8; len];
+    f.read_at(0, &mut buf).unwrap();
+    // Every other page rewritten through the cache (contents changed), then written back.
+    for p in (0..PAGES).step_by(2) {
+        f.write_at(p * 4096 + 16, &(p | 1 << 40).to_ne_bytes())
+            .unwrap();
+    }
+    f.sync().unwrap();
+    let v0 = m.vmstat();
+    for p in 0..PAGES {
+        let got = r.read_u64((p * 4096 + 16) as usize);
+        let want = if p % 2 == 0 {
+            p | 1 << 40
+        } else {
+            let mut w = [0u8; 8];
+            pattern(p * 4096 + 16, &mut w);
+            u64::from_ne_bytes(w)
+        };
+        assert_eq!(got, want, "page {p}");
+    }
+    let v = m.vmstat().delta(&v0);
+    assert!(v.val("file_map_moved") >= PAGES / 2, "{v}");
+    assert!(
+        v.val("file_map_read_hashed") > 0,
+        "no move used a hash recorded by the read: {v}"
+    );
+    assert_eq!(v.val("file_map_stored_unseen"), 0, "{v}");
+    drop(r);
+    drop(f);
+}
+
 /// Fault-around maps runs of clean pages into a shared region writable for a moment before it
 /// write-protects them (`clean_map=move`): stores by other threads in that gap must not be
 /// lost. Two readers sweep a mapping 4x the budget (every fault maps a run), while two writers

@@ -584,6 +584,7 @@ const SHOWN: &[&str] = &[
     "file_ra_hit",
     "file_map_moved",
     "file_map_stored_unseen",
+    "file_map_read_hashed",
     "file_read_direct",
     "handler_spin_hit",
     "handler_wakeup",

@@ -635,9 +635,11 @@ fn do_wp_page(m: &MmInner, r: &RegionInner, idx: PgOff) -> Option<Fault> {
 /// Returns the pages mapped (a prefix of the run; None: not one, the caller stops).
 ///
 /// Between the two calls the pages are mapped writable: another thread of the program may
-/// store into one unseen (the faulting thread is not woken yet). Each page is hashed in its
-/// slot before the move and in the view once protected (no store can land then): a page whose
-/// hash changed was written, and is marked dirty and left writable. A protection that fails
+/// store into one unseen (the faulting thread is not woken yet). Each page's contents before
+/// the move are known by their hash (recorded by the read that brought the page in,
+/// `filemap::record_read_hashes`, else taken of its slot now) and hashed again in the view
+/// once protected (no store can land then): a page whose hash changed was written, and is
+/// marked dirty and left writable. A protection that fails
 /// leaves every page of the run dirty and writable: nothing written is ever taken for clean.
 fn map_clean_run(
     m: &MmInner,
@@ -651,13 +653,22 @@ fn map_clean_run(
     if have == 0 {
         return None;
     }
-    let before = match m.pool.slots.hash_pages(f0.offset(), have) {
-        Ok(h) => h,
-        Err(e) => {
-            log::error!("hashing {have} pool slots from frame {f0}: {e}");
-            return None;
+    // The hashes the pages' read recorded (`| 1`); a page without one has its slot hashed now.
+    let mut before: Vec<u64> = run[..have]
+        .iter()
+        .map(|&(_, f)| pool::take_read_hash(m, f))
+        .collect();
+    let recorded = before.iter().filter(|&&h| h != 0).count();
+    for (k, h) in before.iter_mut().enumerate().filter(|(_, h)| **h == 0) {
+        match m.pool.slots.hash_page(f0.offset() + k * PAGE_SIZE) {
+            Ok(x) => *h = x | 1,
+            Err(e) => {
+                log::error!("hashing the pool slot of frame {}: {e}", run[k].1);
+                return None;
+            }
         }
-    };
+    }
+    m.vm.add(Item::FileMapReadHashed, recorded as u64);
     let len = have * PAGE_SIZE;
     let src = m.pool.slots.addr() + f0.offset();
     let done = match m.retry_again(len, |d| {
@@ -685,7 +696,7 @@ fn map_clean_run(
     };
     for (k, &(_, f)) in run[..done].iter().enumerate() {
         let p = &m.node.pages[f];
-        let unchanged = after.as_ref().is_some_and(|h| h[k] == before[k]);
+        let unchanged = after.as_ref().is_some_and(|h| h[k] | 1 == before[k]);
         if unchanged {
             p.set(pg::WP);
             continue;
@@ -1185,9 +1196,13 @@ fn oom(m: &MmInner, r: &RegionInner, idx: PgOff) -> Option<Fault> {
 }
 
 /// Fault-around of a read fault in a file region (pages): Linux's `fault_around_bytes` (64 KiB)
-/// is 16 pages; a user-space fault costs a handler round trip, so a whole default readahead
-/// window (512 KiB).
-const FILE_FAULT_AROUND: u64 = 128;
+/// is 16 pages; a user-space fault costs a handler round trip, and each fault-around's move and
+/// write protection flush the TLB of every CPU the program runs on, so a whole readahead
+/// window (`read_ahead_kb`, bounded by the budget as readahead is), at least 128 pages
+/// (512 KiB, the window before `read_ahead_kb` became 1024).
+fn file_fault_around(m: &MmInner) -> u64 {
+    super::readahead::ra_pages(m.cfg.read_ahead_kb, m.node.nr_frames()).max(128)
+}
 
 /// Longest wait of a fault for a page under read I/O before it is deferred instead.
 const READ_IO_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
@@ -1532,12 +1547,12 @@ fn do_file_map_fault(
     filemap::put_page(&m.node, f);
     // Fault-around (filemap_map_pages): map the cached pages that follow. A sequential writer
     // gets a growing window of pages mapped writable and dirty (one fault per window instead
-    // of one wp fault per page); a reader gets up to FILE_FAULT_AROUND clean pages mapped
+    // of one wp fault per page); a reader gets up to a readahead window of clean pages mapped
     // write-protected.
     let win = if write {
         write_window(m, r, idx) as u64
     } else {
-        FILE_FAULT_AROUND
+        file_fault_around(m)
     };
     let last = filemap_map_pages(m, r, fm, idx, win, write);
     if write {

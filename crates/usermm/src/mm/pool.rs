@@ -37,6 +37,11 @@ pub struct FramePool {
     /// ([`set_clean_hash`], `rmap::verify_clean`).
     /// Made a section at a time, as the descriptors are.
     clean_hash: Sections<AtomicU64>,
+    /// Per frame, under `clean_map=move`: the hash (`| 1`; 0 = none) of a file page's contents
+    /// as a read from its file left them, recorded by the read's completer
+    /// ([`set_read_hash`]) so that mapping the page later need not hash its slot again; forgotten
+    /// when the page is dirtied or its frame enters the cache anew.
+    read_hash: Sections<AtomicU64>,
     /// The huge pages empty slots are filled from before a device reads into them
     /// ([`fill_empty_from_huge`]): their pages not yet moved (at most [`HUGE_SOURCES`] x 2 MiB)
     /// are held outside the budget's frames, as the bounce buffers are.
@@ -69,6 +74,7 @@ impl FramePool {
             zero_src,
             zaps: ZapQueue::default(),
             clean_hash: Sections::new(frames),
+            read_hash: Sections::new(frames),
             huge: Mutex::new(HugeSources::default()),
         }
     }
@@ -84,8 +90,23 @@ pub(crate) fn set_clean_hash(m: &MmInner, f: Pfn, h: u64) {
 /// Takes frame `f`'s recorded hash (0: none), leaving none (also how a frame whose contents
 /// were replaced, reread from swap or zeros, forgets it).
 pub(crate) fn take_clean_hash(m: &MmInner, f: Pfn) -> u64 {
-    m.pool
-        .clean_hash
+    take_hash(&m.pool.clean_hash, f)
+}
+
+/// Records `h`, the hash of file page `f`'s slot as its read left it (`clean_map=move`; the
+/// page is locked and clean).
+pub(crate) fn set_read_hash(m: &MmInner, f: Pfn, h: u64) {
+    m.pool.read_hash[f.idx()].store(h | 1, Ordering::Relaxed);
+}
+
+/// Takes file page `f`'s recorded read hash (`| 1`; 0: none), leaving none.
+pub(crate) fn take_read_hash(m: &MmInner, f: Pfn) -> u64 {
+    take_hash(&m.pool.read_hash, f)
+}
+
+/// Takes frame `f`'s word of a per-frame hash table (0: none; a section never made holds none).
+fn take_hash(table: &Sections<AtomicU64>, f: Pfn) -> u64 {
+    table
         .get_made(f.idx())
         .map_or(0, |h| h.swap(0, Ordering::Relaxed))
 }

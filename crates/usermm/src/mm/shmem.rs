@@ -87,6 +87,8 @@ pub(crate) fn shmem_swapin(
         }
         t.insert(index.raw(), Entry::Page(f).encode());
     }
+    // The frame's new page has no read hash (its contents come from swap).
+    pool::take_read_hash(m, f);
     if super::workingset::workingset_refault(m, sw.space(slot), slot.cache_index(), false) {
         p.set(pg::ACTIVE);
     }
