@@ -1141,6 +1141,7 @@ fn read_into_slots(
     let read = data.iter().filter(|&&d| d).count() as u64;
     m.vm.add(Item::Pgpgin, read * (PAGE_SIZE as u64 / 1024));
     m.vm.add(Item::FileReadHole, n as u64 - read);
+    record_read_hashes(m, mapping, frames, &data);
     Ok(())
 }
 
@@ -1243,9 +1244,6 @@ pub fn do_page_cache_readahead(
             );
             m.vm.inc(Item::FileReadError);
         }
-        if ok.is_ok() {
-            record_read_hashes(m, mapping, &added);
-        }
         for &f in &added {
             let p = &m.node.pages[f];
             if ok.is_ok() {
@@ -1282,31 +1280,42 @@ pub fn do_page_cache_readahead(
     read
 }
 
-/// `clean_map=move`: records the hashes of pages `added` of `mapping` (locked, just read into
-/// their slots) for the fault-around that will move them into a shared mapping of the file
+/// `clean_map=move`: records the hashes of pages `frames` of `mapping` (locked, just read into
+/// their slots; `data[k]`: page `k` holds file data, else it is a hole, zeros) for the
+/// fault-around that will move them into a shared mapping of the file
 /// (`memory::map_clean_run`). That move must compare each page's contents before and after
 /// (a store between the move and the write protection is otherwise unseen); hashing the
 /// slots here, on the thread that completed the read, leaves the fault path only the view to
 /// hash. In a mapped sequential read the two hashes on the fault path were 8-9% of all samples.
-/// Only for a file some region maps: a page only ever read with `read_at` is not hashed.
-fn record_read_hashes(m: &MmInner, mapping: &AddressSpace, added: &[Pfn]) {
+/// A hole gets the zero page's hash without hashing (a sequential writer's new pages are all
+/// holes). Only for a file some region maps: a page only ever read with `read_at` is not hashed.
+fn record_read_hashes(m: &MmInner, mapping: &AddressSpace, frames: &[Pfn], data: &[bool]) {
     if !m.cfg.settings.is_new(crate::settings::Switch::CleanMap) || mapping.i_mmap.lock().is_empty()
     {
         return;
     }
-    for r in pool::runs(added, |a, b| b == a.next()) {
-        let frames = &added[r];
-        match m.pool.slots.hash_pages(frames[0].offset(), frames.len()) {
-            Ok(h) => {
-                for (&f, h) in frames.iter().zip(h) {
+    static ZERO_PAGE_HASH: crate::sync::OnceLock<Option<u64>> = crate::sync::OnceLock::new();
+    let zero = *ZERO_PAGE_HASH.get_or_init(|| m.pool.zero_src.hash_page(0).ok());
+    let ks: Vec<usize> = (0..frames.len()).collect();
+    for r in pool::runs(&ks, |a, b| {
+        data[a] == data[b] && frames[b] == frames[a].next()
+    }) {
+        let run = &frames[r.clone()];
+        if !data[r.start] {
+            if let Some(h) = zero {
+                for &f in run {
                     pool::set_read_hash(m, f, h);
                 }
             }
-            Err(e) => log::debug!(
-                "hashing {} slots from frame {}: {e}",
-                frames.len(),
-                frames[0]
-            ),
+            continue;
+        }
+        match m.pool.slots.hash_pages(run[0].offset(), run.len()) {
+            Ok(h) => {
+                for (&f, h) in run.iter().zip(h) {
+                    pool::set_read_hash(m, f, h);
+                }
+            }
+            Err(e) => log::debug!("hashing {} slots from frame {}: {e}", run.len(), run[0]),
         }
     }
 }
