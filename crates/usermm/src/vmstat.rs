@@ -270,16 +270,19 @@ impl Counters {
         self.value(i as usize)
     }
     fn value(&self, i: usize) -> u64 {
-        let sum = self
-            .shards
-            .iter()
-            .fold(0u64, |a, s| a.wrapping_add(s.0[i].load(Ordering::Relaxed)));
+        let sum = self.shard_sum(i);
         // A decrement seen before the increment it follows (in another shard) sums below 0.
         if sum > i64::MAX as u64 {
             0
         } else {
             sum
         }
+    }
+    /// Counter `i`'s shards added up, wrapping (a shard alone may have gone below 0).
+    fn shard_sum(&self, i: usize) -> u64 {
+        self.shards
+            .iter()
+            .fold(0u64, |a, s| a.wrapping_add(s.0[i].load(Ordering::Relaxed)))
     }
     /// Sets the counter to `n`, by adding the difference to this thread's shard (as racy
     /// against a concurrent update as a store always was).
@@ -288,10 +291,7 @@ impl Counters {
         self.set_index(i as usize, n);
     }
     fn set_index(&self, i: usize, n: u64) {
-        let cur = self
-            .shards
-            .iter()
-            .fold(0u64, |a, s| a.wrapping_add(s.0[i].load(Ordering::Relaxed)));
+        let cur = self.shard_sum(i);
         self.shards[shard_of_thread()].0[i].fetch_add(n.wrapping_sub(cur), Ordering::Relaxed);
     }
     /// Sets the counter named `name` (a swap tier's counter); false if no counter has that name.

@@ -1414,22 +1414,36 @@ pub(crate) fn remove_page(
         }
         t.remove(index.raw());
     }
-    mapping.nrpages.fetch_sub(1, Ordering::Relaxed);
-    m.vm.sub(Item::NrFilePages, 1);
-    if mapping.is_memory() {
-        m.vm.sub(Item::NrShmem, 1);
-    }
-    if p.test(pg::DIRTY) && !mapping.is_memory() {
-        m.vm.sub(Item::NrDirty, 1);
-    }
     if !reclaim {
         // Truncation: off the LRU (reclaim isolated its pages already).
         m.node.lru.del(&m.node.pages, f, &m.vm);
     }
-    p.reset_flags(pg::POOLED);
-    p.set_page_count(0);
-    pool::recycle_frames(m, &[f]);
+    page_cache_deleted(m, mapping, &[f]);
     true
+}
+
+/// The accounting of pages `freed`, just taken out of `mapping`'s tree (and off the LRU), and
+/// their frames' release: the file's and the node's page counts, the dirty ones, the flags
+/// (only PG_pooled kept), the frames recycled with their slots' pages.
+fn page_cache_deleted(m: &MmInner, mapping: &AddressSpace, freed: &[Pfn]) {
+    let n = freed.len() as u64;
+    mapping.nrpages.fetch_sub(n, Ordering::Relaxed);
+    m.vm.sub(Item::NrFilePages, n);
+    if mapping.is_memory() {
+        m.vm.sub(Item::NrShmem, n);
+    } else {
+        let dirty = freed
+            .iter()
+            .filter(|&&f| m.node.pages[f].test(pg::DIRTY))
+            .count();
+        m.vm.sub(Item::NrDirty, dirty as u64);
+    }
+    for &f in freed {
+        let p = &m.node.pages[f];
+        p.reset_flags(pg::POOLED);
+        p.set_page_count(0);
+    }
+    pool::recycle_frames(m, freed);
 }
 
 /// [`remove_page`] for reclaim, of a batch of `mapping`'s clean isolated pages (frame, index)
@@ -1460,27 +1474,9 @@ pub(crate) fn remove_pages_for_reclaim(
         .filter(|&(_, &r)| r)
         .map(|(&(f, _), _)| f)
         .collect();
-    if freed.is_empty() {
-        return removed;
+    if !freed.is_empty() {
+        page_cache_deleted(m, mapping, &freed);
     }
-    let n = freed.len() as u64;
-    mapping.nrpages.fetch_sub(n, Ordering::Relaxed);
-    m.vm.sub(Item::NrFilePages, n);
-    if mapping.is_memory() {
-        m.vm.sub(Item::NrShmem, n);
-    } else {
-        let dirty = freed
-            .iter()
-            .filter(|&&f| m.node.pages[f].test(pg::DIRTY))
-            .count();
-        m.vm.sub(Item::NrDirty, dirty as u64);
-    }
-    for &f in &freed {
-        let p = &m.node.pages[f];
-        p.reset_flags(pg::POOLED);
-        p.set_page_count(0);
-    }
-    pool::recycle_frames(m, &freed);
     removed
 }
 

@@ -105,10 +105,16 @@ pub(crate) fn take_read_hash(m: &MmInner, f: Pfn) -> u64 {
 }
 
 /// Takes frame `f`'s word of a per-frame hash table (0: none; a section never made holds none).
+/// A plain load first: most words hold none (`set_page_dirty` asks for every page it dirties),
+/// and the load keeps the line shared.
 fn take_hash(table: &Sections<AtomicU64>, f: Pfn) -> u64 {
-    table
-        .get_made(f.idx())
-        .map_or(0, |h| h.swap(0, Ordering::Relaxed))
+    table.get_made(f.idx()).map_or(0, |h| {
+        if h.load(Ordering::Relaxed) == 0 {
+            0
+        } else {
+            h.swap(0, Ordering::Relaxed)
+        }
+    })
 }
 
 /// The runs of `v`: maximal index ranges whose neighbours satisfy `next(prev, cur)` (consecutive

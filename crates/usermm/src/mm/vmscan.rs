@@ -618,29 +618,26 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
     let mut write: Vec<(usize, Pfn)> = Vec::new();
     let mut shmem: Vec<(usize, Pfn)> = Vec::new();
     let mut unqueued_dirty = 0;
-    // A batch is mostly runs of one file's pages: the previous page's file is looked up once.
-    // Each lookup is the file table's read lock and a reference on the file, atomics that every
-    // other thread touching the file also writes.
+    // A batch is mostly runs of one file's pages: each file is looked up in the table once
+    // (its read lock and a reference on the file are atomics every other thread touching the
+    // file also writes); the search from the end finds the previous page's file first.
     for f in isolated {
         let p = &m.node.pages[f];
         let Owner::Cache(id, _) = p.owner() else {
             keep.push(f);
             continue;
         };
-        let a = match spaces.last() {
-            Some(a) if a.id == id => spaces.len() - 1,
-            _ => match spaces.iter().position(|a| a.id == id) {
-                Some(k) => k,
-                None => match m.files.get(id) {
-                    Some(a) => {
-                        spaces.push(a);
-                        spaces.len() - 1
-                    }
-                    None => {
-                        keep.push(f);
-                        continue;
-                    }
-                },
+        let a = match spaces.iter().rposition(|a| a.id == id) {
+            Some(k) => k,
+            None => match m.files.get(id) {
+                Some(a) => {
+                    spaces.push(a);
+                    spaces.len() - 1
+                }
+                None => {
+                    keep.push(f);
+                    continue;
+                }
             },
         };
         if p.test(pg::WRITEBACK) {
@@ -771,12 +768,9 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
 
     // __remove_mapping for clean pages, one batch per file.
     let (mut n_anon, mut n_file) = (0usize, 0usize);
-    let mut k = 0;
-    while k < clean.len() {
-        let ai = clean[k].0;
-        let a = &spaces[ai];
-        let e = k + clean[k..].iter().take_while(|&&(x, _)| x == ai).count();
-        let batch: Vec<(Pfn, PgOff)> = clean[k..e]
+    for run in pool::runs(&clean, |x, y| x.0 == y.0) {
+        let a = &spaces[clean[run.start].0];
+        let batch: Vec<(Pfn, PgOff)> = clean[run]
             .iter()
             .map(|&(_, f)| (f, m.node.pages[f].index()))
             .collect();
@@ -799,7 +793,6 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
             }
         }
         m.files.forget_if_unused(a);
-        k = e;
     }
     m.vm.sub(Item::NrIsolatedAnon, n_anon as u64);
     m.vm.sub(Item::NrIsolatedFile, n_file as u64);
