@@ -1519,18 +1519,97 @@ fn redis_cluster_conformance_auth_and_dead_nodes() {
     .build()
     .unwrap();
     let mut conn = client.get_connection().unwrap();
-    let stored: Vec<u8> = redis::cmd("GET").arg(enc.key(9)).query(&mut conn).unwrap();
+    let at = RedisSwap::offset(9);
+    let stored: Vec<u8> = redis::cmd("GETRANGE")
+        .arg(enc.key(9))
+        .arg(at)
+        .arg(at + P - 1)
+        .query(&mut conn)
+        .unwrap();
     assert_eq!(stored.len(), P);
     assert_ne!(stored, plain, "the page reached the cluster in the clear");
-    let mut forged = stored.clone();
-    forged[100] ^= 1;
-    let () = redis::cmd("SET")
+    let _: i64 = redis::cmd("SETRANGE")
         .arg(enc.key(9))
-        .arg(&forged[..])
+        .arg(at + 100)
+        .arg(&[stored[100] ^ 1][..])
         .query(&mut conn)
         .unwrap();
     let e = enc.read_pages(9, &p1, &[0]).unwrap_err();
     assert!(e.to_string().contains("failed authentication"), "{e}");
+
+    // A group lost, then written again (SETRANGE zero-fills what lies before the range it
+    // writes): its other slots read as lost, never as zeros. A deleted group reads as lost.
+    let mut big = redis_cfg(&c, true);
+    big.size = 256 * P as u64;
+    let dev = RedisSwap::open(&big).unwrap();
+    let p3 = pool(3);
+    for i in 0..3 {
+        fill(&p3, i * P, 70 + i as u64, 5);
+    }
+    dev.write_pages(70, &p3, &[0, P, 2 * P]).unwrap();
+    let _: i64 = redis::cmd("DEL").arg(dev.key(70)).query(&mut conn).unwrap();
+    let e = dev.read_pages(71, &p3, &[0]).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}");
+    assert!(e.to_string().contains("ends before slot 71"), "{e}");
+    dev.write_pages(72, &p3, &[2 * P]).unwrap();
+    let e = dev.read_pages(70, &p3, &[0]).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}");
+    assert!(
+        e.to_string()
+            .contains("holds zeros where slot 70 was written"),
+        "{e}"
+    );
+    dev.read_pages(72, &p3, &[P]).unwrap();
+    check(&p3, P, 72, 5, "written again beside lost slots");
+    assert_eq!(counter(&dev, "redis_missing_keys"), 2);
+    // A run across three groups, and a window of three runs in two groups: one round trip
+    // each, every node's commands in one pipeline.
+    let src = pool(130);
+    let offs: Vec<usize> = (0..130).map(|i| i * P).collect();
+    for i in 0..130 {
+        fill(&src, i * P, 60 + i as u64, 6);
+    }
+    let before = counter(&dev, "redis_round_trips");
+    dev.write_pages(60, &src, &offs).unwrap();
+    assert_eq!(counter(&dev, "redis_round_trips") - before, 1);
+    let dst = pool(31);
+    let runs = [
+        SlotRun {
+            slot: 60,
+            pages: &offs[..10],
+        },
+        SlotRun {
+            slot: 150,
+            pages: &offs[10..30],
+        },
+        SlotRun {
+            slot: 100,
+            pages: &offs[30..31],
+        },
+    ];
+    for r in dev.read_runs(&runs, &dst) {
+        r.unwrap();
+    }
+    assert_eq!(counter(&dev, "redis_round_trips") - before, 2);
+    for r in &runs {
+        for (j, &off) in r.pages.iter().enumerate() {
+            check(&dst, off, r.slot + j as u64, 6, "read_runs");
+        }
+    }
+    // Dropped, the device deletes every group it wrote and did not discard.
+    let keys = [dev.key(0), dev.key(64), dev.key(128)];
+    for k in &keys {
+        let n: i64 = redis::cmd("EXISTS").arg(k).query(&mut conn).unwrap();
+        assert_eq!(n, 1, "{k} was written");
+    }
+    drop(dev);
+    for k in &keys {
+        let n: i64 = redis::cmd("EXISTS").arg(k).query(&mut conn).unwrap();
+        assert_eq!(
+            n, 0,
+            "{k} is left in the cluster after the device was dropped"
+        );
+    }
 
     // Wrong password, at open and at Mm::new.
     let mut bad = redis_cfg(&c, true);
@@ -1582,14 +1661,14 @@ fn redis_cluster_conformance_auth_and_dead_nodes() {
     let e = dev.write_pages(4, &p1, &[0]).unwrap_err();
     assert!(
         e.to_string()
-            .contains("redis MSET of 1 pages from usermm:{"),
+            .contains("redis SETRANGE of 1 pages at usermm:{"),
         "{e}"
     );
     // The failed write dropped its connection: the read fails connecting (or in MGET).
     let e = dev.read_pages(3, &p1, &[0]).unwrap_err();
     assert!(
         e.to_string()
-            .contains("redis MGET of 1 pages from usermm:{")
+            .contains("redis GETRANGE of 1 range(s) from usermm:{")
             || e.to_string()
                 .contains("connecting to redis://swapper@127.0.0.1:"),
         "{e}"
