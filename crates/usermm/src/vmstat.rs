@@ -54,6 +54,8 @@ items! {
     Pgpgout = "pgpgout",
     SwapRa = "swap_ra",
     SwapRaHit = "swap_ra_hit",
+    // Readahead pages of a swap-in stream mapped as they were read (memory.rs `map_swap_ahead`).
+    SwapRaMapped = "swap_ra_mapped",
     Pgactivate = "pgactivate",
     Pgdeactivate = "pgdeactivate",
     WorkingsetRefaultAnon = "workingset_refault_anon",

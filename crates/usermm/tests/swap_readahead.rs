@@ -45,10 +45,21 @@ fn sequential_read_back_uses_readahead() {
     settle(&mm);
     let d = mm.vmstat().delta(&before);
     eprintln!(
-        "sequential: {pages} pages, pgmajfault {} swap_ra {} swap_ra_hit {}",
+        "sequential: {pages} pages, pgfault {} pgmajfault {} swap_ra {} swap_ra_hit {} \
+         swap_ra_mapped {}",
+        d.val("pgfault"),
         d.val("pgmajfault"),
         d.val("swap_ra"),
-        d.val("swap_ra_hit")
+        d.val("swap_ra_hit"),
+        d.val("swap_ra_mapped")
+    );
+    // Once the faults are a stream (every page of the last window used), each window is
+    // mapped as it is read, not parked for a minor fault each (or a fault-around's share).
+    assert!(
+        d.val("swap_ra_mapped") * 3 > pages as u64,
+        "a sequential read-back of {pages} pages mapped {} readahead pages as read: the \
+         stream's windows were parked\n{d}",
+        d.val("swap_ra_mapped")
     );
     assert!(d.val("swap_ra") > 0, "{d}");
     assert!(d.val("swap_ra_hit") > 0, "{d}");

@@ -1065,6 +1065,102 @@ impl page_state::SwapinEnv for SwapinFromBounce<'_> {
     }
 }
 
+/// The readahead pages of a stream's window (`swapin_window`: the faults walk up the region
+/// and the program used every page of the last window), pages 1.. of `w`, mapped at once, one
+/// UFFDIO_COPY per run of consecutive pages, as clean swap-cache pages keeping their swap
+/// copies (write-protected, or writable with their hash recorded under anon_clean=hash), as a
+/// minor fault maps a parked one. Parked instead, each would cost a copy into its pool slot, a
+/// share of a minor fault's fault-around, a copy out and the slot's zap. A page that was not
+/// read or not placed stays swapped (its own fault reads it). Returns the frames used and
+/// those left over.
+fn map_swap_ahead(
+    m: &MmInner,
+    sw: &swap_state::SwapState,
+    r: &RegionInner,
+    w: swap_state::SwapWindow<'_, '_>,
+) -> (Vec<Pfn>, Vec<Pfn>) {
+    let (at, slots, frames, ok, bounce) = (w.at, w.slots, w.frames, w.ok, w.bounce);
+    let n = slots.len();
+    let hash = hashes_clean(m);
+    // Write-protected while the swap copy stays valid, unless a hash tells a store instead.
+    let wp = !hash;
+    let mut used = Vec::with_capacity(n);
+    let mut unused: Vec<Pfn> = frames[n..].to_vec();
+    unused.extend((1..n).filter(|&k| !ok[k]).map(|k| frames[k]));
+    let ks: Vec<usize> = (1..n).filter(|&k| ok[k]).collect();
+    for run in pool::runs(&ks, |a, b| at[b - 1] == at[a - 1].next()) {
+        let run = &ks[run];
+        let k0 = run[0];
+        let hashes: Vec<u64> = if hash {
+            match run
+                .iter()
+                .map(|&k| bounce.hash_page(k * PAGE_SIZE))
+                .collect::<Result<Vec<u64>, _>>()
+            {
+                Ok(h) => h,
+                // No hash to tell a later store by: these stay swapped.
+                Err(_) => {
+                    unused.extend(run.iter().map(|&k| frames[k]));
+                    continue;
+                }
+            }
+        } else {
+            Vec::new()
+        };
+        let dst = r.page_addr(at[k0 - 1]);
+        let len = run.len() * PAGE_SIZE;
+        let placed = match m.retry_again(len, |done| {
+            m.mm.uffd.copy(
+                dst + done,
+                bounce.addr() + k0 * PAGE_SIZE + done,
+                len - done,
+                wp,
+                true,
+            )
+        }) {
+            Ok(d) => d / PAGE_SIZE,
+            Err(e) => {
+                // A stray page in the way (EEXIST): the pages from it on stay swapped and
+                // their own faults deal with it.
+                log::debug!("mapping swap readahead at {dst:#x}: {e}");
+                e.done / PAGE_SIZE
+            }
+        };
+        for (j, &k) in run.iter().enumerate() {
+            let f = frames[k];
+            if j >= placed {
+                unused.push(f);
+                continue;
+            }
+            pool::empty_slot(m, f);
+            if hash {
+                pool::set_clean_hash(m, f, hashes[j]);
+            }
+            let refault = super::workingset::workingset_refault(
+                m,
+                sw.space(slots[k]),
+                slots[k].cache_index(),
+                false,
+            );
+            let p = &m.node.pages[f];
+            p.init(
+                Owner::Anon(r.id, at[k - 1]),
+                pg::UPTODATE
+                    | pg::SWAPBACKED
+                    | pg::SWAPCACHE
+                    | pg::MAPPED
+                    | if wp { pg::WP } else { 0 }
+                    | if refault { pg::ACTIVE } else { 0 },
+            );
+            p.set_swap_entry(slots[k]);
+            sw.add_to_cache(slots[k], f, &m.vm);
+            w.rest[k - 1].set(Pte::Frame(f));
+            used.push(f);
+        }
+    }
+    (used, unused)
+}
+
 /// `do_swap_page`: a page on the swap device. Allocates frames for the readahead window
 /// (`swap_state::swapin_window`), reads the page and its virtual neighbours that are also
 /// swapped (`swap_state::swap_read`, swap_vma_readahead's choice of pages), parks the
@@ -1081,7 +1177,7 @@ fn do_swap_page(
     };
     let ra_max =
         swap_state::swapin_ra_max(m.cfg.page_cluster, sw.dev.ra_pages(), m.node.nr_frames());
-    let (win, place) = swap_state::swapin_window(r, idx, ra_max);
+    let (win, place, stream) = swap_state::swapin_window(r, idx, ra_max);
     let mut frames = Vec::with_capacity(win as usize);
     if !page_alloc::alloc_pages(m, win as usize, &mut frames) {
         return oom(m, r, idx);
@@ -1122,8 +1218,24 @@ fn do_swap_page(
         // Or the region's pages mapped clean nearly all come back written (anon_clean=hash).
         let predicted = !write && !rmw && write_predicted(m, r, idx);
         let keep = !sw.full() && !write && !rmw && !predicted;
-        let (used, unused) =
-            swap_state::park_readahead(m, sw, r, &at, &slots, &frames, &ok, &mut rest, bounce);
+        // A stream's window is mapped now (it will all be used); any other is parked, each
+        // page mapped by its own minor fault (with its fault-around), when it comes.
+        let w = swap_state::SwapWindow {
+            at: &at,
+            slots: &slots,
+            frames: &frames,
+            ok: &ok,
+            rest: &mut rest,
+            bounce,
+        };
+        let (used, unused, mapped) = if stream && !write && !rmw {
+            let (used, unused) = map_swap_ahead(m, sw, r, w);
+            let n = used.len() as u64;
+            (used, unused, n)
+        } else {
+            let (used, unused) = swap_state::park_readahead(m, sw, r, w);
+            (used, unused, 0)
+        };
         // The faulting page: copied straight into the view, write-protected while its swap copy
         // stays valid (a later write is a wp fault that drops the copy).
         let active =
@@ -1157,6 +1269,15 @@ fn do_swap_page(
         m.vm.add(Item::Pswpin, read);
         m.vm.add(Item::Pgpgin, read * (PAGE_SIZE as u64 / 1024));
         m.vm.add(Item::SwapRa, read - 1);
+        if mapped > 0 {
+            // Used as soon as read: hits, as a minor fault on each would count them.
+            m.vm.add(Item::SwapRaHit, mapped);
+            m.vm.add(Item::SwapRaMapped, mapped);
+            m.vm.add(Item::FaultAround, mapped);
+            m.vm.add(Item::NrMapped, mapped);
+            r.ra_hits
+                .fetch_add(u32::try_from(mapped).unwrap_or(u32::MAX), Ordering::Relaxed);
+        }
         m.vm.add(Item::NrAnonPages, read);
         m.node.note_resident();
         wake(m, r, idx);

@@ -305,12 +305,16 @@ pub(crate) enum RaPlace {
 /// the faults walk up the region, before it when they walk down, centred on it otherwise, as
 /// `swap_vma_ra_win` places it. (Several streams interleaved in one region, a merge pass, look
 /// directionless; the centred window serves a stream going either way.)
-pub(crate) fn swapin_window(r: &RegionInner, idx: PgOff, max: u32) -> (u32, RaPlace) {
+///
+/// The third value says the faults are a stream: they walk up the region and the program used
+/// every page of the last window, of at least [`STREAM_MIN`] pages. do_swap_page then maps the
+/// whole window at once instead of parking it.
+pub(crate) fn swapin_window(r: &RegionInner, idx: PgOff, max: u32) -> (u32, RaPlace, bool) {
     let last = r.last_major.swap(idx.raw(), Ordering::Relaxed);
     let pattern = r.access_pattern();
     if pattern == AccessPattern::Random {
         // VM_RAND_READ: swap_vma_readahead reads only the faulting page.
-        return (1, RaPlace::Up);
+        return (1, RaPlace::Up, false);
     }
     let prev_win = r.ra_win.load(Ordering::Relaxed);
     let prev = u64::from(prev_win);
@@ -334,26 +338,45 @@ pub(crate) fn swapin_window(r: &RegionInner, idx: PgOff, max: u32) -> (u32, RaPl
     } else {
         RaPlace::Around
     };
-    (win, place)
+    let stream = place == RaPlace::Up && prev_win >= STREAM_MIN && hits + 1 >= prev_win;
+    (win, place, stream)
 }
 
-/// `swapin_readahead`'s pages around the faulting one (pages 1.. of `slots`, read into
-/// `bounce` by `page_io::swap_readpage`, page `at[k - 1]` of `r`): each read page is copied into
-/// its frame's pool slot and parked in the swap cache with PG_readahead, its entry (`rest[k -
-/// 1]`, locked) set to the frame; its next access is a minor fault. Returns the frames used and
-/// those left over (read errors, `frames` beyond `slots`).
-#[allow(clippy::too_many_arguments)]
+/// The smallest last window whose every page was used that makes the faults a stream
+/// ([`swapin_window`]).
+pub const STREAM_MIN: u32 = 32;
+
+/// A swap-in window `do_swap_page` has read: page `k` of it is swap entry `slots[k]` (0: the
+/// faulting page; page `at[k - 1]` of the region for the others, their entries locked in
+/// `rest[k - 1]`), read into page `k` of `bounce` if `ok[k]`, for frame `frames[k]` (frames
+/// beyond `slots` are spare).
+pub(crate) struct SwapWindow<'a, 'g> {
+    pub at: &'a [PgOff],
+    pub slots: &'a [SwapEntry],
+    pub frames: &'a [Pfn],
+    pub ok: &'a [bool],
+    pub rest: &'a mut [PteGuard<'g>],
+    pub bounce: &'a Mapping,
+}
+
+/// `swapin_readahead`'s pages around the faulting one (pages 1.. of the window): each read
+/// page is copied into its frame's pool slot and parked in the swap cache with PG_readahead,
+/// its entry set to the frame; its next access is a minor fault. Returns the frames used and
+/// those left over (read errors, spare frames).
 pub(crate) fn park_readahead(
     m: &MmInner,
     sw: &SwapState,
     r: &RegionInner,
-    at: &[PgOff],
-    slots: &[SwapEntry],
-    frames: &[Pfn],
-    ok: &[bool],
-    rest: &mut [PteGuard<'_>],
-    bounce: &Mapping,
+    w: SwapWindow<'_, '_>,
 ) -> (Vec<Pfn>, Vec<Pfn>) {
+    let SwapWindow {
+        at,
+        slots,
+        frames,
+        ok,
+        rest,
+        bounce,
+    } = w;
     let n = slots.len();
     let mut used = Vec::with_capacity(n);
     let mut unused: Vec<Pfn> = frames[n..].to_vec();
