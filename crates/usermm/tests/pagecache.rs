@@ -1819,10 +1819,11 @@ fn empty_slots_filled_from_huge_pages_are_read_into_directly() {
             // huge pages: nothing is filled from one.
             assert_eq!(v.val("pool_huge_fill"), 0, "{v}");
         } else if fill == usermm::Behaviour::New {
-            // All of them, give or take a run cut short by reclaim racing the read-around
-            // (4,331 of 4,459 once in 10 runs).
+            // All of them, give or take runs cut short by reclaim racing the read-around
+            // (4,331 of 4,459 once in 10 runs; 3,648 of 4,160 in one CI run on a loaded
+            // machine). The old way bounces at least the budget's 1024 frames' first reads.
             assert!(v.val("pool_huge_fill") > 0, "{v}");
-            assert!(read - v.val("file_read_direct") < 512, "{v}");
+            assert!(read - v.val("file_read_direct") < 768, "{v}");
         } else {
             // Each of the budget's 1024 frames bounced its first read (1024-1664 did).
             assert_eq!(v.val("pool_huge_fill"), 0, "{v}");
