@@ -1120,10 +1120,25 @@ fn map_swap_ahead(
         }) {
             Ok(d) => d / PAGE_SIZE,
             Err(e) => {
-                // A stray page in the way (EEXIST): the pages from it on stay swapped and
-                // their own faults deal with it.
-                log::debug!("mapping swap readahead at {dst:#x}: {e}");
-                e.done / PAGE_SIZE
+                // The pages from the one that failed on stay swapped; their own faults read
+                // them. A stray page in the way (EEXIST) would hide its swapped page from
+                // those faults: it goes, as in `place_read`.
+                let at_err = e.done / PAGE_SIZE;
+                if let (true, Some(&k)) = (e.is_exists(), run.get(at_err)) {
+                    let stray = at[k - 1];
+                    m.vm.inc(Item::FaultStaleUnmapped);
+                    log::warn!(
+                        "a stray page is mapped at {:#x} whose entry is a swap entry; dropped",
+                        r.page_addr(stray)
+                    );
+                    m.vm.warn_on(
+                        r.view.advise(stray.offset(), PAGE_SIZE, Advice::DontNeed),
+                        "MADV_DONTNEED of view pages",
+                    );
+                } else {
+                    log::warn!("mapping swap readahead at {dst:#x}: {e}");
+                }
+                at_err
             }
         };
         for (j, &k) in run.iter().enumerate() {
