@@ -372,6 +372,59 @@ fn check_preloadable(path: &Path, depth: u32) -> Result<(), Fail> {
     Ok(())
 }
 
+/// The Redis tier of a swap spec (alone or below zswap), if it has one.
+fn redis_tier(spec: &str, size: u64) -> Option<usermm::swap::RedisConfig> {
+    match usermm::SwapConfig::parse(spec, size).ok()? {
+        usermm::SwapConfig::Redis(r) => Some(r),
+        usermm::SwapConfig::Zswap { lower, .. } => match *lower {
+            usermm::SwapConfig::Redis(r) => Some(r),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// After the program exited: deletes the keys run `id`'s processes left in the Redis Cluster,
+/// unless one of them still runs (a process of the budget `group` that is alive; without a
+/// group, `--budget-per-process`, nothing tells, so the keys stay). Returns a note for the
+/// user when keys stay or the deletion failed.
+fn purge_redis_run(
+    r: &usermm::swap::RedisConfig,
+    id: &str,
+    group: Option<&usermm::MemCgroup>,
+) -> Option<String> {
+    let pattern = format!("usermm:{{{id}-*");
+    let Some(g) = group else {
+        return Some(format!(
+            "with --budget-per-process usermm run cannot tell when the program's last process \
+             is gone: its Redis keys stay in the cluster (they match {pattern})"
+        ));
+    };
+    let alive: Vec<u32> = g
+        .members()
+        .iter()
+        .map(|m| m.pid)
+        .filter(|p| std::path::Path::new(&format!("/proc/{p}")).exists())
+        .collect();
+    if !alive.is_empty() {
+        return Some(format!(
+            "processes of the program still run ({}): their Redis keys stay in the cluster \
+             (they match {pattern}; delete them when those processes are gone)",
+            alive
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    match usermm::swap::redis::purge_run(r, id) {
+        Ok(_) => None,
+        Err(e) => Some(format!(
+            "deleting the program's Redis keys failed: {e}; they match {pattern}"
+        )),
+    }
+}
+
 /// Finds libusermm_preload.so.
 fn find_preload(given: Option<&Path>) -> Result<PathBuf, Fail> {
     const NAME: &str = "libusermm_preload.so";
@@ -591,6 +644,22 @@ fn run(cmd: RunCmd) -> Result<u8, Fail> {
     for (k, v) in env {
         c.env(k, v);
     }
+    // A Redis tier: the run's processes name their keys after the run, so that what they
+    // leave in the cluster (a process's manager lives until it exits, and a killed one
+    // deletes nothing) is deleted once the program is gone (`purge_redis_run`).
+    let redis_run = redis_tier(&plan.swap, plan.swap_size).map(|r| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        (
+            r,
+            format!("run-{}-{:x}", std::process::id(), nanos & 0xffff_ffff_ffff),
+        )
+    });
+    c.env_remove(usermm::swap::redis::RUN_ENV);
+    if let Some((_, id)) = &redis_run {
+        c.env(usermm::swap::redis::RUN_ENV, id);
+    }
     let signals = Forwarder::install()?;
     let start = Instant::now();
     let mut child = c
@@ -657,6 +726,11 @@ fn run(cmd: RunCmd) -> Result<u8, Fail> {
         }
         if let Some(n) = r["swap_note"].as_str() {
             notes.push(format!("pid {}: {n}", r["pid"]));
+        }
+    }
+    if let Some((r, id)) = &redis_run {
+        if let Some(n) = purge_redis_run(r, id, group.as_ref().map(|(g, _)| g)) {
+            notes.push(n);
         }
     }
     if let Some(line) = refused_line(&reports) {

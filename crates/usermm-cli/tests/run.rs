@@ -878,3 +878,58 @@ fn an_orphaned_fork_child_keeps_the_pages_it_shared() {
         }
     }
 }
+
+#[path = "../../usermm/tests/redis_fixture/mod.rs"]
+mod redis_fixture;
+
+/// `usermm run` with swap on a Redis Cluster leaves nothing in the cluster: the keys of a
+/// program that swapped there and exited, and of one killed with SIGKILL, are deleted when the
+/// run ends (`USERMM_REDIS_RUN`, `purge_run`).
+#[test]
+fn a_run_on_redis_leaves_no_keys_in_the_cluster() {
+    if !redis_fixture::available() {
+        usermm_sys::skip_test("redis-server/redis-cli not installed (.ci/run installs them)");
+        return;
+    }
+    let c = redis_fixture::Cluster::start();
+    let spec = c.spec(true);
+    let run = |program: &[&str]| {
+        let o = usermm()
+            .args([
+                "run",
+                "--budget",
+                "16M",
+                "--swap",
+                &spec,
+                "--swap-size",
+                "256M",
+                "--",
+            ])
+            .args(program)
+            .env("USERMM_REDIS_PASSWORD", redis_fixture::PASSWORD)
+            .output()
+            .unwrap();
+        eprintln!("{}", text(&o));
+        o
+    };
+    let exe = gcc(&progs().join("bigmalloc.c"), "bigmalloc", &[]);
+    let o = run(&[exe.to_str().unwrap(), "64", "16"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("verified 64 MiB"));
+    assert_eq!(c.keys(), 0, "a run that swapped to the cluster left keys");
+    // A process killed holding swapped pages deletes nothing itself.
+    let hold = gcc(&progs().join("holdmem.c"), "holdmem", &[]);
+    let script = format!(
+        "{} 48 > {dir}/held & p=$!; while ! grep -q held {dir}/held 2>/dev/null; do sleep 0.1; done; \
+         kill -9 $p; wait $p; exit 0",
+        hold.display(),
+        dir = tmp().display()
+    );
+    let o = run(&["sh", "-c", &script]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        c.keys(),
+        0,
+        "a killed process's keys were left in the cluster"
+    );
+}

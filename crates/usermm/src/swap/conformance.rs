@@ -1610,6 +1610,40 @@ fn redis_cluster_conformance_auth_and_dead_nodes() {
             "{k} is left in the cluster after the device was dropped"
         );
     }
+    // A run's keys (`USERMM_REDIS_RUN`, set by `usermm run`): two devices of the run leave
+    // theirs (never dropped, as processes killed with SIGKILL), a device of no run keeps its
+    // own; purge_run deletes exactly the run's.
+    let rc = redis_cfg(&c, true);
+    let of_run = |v: &str| {
+        if v == super::redis::RUN_ENV {
+            Some("t-purge".into())
+        } else {
+            std::env::var_os(v)
+        }
+    };
+    let a = RedisSwap::open_with_env(&rc, &of_run).unwrap();
+    let b = RedisSwap::open_with_env(&rc, &of_run).unwrap();
+    let other = RedisSwap::open(&rc).unwrap();
+    let p1 = pool(1);
+    fill(&p1, 0, 3, 9);
+    for d in [&a, &b, &other] {
+        d.write_pages(3, &p1, &[0]).unwrap();
+    }
+    let (ka, kb, ko) = (a.key(3), b.key(3), other.key(3));
+    assert!(ka.starts_with("usermm:{t-purge-"), "{ka}");
+    std::mem::forget(a);
+    std::mem::forget(b);
+    assert_eq!(super::redis::purge_run(&rc, "t-purge").unwrap(), 2);
+    let mut exists = |k: &str| -> i64 { redis::cmd("EXISTS").arg(k).query(&mut conn).unwrap() };
+    assert_eq!((exists(&ka), exists(&kb), exists(&ko)), (0, 0, 1));
+    assert_eq!(super::redis::purge_run(&rc, "t-purge").unwrap(), 0);
+    other.read_pages(3, &p1, &[0]).unwrap();
+    check(&p1, 0, 3, 9, "a device of no run after a purge");
+    // A run name that cannot be part of a key is refused, naming the variable.
+    let bad = |v: &str| (v == super::redis::RUN_ENV).then(|| "a b*".into());
+    let e = RedisSwap::open_with_env(&rc, &bad).unwrap_err().to_string();
+    assert!(e.contains("USERMM_REDIS_RUN=\"a b*\""), "{e}");
+    assert!(super::redis::purge_run(&rc, "*").is_err());
 
     // Wrong password, at open and at Mm::new.
     let mut bad = redis_cfg(&c, true);

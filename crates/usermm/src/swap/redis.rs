@@ -81,6 +81,12 @@ fn trailer(slot: u64) -> [u8; TRAILER] {
 pub const RA_PAGES: u32 = 256;
 const _: () = assert!(RA_PAGES as u64 == 4 * SLOTS_PER_TAG);
 
+/// The variable naming a run (`usermm run` sets it for the program it starts): a device opened
+/// with it set names its keys `usermm:{<run>-<pid>-<time>:<group>}`, so that whoever started
+/// the run can delete every key the run's processes left ([`purge_run`]), also those of a
+/// process killed before it could delete its own.
+pub const RUN_ENV: &str = "USERMM_REDIS_RUN";
+
 /// The variable naming the PEM file of the CA that signed the nodes' certificates.
 pub const CACERT_ENV: &str = "USERMM_REDIS_CACERT";
 /// The variable naming the PEM file of the client certificate (chain) for mutual TLS.
@@ -648,11 +654,21 @@ impl RedisSwap {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
+        let run = match env(RUN_ENV) {
+            Some(r) if !r.is_empty() => {
+                let r = r.to_string_lossy().into_owned();
+                check_run(&r).map_err(|e| {
+                    io::Error::new(io::ErrorKind::InvalidInput, format!("{RUN_ENV}={r:?}: {e}"))
+                })?;
+                format!("{r}-")
+            }
+            _ => String::new(),
+        };
         Ok(RedisSwap {
             cfg: cfg.clone(),
             client,
             conns: Mutex::new(vec![conn]),
-            id: format!("{}-{:x}", std::process::id(), now & 0xffff_ffff_ffff),
+            id: format!("{run}{}-{:x}", std::process::id(), now & 0xffff_ffff_ffff),
             nr_pages,
             writes: AtomicU64::new(0),
             reads: AtomicU64::new(0),
@@ -733,14 +749,7 @@ impl RedisSwap {
             self.degraded.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
-        let mut slots = redis::cmd("CLUSTER");
-        slots.arg("SLOTS");
-        let v = conn
-            .route_command(
-                &slots,
-                RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary),
-            )
-            .map_err(|e| redis_err("redis CLUSTER SLOTS", e))?;
+        let v = cluster_slots(conn)?;
         let map = parse_cluster_slots(&v);
         let fresh = Some((std::time::Instant::now(), map));
         let r = known(&fresh);
@@ -1180,6 +1189,123 @@ impl RedisSwap {
             ("redis_wait_degraded", self.degraded.load(Ordering::Relaxed)),
         ]
     }
+}
+
+/// Whether `run` can name a run ([`RUN_ENV`]): 1 to 64 letters, digits, `_` or `-` (it is
+/// part of every key and of a SCAN pattern).
+pub fn check_run(run: &str) -> Result<(), String> {
+    if run.is_empty()
+        || run.len() > 64
+        || !run
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        return Err("a run is named by 1 to 64 letters, digits, '_' or '-'".into());
+    }
+    Ok(())
+}
+
+/// Deletes every key of run `run` ([`RUN_ENV`]) from the cluster `cfg` names: each primary is
+/// scanned (`SCAN` with the run's pattern) and its keys deleted in pipelines. Returns how many
+/// keys were deleted. Bounded by the device's timeouts; an error names what failed.
+pub fn purge_run(cfg: &RedisConfig, run: &str) -> io::Result<u64> {
+    check_run(run)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{run:?}: {e}")))?;
+    let mut c = cfg.clone();
+    c.size = c.size.max(PAGE_SIZE as u64);
+    c.encrypt = false;
+    let dev = RedisSwap::open_with_env(&c, &|v| {
+        if v == RUN_ENV {
+            None
+        } else {
+            std::env::var_os(v)
+        }
+    })?;
+    let pattern = format!("usermm:{{{run}-*");
+    dev.with_conn(|conn| {
+        let v = cluster_slots(conn)?;
+        let mut deleted = 0u64;
+        for (host, port) in cluster_primaries(&v) {
+            let node = || {
+                RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                    host: host.clone(),
+                    port,
+                })
+            };
+            let mut cursor = 0u64;
+            loop {
+                let mut scan = redis::cmd("SCAN");
+                scan.arg(cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(1000);
+                let (next, keys): (u64, Vec<String>) = conn
+                    .route_command(&scan, node())
+                    .and_then(redis::from_owned_redis_value)
+                    .map_err(|e| redis_err(&format!("redis SCAN of {host}:{port}"), e))?;
+                if !keys.is_empty() {
+                    let n = keys.len() as u64;
+                    let cmds = keys
+                        .into_iter()
+                        .map(|k| {
+                            let mut c = redis::cmd("DEL");
+                            c.arg(k);
+                            c
+                        })
+                        .collect();
+                    dev.exec(conn, cmds)
+                        .map_err(|e| redis_err(&format!("redis DEL of run {run}'s keys"), e))?;
+                    deleted += n;
+                }
+                cursor = next;
+                if cursor == 0 {
+                    break;
+                }
+            }
+        }
+        Ok(deleted)
+    })
+}
+
+/// `CLUSTER SLOTS`, asked of any primary.
+fn cluster_slots(conn: &mut redis::cluster::ClusterConnection) -> io::Result<redis::Value> {
+    let mut slots = redis::cmd("CLUSTER");
+    slots.arg("SLOTS");
+    conn.route_command(
+        &slots,
+        RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary),
+    )
+    .map_err(|e| redis_err("redis CLUSTER SLOTS", e))
+}
+
+/// The primaries of a `CLUSTER SLOTS` answer, each once: (host, port).
+fn cluster_primaries(v: &redis::Value) -> Vec<(String, u16)> {
+    let redis::Value::Array(ranges) = v else {
+        return Vec::new();
+    };
+    let mut out: Vec<(String, u16)> = Vec::new();
+    for r in ranges {
+        let redis::Value::Array(e) = r else { continue };
+        let Some(redis::Value::Array(node)) = e.get(2) else {
+            continue;
+        };
+        let host = match node.first() {
+            Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+            Some(redis::Value::SimpleString(s)) => s.clone(),
+            _ => continue,
+        };
+        let Some(port) = (match node.get(1) {
+            Some(redis::Value::Int(p)) => u16::try_from(*p).ok(),
+            _ => None,
+        }) else {
+            continue;
+        };
+        if !out.iter().any(|(h, p)| *h == host && *p == port) {
+            out.push((host, port));
+        }
+    }
+    out
 }
 
 /// Nothing in swap outlives its device: the groups that may still hold pages are deleted, a

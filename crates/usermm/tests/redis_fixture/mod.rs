@@ -401,6 +401,19 @@ impl Cluster {
             .collect()
     }
 
+    /// Keys stored in the cluster: the sum of the primaries' `DBSIZE`.
+    pub fn keys(&self) -> u64 {
+        self.primaries()
+            .into_iter()
+            .map(|i| {
+                self.cli(self.ports[i], &["dbsize"])
+                    .trim()
+                    .parse::<u64>()
+                    .unwrap_or_else(|e| panic!("DBSIZE of node {i}: {e}"))
+            })
+            .sum()
+    }
+
     /// Kills node `i` (SIGKILL) and reaps it.
     pub fn kill(&mut self, i: usize) {
         if let Some(mut c) = self.children[i].take() {
