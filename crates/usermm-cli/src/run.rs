@@ -374,14 +374,10 @@ fn check_preloadable(path: &Path, depth: u32) -> Result<(), Fail> {
 
 /// The Redis tier of a swap spec (alone or below zswap), if it has one.
 fn redis_tier(spec: &str, size: u64) -> Option<usermm::swap::RedisConfig> {
-    match usermm::SwapConfig::parse(spec, size).ok()? {
-        usermm::SwapConfig::Redis(r) => Some(r),
-        usermm::SwapConfig::Zswap { lower, .. } => match *lower {
-            usermm::SwapConfig::Redis(r) => Some(r),
-            _ => None,
-        },
-        _ => None,
-    }
+    usermm::SwapConfig::parse(spec, size)
+        .ok()?
+        .redis_mut()
+        .cloned()
 }
 
 /// After the program exited: deletes the keys run `id`'s processes left in the Redis Cluster,

@@ -1051,18 +1051,28 @@ impl page_state::SwapinEnv for SwapinFromBounce<'_> {
         if matches!(placed, Err(e) if e.is_exists()) {
             // A stray page sits where the swapped-out page belongs (seen once with the partial
             // results mishandled): the swap copy is the page's data; replace the stray.
-            m.vm.inc(Item::FaultStaleUnmapped);
-            log::warn!("a stray page is mapped at {dst:#x} whose entry is a swap entry; replaced");
-            m.vm.warn_on(
-                r.view.advise(idx.offset(), PAGE_SIZE, Advice::DontNeed),
-                "MADV_DONTNEED of view pages",
-            );
+            drop_stray_page(m, r, idx);
             placed = place();
         }
         if let Err(e) = placed {
             log::error!("placing a swapped-in page at {dst:#x}: {e}");
         }
     }
+}
+
+/// Drops a stray page mapped in the view at page `idx`, whose entry says the page is on swap:
+/// the swap copy is the page's data, and the stray would hide it from the page's faults.
+/// Counted (`fault_stale_unmapped`) and logged.
+fn drop_stray_page(m: &MmInner, r: &RegionInner, idx: PgOff) {
+    m.vm.inc(Item::FaultStaleUnmapped);
+    log::warn!(
+        "a stray page is mapped at {:#x} whose entry is a swap entry; dropped",
+        r.page_addr(idx)
+    );
+    m.vm.warn_on(
+        r.view.advise(idx.offset(), PAGE_SIZE, Advice::DontNeed),
+        "MADV_DONTNEED of view pages",
+    );
 }
 
 /// The readahead pages of a stream's window (`swapin_window`: the faults walk up the region
@@ -1092,11 +1102,7 @@ fn map_swap_ahead(
         let run = &ks[run];
         let k0 = run[0];
         let hashes: Vec<u64> = if hash {
-            match run
-                .iter()
-                .map(|&k| bounce.hash_page(k * PAGE_SIZE))
-                .collect::<Result<Vec<u64>, _>>()
-            {
+            match bounce.hash_pages(k0 * PAGE_SIZE, run.len()) {
                 Ok(h) => h,
                 // No hash to tell a later store by: these stay swapped.
                 Err(_) => {
@@ -1125,16 +1131,7 @@ fn map_swap_ahead(
                 // those faults: it goes, as in `place_read`.
                 let at_err = e.done / PAGE_SIZE;
                 if let (true, Some(&k)) = (e.is_exists(), run.get(at_err)) {
-                    let stray = at[k - 1];
-                    m.vm.inc(Item::FaultStaleUnmapped);
-                    log::warn!(
-                        "a stray page is mapped at {:#x} whose entry is a swap entry; dropped",
-                        r.page_addr(stray)
-                    );
-                    m.vm.warn_on(
-                        r.view.advise(stray.offset(), PAGE_SIZE, Advice::DontNeed),
-                        "MADV_DONTNEED of view pages",
-                    );
+                    drop_stray_page(m, r, at[k - 1]);
                 } else {
                     log::warn!("mapping swap readahead at {dst:#x}: {e}");
                 }

@@ -386,13 +386,21 @@ impl SwapConfig {
     /// Sets the replicas a Redis tier waits for on every write (`WAIT N`); false if the
     /// configuration has no Redis tier.
     pub fn set_sync_replicas(&mut self, n: u32) -> bool {
-        match self {
-            SwapConfig::Redis(r) => {
+        match self.redis_mut() {
+            Some(r) => {
                 r.sync_replicas = n;
                 true
             }
-            SwapConfig::Zswap { lower, .. } => lower.set_sync_replicas(n),
-            _ => false,
+            None => false,
+        }
+    }
+
+    /// The Redis tier of the chain (alone or below zswap), if it has one.
+    pub fn redis_mut(&mut self) -> Option<&mut RedisConfig> {
+        match self {
+            SwapConfig::Redis(r) => Some(r),
+            SwapConfig::Zswap { lower, .. } => lower.redis_mut(),
+            _ => None,
         }
     }
 }

@@ -1047,7 +1047,12 @@ impl RedisSwap {
 
     /// Checks and copies group bytes `v` (slots `s..s + pages.len()`) into `pages`.
     fn unpack(&self, s: u64, v: &[u8], pages: &[usize], pool: &Mapping) -> io::Result<()> {
-        let mut buf = vec![0u8; PAGE_SIZE];
+        // Decryption works in place: a copy of each page, only when encrypted.
+        let mut buf = if self.crypt.is_some() {
+            vec![0u8; PAGE_SIZE]
+        } else {
+            Vec::new()
+        };
         for (j, &off) in pages.iter().enumerate() {
             let slot = s + j as u64;
             let Some(chunk) = v.get(j * SLOT_STRIDE..(j + 1) * SLOT_STRIDE) else {
