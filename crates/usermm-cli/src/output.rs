@@ -63,6 +63,7 @@ const VERIFY_COUNTERS: &[&str] = &[
     "pgfault",
     "swap_ra",
     "swap_ra_hit",
+    "swap_ra_async",
 ];
 
 /// `n` bytes as MiB with one decimal, e.g. `256.0 MiB`.

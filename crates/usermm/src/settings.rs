@@ -79,6 +79,12 @@ pub enum Switch {
     /// runs from a transparent huge page, so the read lands straight in the slots in few
     /// physically contiguous pieces (new, `huge`; mm/pool.rs `fill_empty_from_huge`).
     PoolFill,
+    /// How a swap-in stream (major faults walking up a region, every page read ahead used) is
+    /// read: each window by the fault that reaches it (old, `sync`), or the next windows by
+    /// the readahead workers while the program uses this one, mapped before it gets there,
+    /// the next window queued when the first page of one is used (new, `async`; memory.rs
+    /// `swap_ra_async`), as a file's PG_readahead marker queues its next window.
+    SwapRaAsync,
 }
 
 /// Static description of one switch.
@@ -217,6 +223,15 @@ pub const SWITCHES: &[SwitchInfo] = &[
         old: "copy",
         new: "huge",
         what: "how an empty pool slot a file read needs gets its page: the read goes through the bounce buffer and UFFDIO_COPY, or pages are moved in from a huge page and the device reads straight into them",
+        default: Behaviour::New,
+    },
+    SwitchInfo {
+        switch: Switch::SwapRaAsync,
+        name: "swap_ra_async",
+        seed: "issue 11",
+        old: "sync",
+        new: "async",
+        what: "how a swap-in stream's windows are read: each by the fault that reaches it, or the next ones by the readahead workers while the program uses this one, mapped before it gets there",
         default: Behaviour::New,
     },
 ];

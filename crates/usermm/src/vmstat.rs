@@ -56,6 +56,9 @@ items! {
     SwapRaHit = "swap_ra_hit",
     // Readahead pages of a swap-in stream mapped as they were read (memory.rs `map_swap_ahead`).
     SwapRaMapped = "swap_ra_mapped",
+    // Pages of a swap-in stream read ahead of its faults by the readahead workers (memory.rs
+    // `swap_ra_read`; switch swap_ra_async).
+    SwapRaAsync = "swap_ra_async",
     Pgactivate = "pgactivate",
     Pgdeactivate = "pgdeactivate",
     WorkingsetRefaultAnon = "workingset_refault_anon",

@@ -554,3 +554,136 @@ fn usemem_random_shape_repeated_without_a_stuck_fault() {
         });
     }
 }
+
+/// Swap-in streams read ahead by the readahead workers (switch `swap_ra_async`: the windows
+/// after a stream's fault are read and mapped before the stream gets there) while other
+/// threads store into the same pages. Four 4 MiB regions at 8 MiB: thread t < 4 owns word 0
+/// of every page of region t and reads it back bottom up (a stream), while thread t + 4 owns
+/// word 1 of the same pages and stores it walking up behind or ahead of the stream (its
+/// stores land on pages the workers are reading or have just mapped), round after round. A
+/// stream's load must see its own last store and every word its owner's last value at the
+/// end of each round: a window mapped from a stale swap copy, or a store lost on a page mapped
+/// ahead, shows as an old round's value. Over the replacement policies and fault paths, and
+/// both ways of mapping a clean swap-cache page (`anon_clean=wp|hash`).
+#[test]
+fn swap_in_streams_read_ahead_while_others_store() {
+    for (i, (lru_gen, sigbus)) in MODES.into_iter().enumerate() {
+        for anon_clean in [usermm::Behaviour::Old, usermm::Behaviour::New] {
+            if i > 0 && anon_clean == usermm::Behaviour::Old {
+                // The write-protected way once (the default is hash).
+                continue;
+            }
+            swap_in_streams_read_ahead_while_others_store_with(lru_gen, sigbus, anon_clean);
+        }
+    }
+}
+
+fn swap_in_streams_read_ahead_while_others_store_with(
+    lru_gen: bool,
+    sigbus: bool,
+    anon_clean: usermm::Behaviour,
+) {
+    use usermm::{Behaviour, MmConfig, Settings, SwapConfig, Switch};
+    init_log();
+    const T: usize = 8;
+    const ROUNDS: u64 = 3;
+    with_watchdog(
+        120,
+        "4 swap-in streams and 4 writers over 16 MiB with an 8 MiB budget",
+        move || {
+            let b = |on: bool| if on { Behaviour::New } else { Behaviour::Old };
+            let mm = usermm::Mm::new(
+                MmConfig::new(BUDGET)
+                    .swap(SwapConfig::Ram { size: 64 * MIB })
+                    .settings(
+                        Settings::default()
+                            .with(Switch::LruGen, b(lru_gen))
+                            .with(Switch::FaultPath, b(sigbus))
+                            .with(Switch::AnonClean, anon_clean)
+                            .with(Switch::SwapRaAsync, Behaviour::New),
+                    ),
+            )
+            .unwrap();
+            let shared = (0..4)
+                .map(|_| mm.map_anon(4 * MIB as usize).unwrap())
+                .collect();
+            let s = Arc::new(Setup {
+                mm,
+                shared,
+                private: Vec::new(),
+            });
+            let pages = 4 * MIB as usize / PAGE;
+            // Thread t's value for `round` at page p.
+            let val = |t: usize, round: u64, p: usize| pattern(round * 16 + t as u64, p as u64, 7);
+            run_threads(&s, T, move |s, t, bar| {
+                let r = &s.shared[t % 4];
+                let stream = t < 4;
+                let word = |p: usize| p * PAGE + (t / 4) * 8;
+                for round in 1..=ROUNDS {
+                    // Everyone stores this round's values: the streams bottom up, the writers
+                    // in a random order.
+                    bar.wait();
+                    let mut order: Vec<usize> = (0..pages).collect();
+                    if !stream {
+                        let mut x = round * 131 + t as u64;
+                        for i in (1..pages).rev() {
+                            x = mix(x);
+                            order.swap(i, (x % (i as u64 + 1)) as usize);
+                        }
+                    }
+                    for &p in &order {
+                        r.write_u64(word(p), val(t, round, p));
+                    }
+                    // The streams read theirs back while the writers store a second value
+                    // walking up the same pages (from the bottom in odd rounds, from the
+                    // middle in even ones).
+                    bar.wait();
+                    if stream {
+                        for p in 0..pages {
+                            assert_eq!(
+                                r.read_u64(word(p)),
+                                val(t, round, p),
+                                "stream {t}, round {round}, page {p}"
+                            );
+                        }
+                    } else {
+                        let from = if round % 2 == 1 { 0 } else { pages / 2 };
+                        for k in 0..pages {
+                            let p = (from + k) % pages;
+                            r.write_u64(word(p), val(t, round + 100, p));
+                        }
+                    }
+                    // Every word holds its owner's last value.
+                    bar.wait();
+                    let last = if stream { round } else { round + 100 };
+                    for p in 0..pages {
+                        assert_eq!(
+                            r.read_u64(word(p)),
+                            val(t, last, p),
+                            "thread {t}, round {round}, page {p} at the end of the round"
+                        );
+                    }
+                }
+            });
+            let vm = s.mm.vmstat();
+            eprintln!(
+                "lru_gen {lru_gen} sigbus {sigbus} anon_clean {anon_clean:?}: swap_ra_async {} \
+                 swap_ra_mapped {} pgmajfault {} pswpin {}",
+                vm.val("swap_ra_async"),
+                vm.val("swap_ra_mapped"),
+                vm.val("pgmajfault"),
+                vm.val("pswpin")
+            );
+            assert!(
+                vm.val("swap_ra_async") > 0,
+                "the streams' windows were never read ahead by the workers\n{vm}"
+            );
+            assert_clean_run(&s.mm, true);
+            assert_eq!(
+                vm.val("swap_write_error") + vm.val("swap_read_error"),
+                0,
+                "{vm}"
+            );
+        },
+    );
+}

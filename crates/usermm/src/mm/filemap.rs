@@ -1321,9 +1321,7 @@ fn record_read_hashes(m: &MmInner, mapping: &AddressSpace, frames: &[Pfn], data:
 }
 
 /// `page_cache_async_ra`: queues the window `[start, start + nr)` of `mapping` (PG_readahead on
-/// `mark`) for the readahead worker and returns at once; the worker is started on first use.
-/// Where no worker can run (the manager is going away, or the thread cannot be started) the
-/// window is read here, synchronously.
+/// `mark`) for the readahead workers and returns at once.
 pub fn page_cache_async_ra(
     m: &MmInner,
     mapping: &Arc<AddressSpace>,
@@ -1331,17 +1329,31 @@ pub fn page_cache_async_ra(
     nr: u64,
     mark: Option<PgOff>,
 ) {
-    use super::readahead::{RaPush, RaRequest};
-    let req = RaRequest {
-        mapping: mapping.clone(),
-        start,
-        nr,
-        mark,
-    };
+    use super::readahead::{RaRequest, RaTarget};
+    ra_queue(
+        m,
+        RaRequest {
+            target: RaTarget::File {
+                mapping: mapping.clone(),
+                mark,
+            },
+            start,
+            nr,
+        },
+    );
+}
+
+/// Queues a readahead window for the workers (readahead.rs) and returns at once; a worker is
+/// started on first use. Where no worker can run (the manager is going away, or the thread
+/// cannot be started) the window is read here, synchronously.
+pub(crate) fn ra_queue(m: &MmInner, req: super::readahead::RaRequest) {
+    use super::readahead::RaPush;
+    // Kept for the synchronous fallback (two reference counts).
+    let copy = req.clone();
     match m.ra.push(req) {
         RaPush::Queued | RaPush::Dropped => {}
         RaPush::Shutdown => {
-            do_page_cache_readahead(m, mapping, start, nr, mark);
+            ra_read(m, &copy);
         }
         RaPush::StartWorker => {
             let me = m.self_ref.lock().as_ref().and_then(|w| w.upgrade());
@@ -1356,12 +1368,33 @@ pub fn page_cache_async_ra(
                     if !m.ra.worker_failed() {
                         log::error!("no readahead worker runs: reading synchronously");
                         while let Some(r) = m.ra.try_pop() {
-                            do_page_cache_readahead(m, &r.mapping, r.start, r.nr, r.mark);
+                            ra_read(m, &r);
                         }
                     }
                 }
             }
         }
+    }
+}
+
+/// Reads one queued window. A window of a file no longer in the file table (closed and
+/// forgotten, its id perhaps reused by another file since) is skipped: its pages would name
+/// that other file. Returns the pages read.
+fn ra_read(m: &MmInner, r: &super::readahead::RaRequest) -> u64 {
+    match &r.target {
+        super::readahead::RaTarget::File { mapping, mark } => {
+            if !m
+                .files
+                .get(mapping.id)
+                .is_some_and(|a| Arc::ptr_eq(&a, mapping))
+            {
+                return 0;
+            }
+            let n = do_page_cache_readahead(m, mapping, r.start, r.nr, *mark);
+            m.vm.add(Item::FileRaAsync, n);
+            n
+        }
+        super::readahead::RaTarget::Swap { region, read } => read(m, region, r.start, r.nr),
     }
 }
 
@@ -1376,23 +1409,13 @@ fn ra_worker_cpu(m: &MmInner) -> Option<crate::sync::MutexGuard<'_, ()>> {
     RA_WORKER.with(|w| w.get()).then(|| m.ra.cpu.lock())
 }
 
-/// A readahead worker (`usermm-ra`): reads queued windows until the manager goes away. A
-/// window of a file no longer in the file table (closed and forgotten, its id perhaps reused
-/// by another file since) is skipped: its pages would name that other file.
+/// A readahead worker (`usermm-ra`): reads queued windows until the manager goes away.
 fn ra_worker_main(m: Arc<MmInner>) {
     RA_WORKER.with(|w| w.set(true));
     let mut done = false;
     while let Some(r) = m.ra.pop(done) {
         done = true;
-        if !m
-            .files
-            .get(r.mapping.id)
-            .is_some_and(|a| Arc::ptr_eq(&a, &r.mapping))
-        {
-            continue;
-        }
-        let n = do_page_cache_readahead(&m, &r.mapping, r.start, r.nr, r.mark);
-        m.vm.add(Item::FileRaAsync, n);
+        ra_read(&m, &r);
     }
 }
 

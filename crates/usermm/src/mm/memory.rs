@@ -762,7 +762,7 @@ fn copy_from_slot(m: &MmInner, f: Pfn, dst: usize, wp: bool) -> Result<usize, Op
 /// view, the frame pool and the swap cache of manager `m`.
 struct RegionFaultEnv<'a> {
     m: &'a MmInner,
-    r: &'a RegionInner,
+    r: &'a Arc<RegionInner>,
 }
 
 impl page_state::FaultEnv for RegionFaultEnv<'_> {
@@ -808,6 +808,9 @@ impl page_state::FaultEnv for RegionFaultEnv<'_> {
     }
     fn ra_hit(&self) {
         self.r.ra_hits.fetch_add(1, Ordering::Relaxed);
+    }
+    fn ra_marker(&self, idx: PgOff) {
+        swap_ra_marker(self.m, self.r, idx);
     }
     fn wake(&self, idx: PgOff, n: u64) {
         wake_pages(self.m, self.r, idx, n);
@@ -1003,7 +1006,7 @@ fn place_parked_run(m: &MmInner, r: &RegionInner, items: &[(PgOff, Pfn)], clean:
 /// locked critical section is `page_state::frame_fault`, which the model checker runs too.
 fn frame_fault(
     m: &MmInner,
-    r: &RegionInner,
+    r: &Arc<RegionInner>,
     idx: PgOff,
     f: Pfn,
     write: bool,
@@ -1179,7 +1182,7 @@ fn map_swap_ahead(
 /// neighbours in the swap cache (`swap_state::park_readahead`) and maps the faulting page.
 fn do_swap_page(
     m: &MmInner,
-    r: &RegionInner,
+    r: &Arc<RegionInner>,
     idx: PgOff,
     slot: SwapEntry,
     write: bool,
@@ -1293,8 +1296,147 @@ fn do_swap_page(
         m.vm.add(Item::NrAnonPages, read);
         m.node.note_resident();
         wake(m, r, idx);
+        if mapped > 0 && m.cfg.settings.is_new(crate::settings::Switch::SwapRaAsync) {
+            swap_ra_async(m, r, idx, win);
+        }
     });
     Some(Fault::Done)
+}
+
+/// A swap-in stream's major fault at page `idx`, its window of `win` pages mapped: the
+/// windows after it are queued for the readahead workers ([`swap_ra_read`] reads and maps
+/// them), as many as a mapped file keeps ahead of its faults ([`ra_ahead`]), unless the fault
+/// is inside windows queued already (`swap_state::SwapStream`).
+fn swap_ra_async(m: &MmInner, r: &Arc<RegionInner>, idx: PgOff, win: u32) {
+    let win = u64::from(win);
+    let end = (idx + win).min(r.end());
+    let queue =
+        r.swap_stream
+            .lock()
+            .on_fault(idx.raw(), end.raw(), win, ra_ahead(m, win), r.npages());
+    for (start, nr) in queue {
+        swap_ra_queue(m, r, start, nr);
+    }
+}
+
+/// A readahead page used at page `idx` of `r` (a minor fault): if it is the marker of a
+/// window [`swap_ra_async`] queued, one more window is queued.
+fn swap_ra_marker(m: &MmInner, r: &Arc<RegionInner>, idx: PgOff) {
+    let next = r.swap_stream.lock().on_marker(idx.raw(), r.npages());
+    if let Some((start, nr)) = next {
+        // The stream's faults are minor ones now: its last "major" fault is here, so a major
+        // fault after the windows still reads as the stream walking up.
+        r.last_major.store(idx.raw(), Ordering::Relaxed);
+        swap_ra_queue(m, r, start, nr);
+    }
+}
+
+fn swap_ra_queue(m: &MmInner, r: &Arc<RegionInner>, start: u64, nr: u64) {
+    use super::readahead::{RaRequest, RaTarget};
+    filemap::ra_queue(
+        m,
+        RaRequest {
+            target: RaTarget::Swap {
+                region: r.clone(),
+                read: swap_ra_read,
+            },
+            start: PgOff::new(start),
+            nr,
+        },
+    );
+}
+
+/// A readahead worker's read of window `[start, start + nr)` of a swap-in stream's region
+/// (queued by [`swap_ra_async`] or [`swap_ra_marker`]): its swapped pages are read in one batch
+/// (`swap_readpage`, every run in flight at once where the device can) and mapped as a
+/// stream's own window is mapped (`map_swap_ahead`: clean swap-cache pages, one UFFDIO_COPY per
+/// run), except the first, which is parked as a readahead page, the marker whose use queues
+/// the next window. Pages that are not swapped (resident, never written, held by a fault) are
+/// skipped; a page not read stays swapped for its own fault. Returns the pages read.
+fn swap_ra_read(m: &MmInner, r: &Arc<RegionInner>, start: PgOff, nr: u64) -> u64 {
+    let Some(sw) = &m.swap else {
+        return 0;
+    };
+    let end = (start + nr).min(r.end());
+    if r.dead.load(Ordering::Acquire) || start >= end {
+        return 0;
+    }
+    // Frames for the pages swapped now (a look without locks; the locks below decide).
+    let want = (start.raw()..end.raw())
+        .filter(|&i| matches!(r.pt.get(PgOff::new(i)), Pte::Swap(_)))
+        .count()
+        .min(pool::BOUNCE_PAGES);
+    if want == 0 {
+        return 0;
+    }
+    let mut frames = Vec::with_capacity(want);
+    if !page_alloc::alloc_pages(m, want, &mut frames) {
+        return 0;
+    }
+    // Fewer when the allocator had fewer at hand.
+    let want = frames.len();
+    let mut at = Vec::with_capacity(want);
+    let mut guards = Vec::with_capacity(want);
+    for i in start.raw()..end.raw() {
+        if guards.len() == want {
+            break;
+        }
+        if let Some(g) = r.pt.try_lock(PgOff::new(i)) {
+            if matches!(g.get(), Pte::Swap(_)) {
+                at.push(PgOff::new(i));
+                guards.push(g);
+            }
+        }
+    }
+    if guards.is_empty() {
+        pool::free_frames(m, &frames, false);
+        return 0;
+    }
+    let slots: Vec<SwapEntry> = guards
+        .iter()
+        .map(|g| match g.get() {
+            Pte::Swap(s) => s,
+            _ => unreachable!(),
+        })
+        .collect();
+    let n = slots.len();
+    pool::with_bounce(n, |bounce| {
+        let ok = super::page_io::swap_readpage(m, sw, &slots, bounce);
+        let read = ok.iter().filter(|&&o| o).count() as u64;
+        let (first, rest) = guards.split_at_mut(1);
+        let w = swap_state::SwapWindow {
+            at: &at[1..],
+            slots: &slots,
+            frames: &frames,
+            ok: &ok,
+            rest,
+            bounce,
+        };
+        let (mut used, mut unused) = map_swap_ahead(m, sw, r, w);
+        let mapped = used.len() as u64;
+        // The marker: parked, its use a minor fault (swap_ra_marker).
+        if ok[0] && pool::fill_slots(m, &frames[..1], &ok[..1], bounce, 0)[0] {
+            swap_state::park_page(m, sw, r, at[0], slots[0], frames[0], &mut first[0]);
+            used.push(frames[0]);
+        } else {
+            unused.push(frames[0]);
+        }
+        m.node.lru.add(&m.node.pages, &used, &m.vm);
+        drop(guards);
+        pool::free_frames(m, &unused, false);
+        m.vm.add(Item::Pswpin, read);
+        m.vm.add(Item::Pgpgin, read * (PAGE_SIZE as u64 / 1024));
+        m.vm.add(Item::SwapRa, read);
+        m.vm.add(Item::SwapRaAsync, read);
+        m.vm.add(Item::SwapRaHit, mapped);
+        m.vm.add(Item::SwapRaMapped, mapped);
+        m.vm.add(Item::NrMapped, mapped);
+        m.vm.add(Item::NrAnonPages, used.len() as u64);
+        r.ra_hits
+            .fetch_add(u32::try_from(mapped).unwrap_or(u32::MAX), Ordering::Relaxed);
+        m.node.note_resident();
+        read
+    })
 }
 
 /// No frame can be had (swap full under overcommit, or persistent swap write errors): poison the

@@ -169,6 +169,7 @@ fn new_region(
             last_major: AtomicU64::new(u64::MAX),
             ra_hits: AtomicU32::new(0),
             ra_win: AtomicU32::new(0),
+            swap_stream: Default::default(),
             file,
             huge,
             noreserve,

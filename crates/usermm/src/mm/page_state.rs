@@ -99,6 +99,9 @@ pub trait FaultEnv {
     }
     /// A readahead page was used (the region's readahead hit count).
     fn ra_hit(&self);
+    /// The faulting thread used readahead page `idx` and was woken: a swap-in stream's marker
+    /// queues its next window here (memory.rs, `swap_ra_marker`).
+    fn ra_marker(&self, _idx: PgOff) {}
     /// Wakes the threads faulting on `n` pages from `idx`.
     fn wake(&self, idx: PgOff, n: u64);
 }
@@ -244,6 +247,9 @@ pub fn frame_fault(
     drop(g);
     p.unlock();
     env.wake(first, last - first + 1);
+    if was_ra {
+        env.ra_marker(idx);
+    }
     Some(Fault::Done)
 }
 

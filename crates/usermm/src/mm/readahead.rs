@@ -12,7 +12,8 @@
 //! that as many windows are in flight. The kernel submits the window's bios and returns
 //! (`page_cache_async_ra` -> `read_pages`); the workers are user space's equivalent, so the I/O
 //! of the next windows overlaps the mapping and use of this one, and a fault waits only for its
-//! own page (on its page lock, as `filemap_fault` does).
+//! own page (on its page lock, as `filemap_fault` does). The same workers read a swap-in
+//! stream's windows ahead of its faults ([`RaTarget::Swap`], memory.rs's `swap_ra_async`).
 
 use std::collections::VecDeque;
 use std::thread::JoinHandle;
@@ -21,6 +22,7 @@ use crate::sync::{Arc, Condvar, Mutex};
 
 use super::fs::AddressSpace;
 use super::page::PgOff;
+use super::region::RegionInner;
 
 /// A window to read: pages `[start, start+size)`, with the marker `async_size` pages before its
 /// end (none when `async_size` is 0).
@@ -206,14 +208,50 @@ impl ReadaheadPolicy for NoReadahead {
     }
 }
 
-/// One queued asynchronous window: pages `[start, start + nr)` of `mapping`, PG_readahead on
-/// `mark`.
-#[derive(Debug)]
+/// What a queued window reads.
+#[derive(Debug, Clone)]
+pub enum RaTarget {
+    /// Pages of a file's page cache, PG_readahead on `mark` (`page_cache_async_ra`).
+    File {
+        mapping: Arc<AddressSpace>,
+        mark: Option<PgOff>,
+    },
+    /// Swapped pages of an anonymous region that a swap-in stream is about to reach
+    /// (memory.rs's `swap_ra_async`): read and mapped ahead of the faults by `read`
+    /// (memory.rs's `swap_ra_read`, named here as an operation, as `address_space_operations`
+    /// name a file system's `readahead`, so that the workers in filemap.rs need not know
+    /// memory.rs, which knows them).
+    Swap {
+        region: Arc<RegionInner>,
+        read: SwapRaRead,
+    },
+}
+
+/// Reads and maps pages `[start, start + nr)` of a region's swap-in stream; returns the pages
+/// read.
+pub type SwapRaRead = fn(&super::MmInner, &Arc<RegionInner>, PgOff, u64) -> u64;
+
+impl RaTarget {
+    /// The same file or region.
+    fn same(&self, o: &RaTarget) -> bool {
+        match (self, o) {
+            (RaTarget::File { mapping: a, .. }, RaTarget::File { mapping: b, .. }) => {
+                Arc::ptr_eq(a, b)
+            }
+            (RaTarget::Swap { region: a, .. }, RaTarget::Swap { region: b, .. }) => {
+                Arc::ptr_eq(a, b)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// One queued asynchronous window: pages `[start, start + nr)` of `target`.
+#[derive(Debug, Clone)]
 pub struct RaRequest {
-    pub mapping: Arc<AddressSpace>,
+    pub target: RaTarget,
     pub start: PgOff,
     pub nr: u64,
-    pub mark: Option<PgOff>,
 }
 
 /// Windows queued and not yet taken by the worker, at most; more are dropped (readahead is a
@@ -270,7 +308,7 @@ impl RaQueue {
         if q.reqs.len() >= RA_QUEUE_MAX
             || q.reqs
                 .iter()
-                .any(|r| Arc::ptr_eq(&r.mapping, &req.mapping) && r.start == req.start)
+                .any(|r| r.target.same(&req.target) && r.start == req.start)
         {
             return RaPush::Dropped;
         }

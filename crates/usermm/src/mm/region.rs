@@ -129,6 +129,8 @@ pub struct RegionInner {
     pub(crate) ra_hits: AtomicU32,
     /// Last readahead window.
     pub(crate) ra_win: AtomicU32,
+    /// A swap-in stream's windows read ahead by the readahead workers (switch `swap_ra_async`).
+    pub(crate) swap_stream: crate::sync::Mutex<SwapStream>,
     /// The access pattern the program declared ([`AccessPattern`], `VM_RAND_READ` /
     /// `VM_SEQ_READ`), as its `u32` code.
     pub(crate) pattern: AtomicU32,
@@ -141,6 +143,69 @@ pub struct RegionInner {
     /// What unmapping found of this region's clean swap-cache pages mapped writable
     /// (`anon_clean=hash`): written or not.
     pub(crate) verdicts: DirtyVerdicts,
+}
+
+/// A swap-in stream's asynchronous readahead (`RegionInner::swap_stream`, switch
+/// `swap_ra_async`): windows of `win` pages laid end to end from a stream's major fault; those
+/// in `[start, next)` are queued for the readahead workers or read already. The workers map a
+/// window's pages as they read them, but park its first one as a readahead page: using it is a
+/// minor fault that queues one more window ([`SwapStream::on_marker`]), as a file's
+/// PG_readahead page queues its next window. A stream so stays a fixed number of windows ahead
+/// of the program, and the program stops faulting on it.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SwapStream {
+    /// The first window whose marker has not been used.
+    start: u64,
+    /// One past the last window queued.
+    next: u64,
+    /// Pages per window.
+    win: u64,
+}
+
+impl SwapStream {
+    /// The windows to queue (start, pages) after a stream's major fault at page `idx` whose own
+    /// window ends at `end`: `ahead` windows of `win` pages from `end`, none past `limit` (the
+    /// region's end). A fault inside the windows queued already overtook the workers: the
+    /// chain goes on, nothing more is queued.
+    pub fn on_fault(
+        &mut self,
+        idx: u64,
+        end: u64,
+        win: u64,
+        ahead: u64,
+        limit: u64,
+    ) -> Vec<(u64, u64)> {
+        if self.start <= idx && idx < self.next {
+            return Vec::new();
+        }
+        *self = SwapStream {
+            start: end,
+            next: end,
+            win: win.max(1),
+        };
+        (0..ahead).map_while(|_| self.push(limit)).collect()
+    }
+
+    /// A readahead page used at page `idx`: inside the windows queued, it is a window's marker.
+    /// Its window and those before it are done (their markers no longer count) and one more
+    /// window is queued; returns it.
+    pub fn on_marker(&mut self, idx: u64, limit: u64) -> Option<(u64, u64)> {
+        if !(self.start <= idx && idx < self.next) {
+            return None;
+        }
+        self.start += ((idx - self.start) / self.win + 1) * self.win;
+        self.push(limit)
+    }
+
+    fn push(&mut self, limit: u64) -> Option<(u64, u64)> {
+        if self.next >= limit {
+            return None;
+        }
+        let s = self.next;
+        let n = self.win.min(limit - s);
+        self.next = s + n;
+        Some((s, n))
+    }
 }
 
 /// What a file-backed region maps.
@@ -599,5 +664,39 @@ mod verdict_tests {
             v.clean.load(Ordering::Relaxed),
         );
         assert!(d + c <= VERDICT_SPAN, "{d} + {c}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stream_stays_ahead_by_its_markers() {
+        let mut s = SwapStream::default();
+        // The fault at 100 read 100..356: four windows of 256 after it.
+        assert_eq!(
+            s.on_fault(100, 356, 256, 4, 10_000),
+            vec![(356, 256), (612, 256), (868, 256), (1124, 256)]
+        );
+        // A readahead page outside the windows (another region part) queues nothing.
+        assert_eq!(s.on_marker(50, 10_000), None);
+        assert_eq!(s.on_marker(1380, 10_000), None);
+        // The first window's marker (its first page, or a later one if that was resident).
+        assert_eq!(s.on_marker(360, 10_000), Some((1380, 256)));
+        // The same window again: done already.
+        assert_eq!(s.on_marker(400, 10_000), None);
+        // A skipped marker: the one of the window after it covers both.
+        assert_eq!(s.on_marker(870, 10_000), Some((1636, 256)));
+        assert_eq!(s.on_marker(700, 10_000), None);
+        // A fault that overtook the workers inside the chain restarts nothing.
+        assert!(s.on_fault(1200, 1456, 256, 4, 10_000).is_empty());
+        // A fault elsewhere (a new pass) restarts it; the region's end cuts the last window.
+        assert_eq!(
+            s.on_fault(9_000, 9_256, 256, 4, 9_700),
+            vec![(9_256, 256), (9_512, 188)]
+        );
+        assert_eq!(s.on_marker(9_256, 9_700), None);
+        assert_eq!(s.on_marker(9_600, 9_700), None);
     }
 }

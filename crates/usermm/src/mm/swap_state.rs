@@ -391,21 +391,34 @@ pub(crate) fn park_readahead(
             unused.push(f);
             continue;
         }
-        let p = &m.node.pages[f];
-        let space = sw.space(slots[k]);
-        let refault =
-            super::workingset::workingset_refault(m, space, slots[k].cache_index(), false);
-        let active = if refault { pg::ACTIVE } else { 0 };
-        p.init(
-            Owner::Anon(r.id, at[k - 1]),
-            pg::UPTODATE | pg::SWAPBACKED | pg::SWAPCACHE | pg::READAHEAD | active,
-        );
-        p.set_swap_entry(slots[k]);
-        sw.add_to_cache(slots[k], f, &m.vm);
-        rest[k - 1].set(Pte::Frame(f));
+        park_page(m, sw, r, at[k - 1], slots[k], f, &mut rest[k - 1]);
         used.push(f);
     }
     (used, unused)
+}
+
+/// A readahead page in frame `f` whose pool slot holds its data (`pool::fill_slots`): in the
+/// swap cache with PG_readahead, page `idx`'s entry (locked in `g`) naming the frame.
+pub(crate) fn park_page(
+    m: &MmInner,
+    sw: &SwapState,
+    r: &RegionInner,
+    idx: PgOff,
+    slot: SwapEntry,
+    f: Pfn,
+    g: &mut PteGuard<'_>,
+) {
+    let p = &m.node.pages[f];
+    let refault =
+        super::workingset::workingset_refault(m, sw.space(slot), slot.cache_index(), false);
+    let active = if refault { pg::ACTIVE } else { 0 };
+    p.init(
+        Owner::Anon(r.id, idx),
+        pg::UPTODATE | pg::SWAPBACKED | pg::SWAPCACHE | pg::READAHEAD | active,
+    );
+    p.set_swap_entry(slot);
+    sw.add_to_cache(slot, f, &m.vm);
+    g.set(Pte::Frame(f));
 }
 
 /// The largest swap-in readahead window: `1 << page_cluster`, or the device's own when it asks
