@@ -1369,6 +1369,22 @@ fn swap_ra_read(m: &MmInner, r: &Arc<RegionInner>, start: PgOff, nr: u64) -> u64
     if want == 0 {
         return 0;
     }
+    // The buffer first: waiting for one holds no entry locks.
+    pool::with_shared_bounce(&m.ra.swap_bounce, want, |bounce| {
+        swap_ra_window(m, sw, r, start, end, want, bounce)
+    })
+}
+
+/// [`swap_ra_read`] of the `want` swapped pages of `[start, end)` through `bounce`.
+fn swap_ra_window(
+    m: &MmInner,
+    sw: &swap_state::SwapState,
+    r: &Arc<RegionInner>,
+    start: PgOff,
+    end: PgOff,
+    want: usize,
+    bounce: &crate::sys::Mapping,
+) -> u64 {
     let mut frames = Vec::with_capacity(want);
     if !page_alloc::alloc_pages(m, want, &mut frames) {
         return 0;
@@ -1399,8 +1415,7 @@ fn swap_ra_read(m: &MmInner, r: &Arc<RegionInner>, start: PgOff, nr: u64) -> u64
             _ => unreachable!(),
         })
         .collect();
-    let n = slots.len();
-    pool::with_bounce(n, |bounce| {
+    {
         let ok = super::page_io::swap_readpage(m, sw, &slots, bounce);
         let read = ok.iter().filter(|&&o| o).count() as u64;
         let (first, rest) = guards.split_at_mut(1);
@@ -1436,7 +1451,7 @@ fn swap_ra_read(m: &MmInner, r: &Arc<RegionInner>, start: PgOff, nr: u64) -> u64
             .fetch_add(u32::try_from(mapped).unwrap_or(u32::MAX), Ordering::Relaxed);
         m.node.note_resident();
         read
-    })
+    }
 }
 
 /// No frame can be had (swap full under overcommit, or persistent swap write errors): poison the

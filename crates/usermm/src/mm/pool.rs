@@ -435,15 +435,32 @@ pub(crate) const BOUNCE_PAGES: usize = 512;
 /// interrupted a holder), it uses a temporary buffer instead.
 pub(crate) fn with_bounce<R>(pages: usize, f: impl FnOnce(&Mapping) -> R) -> R {
     assert!(pages <= BOUNCE_PAGES);
-    let new = || {
-        let m = Mapping::anon(BOUNCE_PAGES * PAGE_SIZE, 0).expect("mapping a 2 MiB bounce buffer");
-        let _ = m.advise(0, m.len(), Advice::NoHugePage);
-        m
-    };
     BOUNCE.with(|b| match b.try_borrow_mut() {
-        Ok(mut b) => f(b.get_or_insert_with(new)),
-        Err(_) => f(&new()),
+        Ok(mut b) => f(b.get_or_insert_with(new_bounce)),
+        Err(_) => f(&new_bounce()),
     })
+}
+
+/// [`with_bounce`] with one of the buffers in `shared` (the first free one, else waiting for
+/// the first) instead of this thread's: for threads that read on behalf of others (the
+/// readahead workers), so that their buffers' resident pages stay few.
+pub(crate) fn with_shared_bounce<R>(
+    shared: &[crate::sync::Mutex<Option<Mapping>>],
+    pages: usize,
+    f: impl FnOnce(&Mapping) -> R,
+) -> R {
+    assert!(pages <= BOUNCE_PAGES);
+    let mut g = shared
+        .iter()
+        .find_map(|b| b.try_lock())
+        .unwrap_or_else(|| shared[0].lock());
+    f(g.get_or_insert_with(new_bounce))
+}
+
+fn new_bounce() -> Mapping {
+    let m = Mapping::anon(BOUNCE_PAGES * PAGE_SIZE, 0).expect("mapping a 2 MiB bounce buffer");
+    let _ = m.advise(0, m.len(), Advice::NoHugePage);
+    m
 }
 
 /// Pages in a transparent huge page (x86-64, arm64 with 4 KiB pages).

@@ -296,7 +296,15 @@ pub struct RaQueue {
     /// (for windows of holes, nothing but CPU work, two workers were 8% slower than one).
     pub(crate) cpu: Mutex<()>,
     pub(crate) threads: Mutex<Vec<JoinHandle<()>>>,
+    /// The bounce buffers of swap windows ([`RaTarget::Swap`]), shared by the workers: that
+    /// many swap windows are read at once, and the manager's memory outside its budget grows
+    /// by that many windows, not by one bounce buffer per worker (eight workers' 2 MiB each
+    /// took `usermm run`'s programs 16 MiB past their budget).
+    pub(crate) swap_bounce: [Mutex<Option<crate::sys::Mapping>>; SWAP_RA_BOUNCES],
 }
+
+/// Swap windows read at once by the readahead workers ([`RaQueue::swap_bounce`]).
+pub const SWAP_RA_BOUNCES: usize = 2;
 
 impl RaQueue {
     /// Queues a window (see [`RaPush`]).
