@@ -341,6 +341,28 @@ fn forked_children_get_a_copy_of_managed_memory() {
     }
 }
 
+/// A program thread's DTV (the array every `__tls_get_addr` reads, allocated by glibc's
+/// pthread_create with calloc) stays out of managed memory: usermm's code reads thread-locals
+/// on the program's threads, some under a lock (a counter under the LRU lock in the program's
+/// madvise), and a swapped-out DTV there hung `threads` (below) once in five runs: the thread
+/// waited for a handler, the handlers for the LRU lock it held.
+#[test]
+fn a_threads_dtv_is_not_managed() {
+    let exe = gcc(&progs().join("dtvcheck.c"), "dtvcheck", &["-pthread"]);
+    let (o, _) = run_json(
+        "dtvcheck",
+        &["--budget", "16M"],
+        &[exe.to_str().unwrap(), "4"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("heap managed 1, dtv managed 0 of 4"),
+        "the program's heap must be managed and its threads' DTVs not: {}",
+        text(&o)
+    );
+}
+
 #[test]
 fn threads_allocate_concurrently() {
     let exe = gcc(&progs().join("threads.c"), "threads", &["-pthread"]);

@@ -381,10 +381,17 @@ fn ffi<T>(default: T, f: impl FnOnce() -> T) -> T {
 /// initialisation, or the manager could not be created) or the caller is usermm itself, whose
 /// own heap is glibc's (a usermm thread must never fault on memory it manages).
 fn use_glibc() -> bool {
-    !active() || is_internal()
+    !active() || is_internal() || IN_THREAD_CREATE.with(Cell::get)
 }
 
 thread_local! {
+    /// Set while this thread is in glibc's `pthread_create` for the program: the new thread's
+    /// DTV (the array `__tls_get_addr` reads on every thread-local access of a shared library,
+    /// usermm's included) is allocated there with calloc, and must stay out of managed memory.
+    /// Managed, it could be swapped out, and usermm code on that thread touching a
+    /// thread-local while it holds a lock (a vmstat counter under the LRU lock in the
+    /// program's madvise) would fault on it with nobody free to serve the fault.
+    static IN_THREAD_CREATE: Cell<bool> = const { Cell::new(false) };
     /// Set while this thread is inside mimalloc: the mappings it asks for are its own (arenas,
     /// segments, huge objects), and a refusal of one is counted once, as the program's NULL.
     static IN_HEAP: Cell<bool> = const { Cell::new(false) };
@@ -581,7 +588,12 @@ pub extern "C" fn pthread_create(
     } else {
         None
     };
-    sys::pthread_create(t, attr, start, arg, mark)
+    // The program's thread: its DTV from glibc's heap (IN_THREAD_CREATE); only the
+    // allocations change, not the mappings (its stack stays an ordinary one, forked along).
+    let was = IN_THREAD_CREATE.with(|c| c.replace(true));
+    let r = sys::pthread_create(t, attr, start, arg, mark);
+    IN_THREAD_CREATE.with(|c| c.set(was));
+    r
 }
 
 /// sbrk(2) by the program itself (glibc's malloc, which would use it, is unreachable): passed
