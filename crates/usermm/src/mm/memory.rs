@@ -1304,12 +1304,14 @@ fn do_swap_page(
 }
 
 /// A swap-in stream's major fault at page `idx`, its window of `win` pages mapped: the
-/// windows after it are queued for the readahead workers ([`swap_ra_read`] reads and maps
+/// windows after it (of `win` pages, at most 1/64 of the budget) are queued for the readahead workers ([`swap_ra_read`] reads and maps
 /// them), as many as a mapped file keeps ahead of its faults ([`ra_ahead`]), unless the fault
 /// is inside windows queued already (`swap_state::SwapStream`).
 fn swap_ra_async(m: &MmInner, r: &Arc<RegionInner>, idx: PgOff, win: u32) {
-    let win = u64::from(win);
-    let end = (idx + win).min(r.end());
+    // At most 1/64 of the budget a window: the workers read through bounce buffers outside
+    // the budget (readahead.rs `SWAP_RA_BOUNCES`), which a small budget must not double.
+    let end = (idx + u64::from(win)).min(r.end());
+    let win = u64::from(win).min((m.node.nr_frames() / 64).max(1));
     let queue =
         r.swap_stream
             .lock()

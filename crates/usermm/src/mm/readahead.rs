@@ -322,7 +322,11 @@ impl RaQueue {
         }
         q.reqs.push_back(req);
         self.cv.notify_one();
-        if q.workers >= RA_WORKERS {
+        // A worker waiting (or being started) takes it: another one only when the queue is
+        // longer than that, so a single stream's windows keep one or two workers, not
+        // RA_WORKERS threads with a bounce buffer and a ring each.
+        let idle = q.workers.saturating_sub(q.reading);
+        if q.workers >= RA_WORKERS || q.reqs.len() <= idle {
             RaPush::Queued
         } else {
             q.workers += 1;
