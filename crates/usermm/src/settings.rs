@@ -80,10 +80,11 @@ pub enum Switch {
     /// physically contiguous pieces (new, `huge`; mm/pool.rs `fill_empty_from_huge`).
     PoolFill,
     /// How a swap-in stream (major faults walking up a region, every page read ahead used) is
-    /// read: each window by the fault that reaches it (old, `sync`), or the next windows by
-    /// the readahead workers while the program uses this one, mapped before it gets there,
-    /// the next window queued when the first page of one is used (new, `async`; memory.rs
-    /// `swap_ra_async`), as a file's PG_readahead marker queues its next window.
+    /// read from a device whose reads wait (a disk, Redis; memory tiers always `sync`): each
+    /// window by the fault that reaches it (old, `sync`), or the next windows by the readahead
+    /// workers while the program uses this one, mapped before it gets there, the next window
+    /// queued when the first page of one is used (new, `async`; memory.rs `swap_ra_async`),
+    /// as a file's PG_readahead marker queues its next window.
     SwapRaAsync,
 }
 

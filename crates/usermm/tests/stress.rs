@@ -559,8 +559,8 @@ fn usemem_random_shape_repeated_without_a_stuck_fault() {
 /// after a stream's fault are read and mapped before the stream gets there) while other
 /// threads store into the same pages. Four 4 MiB regions at 8 MiB: thread t < 4 owns word 0
 /// of every page of region t and reads it back bottom up (a stream), while thread t + 4 owns
-/// word 1 of the same pages and stores it walking up behind or ahead of the stream (its
-/// stores land on pages the workers are reading or have just mapped), round after round. A
+/// word 1 of the same pages and stores it walking down across the stream (its stores land on
+/// pages the workers are reading or have just mapped), round after round, on a swap file. A
 /// stream's load must see its own last store and every word its owner's last value at the
 /// end of each round: a window mapped from a stale swap copy, or a store lost on a page mapped
 /// ahead, shows as an old round's value. Over the replacement policies and fault paths, and
@@ -593,8 +593,12 @@ fn swap_in_streams_read_ahead_while_others_store_with(
         move || {
             let b = |on: bool| if on { Behaviour::New } else { Behaviour::Old };
             let mm = usermm::Mm::new(
+                // A swap file: the workers read ahead only where a read waits for a device.
                 MmConfig::new(BUDGET)
-                    .swap(SwapConfig::Ram { size: 64 * MIB })
+                    .swap(SwapConfig::File {
+                        path: None,
+                        size: 64 * MIB,
+                    })
                     .settings(
                         Settings::default()
                             .with(Switch::LruGen, b(lru_gen))
@@ -635,8 +639,10 @@ fn swap_in_streams_read_ahead_while_others_store_with(
                         r.write_u64(word(p), val(t, round, p));
                     }
                     // The streams read theirs back while the writers store a second value
-                    // walking up the same pages (from the bottom in odd rounds, from the
-                    // middle in even ones).
+                    // walking down the same pages (from the top in odd rounds, from the middle
+                    // in even ones), across the streams' windows. (Walking up behind a stream,
+                    // a writer's write run makes the stream's reads read-modify-write faults,
+                    // which map writable and read no window ahead.)
                     bar.wait();
                     if stream {
                         for p in 0..pages {
@@ -647,9 +653,9 @@ fn swap_in_streams_read_ahead_while_others_store_with(
                             );
                         }
                     } else {
-                        let from = if round % 2 == 1 { 0 } else { pages / 2 };
+                        let from = if round % 2 == 1 { pages - 1 } else { pages / 2 };
                         for k in 0..pages {
-                            let p = (from + k) % pages;
+                            let p = (from + pages - k) % pages;
                             r.write_u64(word(p), val(t, round + 100, p));
                         }
                     }

@@ -64,6 +64,9 @@ fn sequential_read_back_uses_readahead() {
     );
     assert!(d.val("swap_ra") > 0, "{d}");
     assert!(d.val("swap_ra_hit") > 0, "{d}");
+    // RAM swap: a read waits for no device, so no window is read ahead by the workers
+    // (swap_ra_async; stress.rs covers a swap file's streams).
+    assert_eq!(d.val("swap_ra_async"), 0, "{d}");
     assert!(
         d.val("swap_ra_hit") <= d.val("swap_ra"),
         "more readahead hits than readahead pages\n{d}"
