@@ -1343,36 +1343,39 @@ pub fn page_cache_async_ra(
     );
 }
 
-/// Queues a readahead window for the workers (readahead.rs) and returns at once; a worker is
-/// started on first use. Where no worker can run (the manager is going away, or the thread
-/// cannot be started) the window is read here, synchronously.
+/// Queues a readahead window for the workers (readahead.rs) and returns at once. Where no
+/// worker runs (the manager is going away, or none could be started) the window is read here,
+/// synchronously.
 pub(crate) fn ra_queue(m: &MmInner, req: super::readahead::RaRequest) {
     use super::readahead::RaPush;
     // Kept for the synchronous fallback (two reference counts).
     let copy = req.clone();
     match m.ra.push(req) {
         RaPush::Queued | RaPush::Dropped => {}
-        RaPush::Shutdown => {
+        RaPush::Shutdown | RaPush::NoWorker => {
             ra_read(m, &copy);
         }
-        RaPush::StartWorker => {
-            let me = m.self_ref.lock().as_ref().and_then(|w| w.upgrade());
-            let spawned =
-                me.map(|me| super::spawn_thread("usermm-ra".into(), move || ra_worker_main(me)));
-            match spawned {
-                Some(Ok(t)) => m.ra.threads.lock().push(t),
-                failed => {
-                    if let Some(Err(e)) = failed {
-                        log::error!("starting a readahead worker: {e}");
-                    }
-                    if !m.ra.worker_failed() {
-                        log::error!("no readahead worker runs: reading synchronously");
-                        while let Some(r) = m.ra.try_pop() {
-                            ra_read(m, &r);
-                        }
-                    }
+    }
+}
+
+/// Starts a readahead worker (`usermm-ra`), counted already (`RaQueue::add_worker`, or `pop`
+/// asking for one). False if it could not be started (uncounted again).
+pub(crate) fn ra_start_worker(m: &Arc<MmInner>) -> bool {
+    let me = m.clone();
+    match super::spawn_thread("usermm-ra".into(), move || ra_worker_main(me)) {
+        Ok(t) => {
+            m.ra.threads.lock().push(t);
+            true
+        }
+        Err(e) => {
+            log::error!("starting a readahead worker: {e}");
+            if !m.ra.worker_failed() {
+                log::error!("no readahead worker runs: reading synchronously");
+                while let Some(r) = m.ra.try_pop() {
+                    ra_read(m, &r);
                 }
             }
+            false
         }
     }
 }
@@ -1413,8 +1416,11 @@ fn ra_worker_cpu(m: &MmInner) -> Option<crate::sync::MutexGuard<'_, ()>> {
 fn ra_worker_main(m: Arc<MmInner>) {
     RA_WORKER.with(|w| w.set(true));
     let mut done = false;
-    while let Some(r) = m.ra.pop(done) {
+    while let Some((r, more)) = m.ra.pop(done) {
         done = true;
+        if more {
+            ra_start_worker(&m);
+        }
         ra_read(&m, &r);
     }
 }

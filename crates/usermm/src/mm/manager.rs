@@ -428,9 +428,15 @@ impl Drop for MmHandle {
             let _ = t.join();
         }
         self.inner.ra.shutdown();
-        let readers: Vec<_> = self.inner.ra.threads.lock().drain(..).collect();
-        for t in readers {
-            let _ = t.join();
+        // A worker may start another as it takes its last window: join until none is left.
+        loop {
+            let readers: Vec<_> = self.inner.ra.threads.lock().drain(..).collect();
+            if readers.is_empty() {
+                break;
+            }
+            for t in readers {
+                let _ = t.join();
+            }
         }
         self.inner.wb.shutdown();
         let flushers: Vec<_> = self.inner.wb.threads.lock().drain(..).collect();
@@ -709,6 +715,11 @@ impl Mm {
             let t = super::spawn_thread("usermm-memcg".into(), move || vmscan::memcg_reclaimd(m))
                 .map_err(|e| spawn_failed("the budget group's reclaimer", e))?;
             h.threads.lock().push(t);
+        }
+        // The first readahead worker; the workers start the others (readahead.rs `pop`).
+        inner.ra.add_worker();
+        if !super::filemap::ra_start_worker(&inner) {
+            log::warn!("no readahead worker: readahead windows are read synchronously");
         }
         if self_served {
             super::fault::enable(&inner)?;

@@ -278,8 +278,8 @@ struct RaQueueInner {
 pub enum RaPush {
     /// Queued for the running workers.
     Queued,
-    /// Queued; fewer than [`RA_WORKERS`] workers run: the caller starts one more.
-    StartWorker,
+    /// No worker runs (none could be started): nothing is queued, the caller reads it.
+    NoWorker,
     /// The same window is queued already, or the queue is full: dropped.
     Dropped,
     /// The manager is going away: nothing is queued.
@@ -320,22 +320,21 @@ impl RaQueue {
         {
             return RaPush::Dropped;
         }
+        if q.workers == 0 {
+            return RaPush::NoWorker;
+        }
         q.reqs.push_back(req);
         self.cv.notify_one();
-        // A worker waiting (or being started) takes it: another one only when the queue is
-        // longer than that, so a single stream's windows keep one or two workers, not
-        // RA_WORKERS threads with a bounce buffer and a ring each.
-        let idle = q.workers.saturating_sub(q.reading);
-        if q.workers >= RA_WORKERS || q.reqs.len() <= idle {
-            RaPush::Queued
-        } else {
-            q.workers += 1;
-            RaPush::StartWorker
-        }
+        RaPush::Queued
     }
 
-    /// A worker could not be started: the next push tries again. Returns whether another
-    /// worker runs (it reads the queued windows; otherwise the caller reads them).
+    /// A worker is being started (the manager's first, at its creation).
+    pub fn add_worker(&self) {
+        self.q.lock().workers += 1;
+    }
+
+    /// A worker could not be started. Returns whether another worker runs (it reads the
+    /// queued windows; otherwise the caller reads them).
     pub fn worker_failed(&self) -> bool {
         let mut q = self.q.lock();
         q.workers -= 1;
@@ -346,7 +345,14 @@ impl RaQueue {
     /// dropped: their pages were never inserted).
     /// The worker calls it again when the window is read, so [`idle`](Self::idle) is exact.
     /// `done`: the worker read the window it took last.
-    pub fn pop(&self, done: bool) -> Option<RaRequest> {
+    ///
+    /// The second value asks the worker to start one more worker first: the windows queued
+    /// outnumber the idle workers and fewer than [`RA_WORKERS`] run. Workers are started only
+    /// by workers (and the first by the manager), never by the fault path: a handler thread in
+    /// pthread_create waits for the dynamic loader's lock and reads its TLS bookkeeping, which
+    /// the program's dlopen allocated in managed memory; a fault there with the other handler
+    /// waiting for that lock hung a `multiprocessing` worker under `usermm run`.
+    pub fn pop(&self, done: bool) -> Option<(RaRequest, bool)> {
         let mut q = self.q.lock();
         if done {
             q.reading -= 1;
@@ -358,7 +364,12 @@ impl RaQueue {
             }
             if let Some(r) = q.reqs.pop_front() {
                 q.reading += 1;
-                return Some(r);
+                let idle = q.workers.saturating_sub(q.reading);
+                let more = q.workers < RA_WORKERS && q.reqs.len() > idle;
+                if more {
+                    q.workers += 1;
+                }
+                return Some((r, more));
             }
             q = self.cv.wait(q);
         }
