@@ -1299,20 +1299,24 @@ fn do_swap_page(
         // Only where a read waits for a device (a disk, the network): for memory (RAM, a
         // zswap pool over RAM) there is no wait to hide, only the copy to move to another
         // CPU, and numpy at 128M on RAM swap took 3.67-3.82 s against 2.89-3.56 with it.
-        if mapped > 0
-            && sw.dev.blocks_on_read()
-            && m.cfg.settings.is_new(crate::settings::Switch::SwapRaAsync)
-        {
+        if mapped > 0 && swap_ra_async_on(m) {
             swap_ra_async(m, r, idx, win);
         }
     });
     Some(Fault::Done)
 }
 
+/// Whether swap-in streams are read ahead by the workers: switch `swap_ra_async`, on a swap
+/// device whose reads wait (`SwapDevice::blocks_on_read`).
+fn swap_ra_async_on(m: &MmInner) -> bool {
+    m.swap.as_ref().is_some_and(|sw| sw.dev.blocks_on_read())
+        && m.cfg.settings.is_new(crate::settings::Switch::SwapRaAsync)
+}
+
 /// A swap-in stream's major fault at page `idx`, its window of `win` pages mapped: the
-/// windows after it (of `win` pages, at most 1/64 of the budget) are queued for the readahead workers ([`swap_ra_read`] reads and maps
-/// them), as many as a mapped file keeps ahead of its faults ([`ra_ahead`]), unless the fault
-/// is inside windows queued already (`swap_state::SwapStream`).
+/// windows after it (of `win` pages, at most 1/64 of the budget) are queued for the readahead
+/// workers ([`swap_ra_read`] reads and maps them), as many as a mapped file keeps ahead of its
+/// faults ([`ra_ahead`]), unless the fault is inside windows queued already (`SwapStream`).
 fn swap_ra_async(m: &MmInner, r: &Arc<RegionInner>, idx: PgOff, win: u32) {
     // At most 1/64 of the budget a window: the workers read through bounce buffers outside
     // the budget (readahead.rs `SWAP_RA_BOUNCES`), which a small budget must not double.
@@ -1330,6 +1334,10 @@ fn swap_ra_async(m: &MmInner, r: &Arc<RegionInner>, idx: PgOff, win: u32) {
 /// A readahead page used at page `idx` of `r` (a minor fault): if it is the marker of a
 /// window [`swap_ra_async`] queued, one more window is queued.
 fn swap_ra_marker(m: &MmInner, r: &Arc<RegionInner>, idx: PgOff) {
+    // No stream is read ahead here: the readahead hits of memory tiers take no lock.
+    if !swap_ra_async_on(m) {
+        return;
+    }
     let next = r.swap_stream.lock().on_marker(idx.raw(), r.npages());
     if let Some((start, nr)) = next {
         // The stream's faults are minor ones now: its last "major" fault is here, so a major
@@ -1423,43 +1431,41 @@ fn swap_ra_window(
             _ => unreachable!(),
         })
         .collect();
-    {
-        let ok = super::page_io::swap_readpage(m, sw, &slots, bounce);
-        let read = ok.iter().filter(|&&o| o).count() as u64;
-        let (first, rest) = guards.split_at_mut(1);
-        let w = swap_state::SwapWindow {
-            at: &at[1..],
-            slots: &slots,
-            frames: &frames,
-            ok: &ok,
-            rest,
-            bounce,
-        };
-        let (mut used, mut unused) = map_swap_ahead(m, sw, r, w);
-        let mapped = used.len() as u64;
-        // The marker: parked, its use a minor fault (swap_ra_marker).
-        if ok[0] && pool::fill_slots(m, &frames[..1], &ok[..1], bounce, 0)[0] {
-            swap_state::park_page(m, sw, r, at[0], slots[0], frames[0], &mut first[0]);
-            used.push(frames[0]);
-        } else {
-            unused.push(frames[0]);
-        }
-        m.node.lru.add(&m.node.pages, &used, &m.vm);
-        drop(guards);
-        pool::free_frames(m, &unused, false);
-        m.vm.add(Item::Pswpin, read);
-        m.vm.add(Item::Pgpgin, read * (PAGE_SIZE as u64 / 1024));
-        m.vm.add(Item::SwapRa, read);
-        m.vm.add(Item::SwapRaAsync, read);
-        m.vm.add(Item::SwapRaHit, mapped);
-        m.vm.add(Item::SwapRaMapped, mapped);
-        m.vm.add(Item::NrMapped, mapped);
-        m.vm.add(Item::NrAnonPages, used.len() as u64);
-        r.ra_hits
-            .fetch_add(u32::try_from(mapped).unwrap_or(u32::MAX), Ordering::Relaxed);
-        m.node.note_resident();
-        read
+    let ok = super::page_io::swap_readpage(m, sw, &slots, bounce);
+    let read = ok.iter().filter(|&&o| o).count() as u64;
+    let (first, rest) = guards.split_at_mut(1);
+    let w = swap_state::SwapWindow {
+        at: &at[1..],
+        slots: &slots,
+        frames: &frames,
+        ok: &ok,
+        rest,
+        bounce,
+    };
+    let (mut used, mut unused) = map_swap_ahead(m, sw, r, w);
+    let mapped = used.len() as u64;
+    // The marker: parked, its use a minor fault (swap_ra_marker).
+    if ok[0] && pool::fill_slots(m, &frames[..1], &ok[..1], bounce, 0)[0] {
+        swap_state::park_page(m, sw, r, at[0], slots[0], frames[0], &mut first[0]);
+        used.push(frames[0]);
+    } else {
+        unused.push(frames[0]);
     }
+    m.node.lru.add(&m.node.pages, &used, &m.vm);
+    drop(guards);
+    pool::free_frames(m, &unused, false);
+    m.vm.add(Item::Pswpin, read);
+    m.vm.add(Item::Pgpgin, read * (PAGE_SIZE as u64 / 1024));
+    m.vm.add(Item::SwapRa, read);
+    m.vm.add(Item::SwapRaAsync, read);
+    m.vm.add(Item::SwapRaHit, mapped);
+    m.vm.add(Item::SwapRaMapped, mapped);
+    m.vm.add(Item::NrMapped, mapped);
+    m.vm.add(Item::NrAnonPages, used.len() as u64);
+    r.ra_hits
+        .fetch_add(u32::try_from(mapped).unwrap_or(u32::MAX), Ordering::Relaxed);
+    m.node.note_resident();
+    read
 }
 
 /// No frame can be had (swap full under overcommit, or persistent swap write errors): poison the
