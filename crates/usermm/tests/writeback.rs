@@ -312,3 +312,51 @@ fn one_flusher_thread_per_backing_device() {
         "the flushers end with their manager: {after:?}"
     );
 }
+
+/// A device's flusher starts when a file of it is opened or mapped, on the caller's thread, not
+/// at the first dirty page: that is often a write fault, and a fault handler that starts a
+/// thread can deadlock under `usermm run` (pthread_create faulting on managed memory that only
+/// the other handlers could serve). After the mapping exists, write faults start no thread.
+#[test]
+fn flusher_starts_when_a_file_is_mapped_not_in_a_write_fault() {
+    let _g = serial();
+    let before = flushers();
+    assert!(
+        before.is_empty(),
+        "flusher threads left by an earlier manager: {before:?}"
+    );
+    let d = tempfile::tempdir_in(std::env::var("TMPDIR").unwrap_or("/var/tmp".into())).unwrap();
+    let path = d.path().join("mapped");
+    const PAGES: usize = 64;
+    std::fs::File::create(&path)
+        .unwrap()
+        .set_len((PAGES * PAGE) as u64)
+        .unwrap();
+    let m = manager(3000, 500);
+    let r = m.map_file(&path, 0, PAGES * PAGE, MapKind::Shared).unwrap();
+    let started = settled_flushers(1);
+    let names: Vec<&String> = started.values().collect();
+    assert_eq!(
+        names,
+        [&flusher_comm(dev_of(d.path()))],
+        "mapping a file of device {:#x} started its flusher before any fault",
+        dev_of(d.path())
+    );
+    let mut b = vec![0u8; PAGES * PAGE];
+    fill(3, &mut b);
+    r.write_bytes(0, &b).unwrap();
+    let v = m.vmstat();
+    assert_eq!(
+        v.val("nr_dirty"),
+        PAGES as u64,
+        "the stores dirtied every page: {v}"
+    );
+    assert_eq!(
+        flushers(),
+        started,
+        "the write faults started no flusher of their own"
+    );
+    let mut back = vec![0u8; PAGES * PAGE];
+    r.read_bytes(0, &mut back).unwrap();
+    assert!(back == b, "the mapping reads back what was stored");
+}

@@ -193,6 +193,12 @@ pub(crate) fn iget(m: &MmInner, path: &Path, create: bool) -> Result<Arc<Address
         super::truncate::evict_all(m, &old);
         m.files.forget_if_unused(&old);
     }
+    // The device's flusher starts here, on the caller's thread, not at the first dirty page:
+    // that can be a write fault, and a fault handler must never start a thread (pthread_create
+    // can itself fault on managed memory under `usermm run`: `RaQueue::pop`, readahead.rs).
+    if !a.is_memory() {
+        super::page_writeback::bdi_start(m, a.dev());
+    }
     Ok(a)
 }
 

@@ -107,6 +107,12 @@ fn nr_dirty(vm: &Counters) -> u64 {
 }
 
 /// The flusher of `dev`, started on first use.
+/// Starts `dev`'s flusher if it has none yet. Called when a file of the device is opened
+/// ([`super::file::iget`]), so the first dirty page (often a write fault) finds it running.
+pub(crate) fn bdi_start(m: &MmInner, dev: u64) {
+    bdi_of(m, dev);
+}
+
 fn bdi_of(m: &MmInner, dev: u64) -> Arc<Bdi> {
     let mut map = m.wb.bdis.lock();
     if let Some(b) = map.get(&dev) {
