@@ -64,10 +64,13 @@ pub trait SwapDevice: Send + Sync + 'static {
         let _ = (slot, n);
         Ok(())
     }
-    /// Whether wholly free clusters should be handed out again most recently freed first
-    /// (LIFO) instead of Linux's FIFO `free_clusters` order: a device whose freed slots keep
-    /// their memory for a while (the RAM device's warm clusters) reuses that memory instead of
-    /// faulting in and zeroing fresh pages. A stacked tier answers for the device below it.
+    /// Whether this is a memory device, whose slots cost memory from their first write: the
+    /// allocator then fills the holes of partially used clusters first (Linux's order for
+    /// devices without discard) and hands wholly free clusters out again most recently freed
+    /// first (LIFO) instead of Linux's FIFO `free_clusters` order, so the device reuses memory
+    /// it holds (the RAM device's warm clusters, its freed slots) instead of faulting in and
+    /// zeroing fresh pages, and holds about what is swapped out rather than growing to its
+    /// size (slots.rs). A stacked tier answers for the device below it.
     fn reuse_freed_first(&self) -> bool {
         self.lower().is_some_and(|l| l.reuse_freed_first())
     }

@@ -5,10 +5,15 @@
 //! Slots are grouped into clusters of [`SWAPFILE_CLUSTER`] slots. Allocation continues in the
 //! current cluster in slot order, so consecutive calls and the slots of one batch are consecutive
 //! and the device sees sequential writes. When the current cluster is used up, a wholly free
-//! cluster is taken from the free-cluster list (FIFO, like Linux's `free_clusters`; LIFO for a
-//! device that keeps freed clusters' memory warm, [`SwapSlots::with_order`]); only when none is
-//! left are partially used clusters scanned for holes. Unlike Linux, slot 0 is usable (there
-//! is no swap header page).
+//! cluster is taken from the free-cluster list (FIFO, like Linux's `free_clusters`); only when
+//! none is left are partially used clusters scanned for holes. That is Linux's order for a
+//! device that wants discards (`SWP_PAGE_DISCARD`: spread the writes). A memory device
+//! ([`SwapSlots::with_order`], the RAM device: its slots cost memory from their first write)
+//! gets Linux's order for the others: the holes of partially used clusters first
+//! (`nonfull_clusters`, most recently holed first), then the most recently freed wholly free
+//! cluster (warm), and a never-used cluster last, so the memory it holds follows the data
+//! swapped out rather than growing to the device's size under random swap-ins. Unlike Linux,
+//! slot 0 is usable (there is no swap header page).
 //!
 //! State is one bit per slot plus a use counter per cluster, all behind one mutex; the number of
 //! free slots is mirrored in an atomic so [`SwapSlots::nr_free`] takes no lock.
@@ -51,7 +56,14 @@ struct Inner {
     /// Wholly free clusters the device is discarding (`CLUSTER_FLAG_DISCARD`): allocated from
     /// by nobody until [`SwapSlots::discard_done`].
     discarding: Vec<bool>,
-    /// A freed cluster goes to the front of `free_clusters` (reused first) instead of the back.
+    /// Partially used clusters with holes, most recently holed first (Linux
+    /// `nonfull_clusters`); kept for a memory device only (`lifo`). Entries whose cluster
+    /// filled up or emptied since are skipped when popped.
+    nonfull: VecDeque<u32>,
+    /// Whether a cluster has an entry in `nonfull`.
+    on_nonfull: Vec<bool>,
+    /// A memory device: holes first, and a freed cluster goes to the front of `free_clusters`
+    /// (reused first) instead of the back.
     lifo: bool,
 }
 
@@ -69,7 +81,8 @@ impl SwapSlots {
         Self::with_order(nr_pages, false)
     }
 
-    /// [`SwapSlots::new`], with `lifo`: the most recently freed cluster is reused first
+    /// [`SwapSlots::new`], with `lifo` for a memory device: the holes of partially used
+    /// clusters are filled first, then the most recently freed cluster is reused
     /// ([`SwapDevice::reuse_freed_first`](super::SwapDevice::reuse_freed_first)).
     pub fn with_order(nr_pages: u64, lifo: bool) -> Self {
         let nr_clusters = nr_pages.div_ceil(SWAPFILE_CLUSTER);
@@ -83,6 +96,8 @@ impl SwapSlots {
             current: None,
             scan_cursor: 0,
             discarding: vec![false; nr_clusters.usize()],
+            nonfull: VecDeque::new(),
+            on_nonfull: vec![false; nr_clusters.usize()],
             lifo,
         };
         SwapSlots {
@@ -148,6 +163,9 @@ impl SwapSlots {
                     inner.current = None;
                     if inner.used[cluster as usize] == 0 {
                         inner.push_free(cluster);
+                    } else {
+                        // Slots freed behind the cursor while it was current.
+                        inner.push_nonfull(cluster, self.nr_pages);
                     }
                 }
             }
@@ -233,6 +251,8 @@ impl SwapSlots {
                     } else {
                         inner.push_free(cluster);
                     }
+                } else if inner.current.map(|(c, _)| c) != Some(cluster) {
+                    inner.push_nonfull(cluster, self.nr_pages);
                 }
                 self.nr_free.fetch_add(1, Ordering::Relaxed);
                 FreeOutcome::Freed
@@ -273,9 +293,37 @@ impl Inner {
         }
     }
 
-    /// The next cluster to allocate from: a wholly free one if any, else the next partially used
-    /// one after the scan cursor. None when every cluster is full.
+    /// A memory device's cluster `c` has a hole and is not current: queue it on `nonfull`
+    /// (front: its freed slots' memory is the warmest) unless it has an entry already.
+    fn push_nonfull(&mut self, c: u32, nr_pages: u64) {
+        let ci = c as usize;
+        if self.lifo && !self.on_nonfull[ci] && !self.on_free_list[ci] && !self.discarding[ci] {
+            let size = cluster_end(c, nr_pages) - u64::from(c) * SWAPFILE_CLUSTER;
+            if self.used[ci] > 0 && u64::from(self.used[ci]) < size {
+                self.on_nonfull[ci] = true;
+                self.nonfull.push_front(c);
+            }
+        }
+    }
+
+    /// The next cluster to allocate from: on a memory device a partially used one from
+    /// `nonfull` first; then a wholly free one if any, else the next partially used one after
+    /// the scan cursor. None when every cluster is full.
     fn pick_cluster(&mut self, nr_pages: u64) -> Option<u32> {
+        while let Some(c) = self.nonfull.pop_front() {
+            let ci = c as usize;
+            self.on_nonfull[ci] = false;
+            let size = cluster_end(c, nr_pages) - u64::from(c) * SWAPFILE_CLUSTER;
+            // Skipped: filled up since (by the scan), or emptied (then on the free list or
+            // being discarded).
+            if self.used[ci] > 0
+                && u64::from(self.used[ci]) < size
+                && !self.on_free_list[ci]
+                && !self.discarding[ci]
+            {
+                return Some(c);
+            }
+        }
         while let Some(c) = self.free_clusters.pop_front() {
             self.on_free_list[c as usize] = false;
             // A queued cluster may have been reused by the partial scan since; take it only if it
@@ -466,6 +514,29 @@ mod tests {
     }
 
     #[test]
+    fn memory_order_fills_holes_before_free_and_never_used_clusters() {
+        let c = SWAPFILE_CLUSTER;
+        let s = SwapSlots::with_order(8 * c, true);
+        assert_eq!(alloc_vec(&s, 4 * c.usize()).len(), 4 * c.usize());
+        // Cluster 1 wholly freed (warm), holes in clusters 0 and 2 (2 holed last).
+        for slot in c..2 * c {
+            s.free(slot);
+        }
+        s.free(7);
+        s.free(2 * c + 5);
+        s.free(2 * c + 6);
+        // The current cluster (3) is full; the holes come first, the last holed cluster first.
+        assert_eq!(alloc_vec(&s, 3), vec![2 * c + 5, 2 * c + 6, 7]);
+        // Then the warm cluster, not the never-used 4..8.
+        assert_eq!(alloc_vec(&s, 2), vec![c, c + 1]);
+        // A slot freed behind the cursor of the current cluster is found once it moves on.
+        s.free(c);
+        assert_eq!(alloc_vec(&s, (c - 2).usize()).last(), Some(&(2 * c - 1)));
+        assert_eq!(alloc_vec(&s, 1), vec![c]);
+        assert_eq!(alloc_vec(&s, 1), vec![4 * c], "then a never-used cluster");
+    }
+
+    #[test]
     fn current_cluster_freed_completely_is_reused() {
         let s = SwapSlots::new(2 * SWAPFILE_CLUSTER);
         let a = alloc_vec(&s, 10);
@@ -568,8 +639,8 @@ mod tests {
         /// Against a model set: no slot handed out twice, short counts only when full, counts
         /// always agree, and a batch that fits in the current cluster is consecutive.
         #[test]
-        fn no_slot_handed_out_twice(nr in 1u64..1200, ops in proptest::collection::vec(op(), 1..200)) {
-            let s = SwapSlots::new(nr);
+        fn no_slot_handed_out_twice(nr in 1u64..1200, lifo: bool, ops in proptest::collection::vec(op(), 1..200)) {
+            let s = SwapSlots::with_order(nr, lifo);
             let mut live: Vec<u64> = Vec::new();
             let mut set: BTreeSet<u64> = BTreeSet::new();
             for op in ops {
@@ -594,6 +665,44 @@ mod tests {
                     }
                 }
                 prop_assert_eq!(s.nr_free(), nr - set.len() as u64);
+            }
+        }
+
+        /// A memory device's slots stay packed: a cluster never used before is taken only
+        /// when every cluster used so far is full, so the clusters ever used (the memory the
+        /// RAM device holds) stay within what the most slots ever live at once need, plus the
+        /// current cluster. The workload is random swap-ins and swap-outs at a steady number of
+        /// live slots (what a program whose working set exceeds its budget does), after a fill.
+        #[test]
+        fn memory_order_touches_no_more_clusters_than_the_peak_needs(
+            clusters in 2u64..16,
+            fill in 1u64..2000,
+            rounds in proptest::collection::vec((1usize..64, any::<u64>()), 1..60),
+        ) {
+            let nr = clusters * 4 * SWAPFILE_CLUSTER;
+            let s = SwapSlots::with_order(nr, true);
+            let mut live: Vec<u64> = Vec::new();
+            let mut touched: BTreeSet<u64> = BTreeSet::new();
+            let fill = fill.min(nr / 2);
+            s.alloc(fill.usize(), &mut live);
+            touched.extend(live.iter().map(|x| x / SWAPFILE_CLUSTER));
+            let peak = live.len() as u64;
+            for (k, mut seed) in rounds {
+                for _ in 0..k.min(live.len()) {
+                    seed = xorshift(seed | 1);
+                    let i = (seed % live.len() as u64).usize();
+                    s.free(live.swap_remove(i));
+                }
+                let mut out: Vec<u64> = Vec::new();
+                s.alloc(peak.usize() - live.len(), &mut out);
+                touched.extend(out.iter().map(|x| x / SWAPFILE_CLUSTER));
+                live.extend(out);
+                prop_assert!(
+                    touched.len() as u64 <= peak.div_ceil(SWAPFILE_CLUSTER) + 1,
+                    "{} clusters used for {} live slots",
+                    touched.len(),
+                    peak
+                );
             }
         }
     }
