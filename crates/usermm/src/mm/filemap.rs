@@ -1348,12 +1348,10 @@ pub fn page_cache_async_ra(
 /// synchronously.
 pub(crate) fn ra_queue(m: &MmInner, req: super::readahead::RaRequest) {
     use super::readahead::RaPush;
-    // Kept for the synchronous fallback (two reference counts).
-    let copy = req.clone();
     match m.ra.push(req) {
         RaPush::Queued | RaPush::Dropped => {}
-        RaPush::Shutdown | RaPush::NoWorker => {
-            ra_read(m, &copy);
+        RaPush::Shutdown(req) | RaPush::NoWorker(req) => {
+            ra_read(m, &req);
         }
     }
 }

@@ -274,16 +274,17 @@ struct RaQueueInner {
 }
 
 /// What [`RaQueue::push`] did with a window.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum RaPush {
     /// Queued for the running workers.
     Queued,
-    /// No worker runs (none could be started): nothing is queued, the caller reads it.
-    NoWorker,
+    /// No worker runs (none could be started): nothing is queued; the window is handed back
+    /// for the caller to read.
+    NoWorker(RaRequest),
     /// The same window is queued already, or the queue is full: dropped.
     Dropped,
-    /// The manager is going away: nothing is queued.
-    Shutdown,
+    /// The manager is going away: nothing is queued; the window is handed back.
+    Shutdown(RaRequest),
 }
 
 /// The asynchronous readahead queue (module doc).
@@ -311,7 +312,7 @@ impl RaQueue {
     pub fn push(&self, req: RaRequest) -> RaPush {
         let mut q = self.q.lock();
         if q.shutdown {
-            return RaPush::Shutdown;
+            return RaPush::Shutdown(req);
         }
         if q.reqs.len() >= RA_QUEUE_MAX
             || q.reqs
@@ -321,7 +322,7 @@ impl RaQueue {
             return RaPush::Dropped;
         }
         if q.workers == 0 {
-            return RaPush::NoWorker;
+            return RaPush::NoWorker(req);
         }
         q.reqs.push_back(req);
         self.cv.notify_one();
