@@ -835,20 +835,32 @@ pub fn run(p: &Params) -> Result<(), Failure> {
                 runs.push(er);
             }
         }
-        let of = |e: Engine| runs.iter().filter(move |r| r.engine == e);
+        // Medians over the runs that succeeded with the native output: a run the OOM killer
+        // ended is short and its time means nothing (it is a failure above, and counted).
+        let of = |e: Engine| {
+            runs.iter()
+                .filter(move |r| r.engine == e && r.identical && r.problem.is_none())
+        };
+        let n_ok = |e: Engine| of(e).count();
         let wall = |e: Engine| median(of(e).map(|r| r.wall_s).collect());
         let rss = |e: Engine| median_u(of(e).map(|r| r.peak_tree_rss).collect());
         let maj = |e: Engine| median_u(of(e).map(|r| r.pgmajfault).collect());
         let flt = |e: Engine| median_u(of(e).map(|r| r.pgfault).collect());
         let refaults = |e: Engine| median_u(of(e).map(|r| r.refaults).collect());
-        let has = |e: Engine| p.engines.contains(&e);
+        // An engine counts when it ran at least one run that succeeded.
+        let has = |e: Engine| p.engines.contains(&e) && n_ok(e) > 0;
         let (wu, wk) = (wall(Engine::Usermm), wall(Engine::Kernel));
         let speed = (has(Engine::Usermm) && has(Engine::Kernel) && wu > 0.0).then(|| wk / wu);
         let all_identical = runs.iter().all(|r| r.identical);
         let dash = || "-".to_string();
         let secs = |e: Engine| {
-            if has(e) {
+            let n = p.runs as usize;
+            if has(e) && n_ok(e) < n {
+                format!("{:.2} s ({} of {n} ok)", wall(e), n_ok(e))
+            } else if has(e) {
                 format!("{:.2} s", wall(e))
+            } else if p.engines.contains(&e) {
+                format!("failed {n}/{n}")
             } else {
                 dash()
             }
@@ -894,9 +906,14 @@ pub fn run(p: &Params) -> Result<(), Failure> {
         ]);
         let mut medians = BTreeMap::new();
         for e in &p.engines {
+            if !has(*e) {
+                medians.insert(e.name(), json!({ "ok_runs": 0 }));
+                continue;
+            }
             medians.insert(
                 e.name(),
                 json!({
+                    "ok_runs": n_ok(*e),
                     "wall_s": wall(*e),
                     "peak_tree_rss_bytes": rss(*e),
                     "pgfault": flt(*e),
@@ -934,7 +951,7 @@ pub fn run(p: &Params) -> Result<(), Failure> {
         );
     } else {
         println!("{}", table(&rows));
-        println!("median of the runs; speed = kernel time / usermm time (above 1: usermm faster); peak RSS of the whole process tree; faults pgfault/pgmajfault as each engine counts them; refaults workingset_refault_anon + _file, usermm/kernel");
+        println!("median of the runs that succeeded with the native output (\"k of n ok\": the others failed, listed below; \"failed\": none did, no speed); speed = kernel time / usermm time (above 1: usermm faster); peak RSS of the whole process tree; faults pgfault/pgmajfault as each engine counts them; refaults workingset_refault_anon + _file, usermm/kernel");
         if !p.set.is_empty() {
             println!("usermm run --set {}", p.set.join(" --set "));
         }

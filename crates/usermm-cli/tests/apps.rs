@@ -55,6 +55,13 @@ fn quick_cases_give_native_output_on_both_engines() {
             assert!(r["peak_tree_rss_bytes"].as_u64().unwrap() > 1 << 20, "{r}");
             assert!(r["workingset_refault"].is_u64(), "{r}");
         }
+        // Every run succeeded, so every run is in the medians and the speed is a number.
+        for e in engines.split(',') {
+            assert_eq!(c["median"][e]["ok_runs"].as_u64(), Some(1), "{c}");
+        }
+        if n_engines == 2 {
+            assert!(c["speed_vs_kernel"].as_f64().unwrap() > 0.0, "{c}");
+        }
         // The usermm run really went through usermm run's managers (a report was read).
         let u = runs
             .iter()
@@ -147,4 +154,50 @@ fn usage_errors_name_the_value() {
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(e.contains("--set lru_gen=maybe") && e.contains("on"), "{e}");
     assert!(!e.contains("native ..."), "{e}");
+}
+
+/// A run that fails (here the kernel's: a memory cgroup of 16 MiB with no swap, which the
+/// OOM killer ends) is reported as a failure and left out of the medians: no time, no speed
+/// computed from a killed program's short run.
+#[test]
+fn failed_runs_stay_out_of_the_medians_and_the_speed() {
+    if !is_root() {
+        return usermm_sys::skip_test("not root: no kernel engine");
+    }
+    let o = usermm()
+        .args(["bench", "apps", "--quick", "--json", "--case", "numpy"])
+        .args([
+            "--engine",
+            "usermm,kernel",
+            "--budget",
+            "16M",
+            "--kernel-swap",
+            "none",
+        ])
+        .args(["--swap", "ram", "--swap-size", "256M"])
+        .output()
+        .expect("running usermm bench apps");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success(),
+        "a failed run fails the command:\n{stderr}"
+    );
+    let v: Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    let failures = v["failures"].as_array().expect("failures");
+    assert!(
+        failures
+            .iter()
+            .any(|f| f.as_str().unwrap().contains("OOM killer")),
+        "the kernel's run was OOM-killed: {v}"
+    );
+    let c = &v["cases"][0];
+    assert_eq!(c["median"]["kernel"]["ok_runs"].as_u64(), Some(0), "{c}");
+    assert!(c["median"]["kernel"]["wall_s"].is_null(), "{c}");
+    assert!(c["speed_vs_kernel"].is_null(), "{c}");
+    assert_eq!(c["median"]["usermm"]["ok_runs"].as_u64(), Some(1), "{c}");
+    assert!(
+        c["median"]["usermm"]["wall_s"].as_f64().unwrap() > 0.0,
+        "{c}"
+    );
 }
