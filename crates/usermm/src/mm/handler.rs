@@ -72,8 +72,15 @@ pub struct HandlerState {
     pub(crate) readers: AtomicU32,
     /// Fault-serving handler threads waiting for a device read now.
     pub(crate) io_blocked: AtomicU32,
-    /// Standby readers (0 where the base handlers are `MAX_IO_READERS` already).
+    /// Standby readers to start (0 where the base handlers are `MAX_IO_READERS` already).
     pub(crate) standby: usize,
+    /// Standby readers started so far: none until a device read can wait (the first kswapd
+    /// wake with a swap device whose reads wait, a file opened; [`start_standby_readers`]).
+    pub(crate) standby_running: AtomicUsize,
+    /// Whether [`start_standby_readers`] ran.
+    pub(crate) standby_started: AtomicBool,
+    /// The standby readers' threads, joined when the manager goes.
+    pub(crate) standby_threads: crate::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// Wake tokens for standby readers, and their waitqueue.
     pub(crate) standby_wake: crate::sync::Mutex<u32>,
     pub(crate) standby_cv: crate::sync::Condvar,
@@ -241,7 +248,8 @@ impl Drop for BlockingIo<'_> {
 /// per fault for a single-threaded program.
 pub(crate) fn blocking_io(m: &MmInner, blocks: bool) -> BlockingIo<'_> {
     let h = &m.handlers;
-    if !blocks || h.standby == 0 || !IS_HANDLER.with(std::cell::Cell::get) {
+    let standby = h.standby_running.load(Ordering::Acquire);
+    if !blocks || standby == 0 || !IS_HANDLER.with(std::cell::Cell::get) {
         return BlockingIo(None);
     }
     let blocked = h.io_blocked.fetch_add(1, Ordering::AcqRel) + 1;
@@ -249,13 +257,44 @@ pub(crate) fn blocking_io(m: &MmInner, blocks: bool) -> BlockingIo<'_> {
         let mut tokens = h.standby_wake.lock();
         // Standby readers reading now (every base handler counts among the readers).
         let active = (h.readers.load(Ordering::Acquire) as usize).saturating_sub(h.base);
-        if active + (*tokens as usize) < h.standby {
+        if active + (*tokens as usize) < standby {
             *tokens += 1;
             h.standby_cv.notify_one();
             m.vm.inc(Item::HandlerStandbyWake);
         }
     }
     BlockingIo(Some(h))
+}
+
+/// Starts the standby readers, once. Called where a device read may first wait, never on a
+/// fault handler (a thread started there can deadlock under `usermm run`: `RaQueue::pop`,
+/// readahead.rs): by kswapd at its first wake when the swap device's reads wait (a swap-in
+/// follows a swap-out, and kswapd wakes before any reclaim), and when a file is opened or
+/// mapped. A process that never reads from a device that waits (most of a build's short
+/// processes, every process on RAM swap) never starts them: six threads fewer to create and
+/// join per process.
+pub(crate) fn start_standby_readers(m: &Arc<MmInner>) {
+    let h = &m.handlers;
+    if h.standby == 0 || h.standby_started.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    for k in 0..h.standby {
+        if h.shutdown.load(Ordering::Acquire) {
+            return;
+        }
+        let me = m.clone();
+        let slot = h.base + k;
+        match super::spawn_thread(format!("usermm-io{k}"), move || standby_main(me, slot)) {
+            Ok(t) => {
+                h.standby_threads.lock().push(t);
+                h.standby_running.fetch_add(1, Ordering::AcqRel);
+            }
+            Err(e) => {
+                log::error!("starting standby reader {k} of {}: {e}", h.standby);
+                return;
+            }
+        }
+    }
 }
 
 /// A standby reader: sleeps until [`blocking_io`] wakes it, then reads and serves faults as a
@@ -334,7 +373,12 @@ pub fn runnable_threads(text: &[u8]) -> Option<usize> {
 
 impl HandlerState {
     /// `handlers` base threads, `standby` standby readers.
-    pub(crate) fn new(shutdown_efd: EventFd, handlers: usize, standby: usize) -> HandlerState {
+    pub(crate) fn new(
+        shutdown_efd: EventFd,
+        handlers: usize,
+        standby: usize,
+        cpus: usize,
+    ) -> HandlerState {
         HandlerState {
             shutdown: AtomicBool::new(false),
             shutdown_efd,
@@ -346,13 +390,14 @@ impl HandlerState {
             epoch: Instant::now(),
             stuck_after_ms: AtomicU64::new(STUCK_FAULT_AFTER.as_millis().sat_u64()),
             reads: AtomicU64::new(0),
-            spin_gate: SpinGate::new(
-                std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get),
-            ),
+            spin_gate: SpinGate::new(cpus),
             base: handlers,
             readers: AtomicU32::new(crate::conv::Narrow::u32(handlers)),
             io_blocked: AtomicU32::new(0),
             standby,
+            standby_running: AtomicUsize::new(0),
+            standby_started: AtomicBool::new(false),
+            standby_threads: crate::sync::Mutex::new(Vec::new()),
             standby_wake: crate::sync::Mutex::new(0),
             standby_cv: crate::sync::Condvar::new(),
             io_waiters: IoWaiters::default(),

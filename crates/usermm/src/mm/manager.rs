@@ -427,6 +427,17 @@ impl Drop for MmHandle {
         for t in self.threads.lock().drain(..) {
             let _ = t.join();
         }
+        // Started by kswapd or a file's opening, both done now.
+        let standby: Vec<_> = self
+            .inner
+            .handlers
+            .standby_threads
+            .lock()
+            .drain(..)
+            .collect();
+        for t in standby {
+            let _ = t.join();
+        }
         self.inner.ra.shutdown();
         // A worker may start another as it takes its last window: join until none is left.
         loop {
@@ -647,8 +658,9 @@ impl Mm {
         let vm = Counters::default();
         vm.set(Item::NrFree, nr_frames);
         let efd = EventFd::new().map_err(|e| Error::io("eventfd", e))?;
+        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
         let handlers = if cfg.handler_threads == 0 {
-            std::thread::available_parallelism().map_or(2, |n| n.get())
+            cpus
         } else {
             cfg.handler_threads
         };
@@ -664,7 +676,7 @@ impl Mm {
             ),
             pool: FramePool::new(pool, zero_src),
             mm: MmStruct::new(uffd, nr_frames + swap_pages),
-            handlers: HandlerState::new(efd, handlers, standby),
+            handlers: HandlerState::new(efd, handlers, standby, cpus),
             vm,
             swap,
             files: Default::default(),
@@ -694,14 +706,8 @@ impl Mm {
             .map_err(|e| spawn_failed(&format!("fault handler thread {i} of {handlers}"), e))?;
             h.threads.lock().push(t);
         }
-        for k in 0..standby {
-            let m = inner.clone();
-            let t = super::spawn_thread(format!("usermm-io{k}"), move || {
-                handler::standby_main(m, handlers + k)
-            })
-            .map_err(|e| spawn_failed(&format!("standby reader {k} of {standby}"), e))?;
-            h.threads.lock().push(t);
-        }
+        // The standby readers start later, where a device read may first wait
+        // (`handler::start_standby_readers`).
         let m = inner.clone();
         let t = super::spawn_thread("usermm-watchdog".into(), move || handler::watchdog_main(m))
             .map_err(|e| spawn_failed("the fault watchdog", e))?;

@@ -164,6 +164,11 @@ pub fn kswapd_main(m: std::sync::Arc<MmInner>) {
             continue;
         }
         m.vm.inc(Item::KswapdWake);
+        // Pressure has begun: swap-outs, then swap-ins, follow. On a device whose reads wait,
+        // the standby readers (handler.rs) must be there before the first swap-in.
+        if m.swap.as_ref().is_some_and(|s| s.dev.blocks_on_read()) {
+            super::handler::start_standby_readers(&m);
+        }
         balance_pgdat(&m);
     }
 }
