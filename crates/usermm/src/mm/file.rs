@@ -199,7 +199,7 @@ pub(crate) fn iget(m: &MmInner, path: &Path, create: bool) -> Result<Arc<Address
     if !a.is_memory() {
         super::page_writeback::bdi_start(m, a.dev());
         // A mapped file's faults read from its device: the standby readers too.
-        if let Some(me) = m.self_ref.lock().as_ref().and_then(|w| w.upgrade()) {
+        if let Some(me) = m.self_arc() {
             super::handler::start_standby_readers(&me);
         }
     }

@@ -324,6 +324,15 @@ pub struct MmInner {
 }
 
 impl MmInner {
+    /// This manager as an `Arc`, for starting a thread that holds it (None while it is being
+    /// torn down).
+    pub(crate) fn self_arc(&self) -> Option<Arc<MmInner>> {
+        self.self_ref
+            .lock()
+            .as_ref()
+            .and_then(std::sync::Weak::upgrade)
+    }
+
     /// Retries a resolving ioctl over `len` bytes on EAGAIN (the kernel is changing the address
     /// space), resuming after the bytes already done: `op(off)` must act on `[off, len)` of its range.
     /// The error's `done` counts every byte resolved across the tries (never re-issue a range that

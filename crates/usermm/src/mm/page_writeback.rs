@@ -106,13 +106,13 @@ fn nr_dirty(vm: &Counters) -> u64 {
     vm.get(Item::NrDirty) + vm.get(Item::NrWriteback)
 }
 
-/// The flusher of `dev`, started on first use.
 /// Starts `dev`'s flusher if it has none yet. Called when a file of the device is opened
 /// ([`super::file::iget`]), so the first dirty page (often a write fault) finds it running.
 pub(crate) fn bdi_start(m: &MmInner, dev: u64) {
     bdi_of(m, dev);
 }
 
+/// The flusher of `dev`, started on first use.
 fn bdi_of(m: &MmInner, dev: u64) -> Arc<Bdi> {
     let mut map = m.wb.bdis.lock();
     if let Some(b) = map.get(&dev) {
@@ -126,7 +126,7 @@ fn bdi_of(m: &MmInner, dev: u64) -> Arc<Bdi> {
     });
     map.insert(dev, b.clone());
     drop(map);
-    if let Some(me) = m.self_ref.lock().as_ref().and_then(|w| w.upgrade()) {
+    if let Some(me) = m.self_arc() {
         let bb = b.clone();
         match super::spawn_thread(format!("usermm-flush-{dev:x}"), move || wb_workfn(me, bb)) {
             Ok(t) => m.wb.threads.lock().push(t),

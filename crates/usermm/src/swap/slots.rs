@@ -210,7 +210,7 @@ impl SwapSlots {
     /// The slots of `cluster`: (first slot, count).
     pub fn cluster_range(&self, cluster: u32) -> (u64, u64) {
         let start = u64::from(cluster) * SWAPFILE_CLUSTER;
-        (start, cluster_end(cluster, self.nr_pages) - start)
+        (start, cluster_len(cluster, self.nr_pages))
     }
 
     /// The device has discarded `cluster` (from [`SwapSlots::free_for_discard`]): it may be
@@ -281,6 +281,11 @@ fn cluster_end(cluster: u32, nr_pages: u64) -> u64 {
     ((u64::from(cluster) + 1) * SWAPFILE_CLUSTER).min(nr_pages)
 }
 
+/// Slots in `cluster` (the last cluster may be short).
+fn cluster_len(cluster: u32, nr_pages: u64) -> u64 {
+    cluster_end(cluster, nr_pages) - u64::from(cluster) * SWAPFILE_CLUSTER
+}
+
 impl Inner {
     fn push_free(&mut self, cluster: u32) {
         if !self.on_free_list[cluster as usize] {
@@ -293,16 +298,22 @@ impl Inner {
         }
     }
 
+    /// Whether cluster `c` is partially used, and neither queued as free nor being
+    /// discarded: a cluster whose holes `nonfull` may offer.
+    fn is_nonfull(&self, c: u32, nr_pages: u64) -> bool {
+        let ci = c as usize;
+        self.used[ci] > 0
+            && u64::from(self.used[ci]) < cluster_len(c, nr_pages)
+            && !self.on_free_list[ci]
+            && !self.discarding[ci]
+    }
+
     /// A memory device's cluster `c` has a hole and is not current: queue it on `nonfull`
     /// (front: its freed slots' memory is the warmest) unless it has an entry already.
     fn push_nonfull(&mut self, c: u32, nr_pages: u64) {
-        let ci = c as usize;
-        if self.lifo && !self.on_nonfull[ci] && !self.on_free_list[ci] && !self.discarding[ci] {
-            let size = cluster_end(c, nr_pages) - u64::from(c) * SWAPFILE_CLUSTER;
-            if self.used[ci] > 0 && u64::from(self.used[ci]) < size {
-                self.on_nonfull[ci] = true;
-                self.nonfull.push_front(c);
-            }
+        if self.lifo && !self.on_nonfull[c as usize] && self.is_nonfull(c, nr_pages) {
+            self.on_nonfull[c as usize] = true;
+            self.nonfull.push_front(c);
         }
     }
 
@@ -311,16 +322,10 @@ impl Inner {
     /// the scan cursor. None when every cluster is full.
     fn pick_cluster(&mut self, nr_pages: u64) -> Option<u32> {
         while let Some(c) = self.nonfull.pop_front() {
-            let ci = c as usize;
-            self.on_nonfull[ci] = false;
-            let size = cluster_end(c, nr_pages) - u64::from(c) * SWAPFILE_CLUSTER;
+            self.on_nonfull[c as usize] = false;
             // Skipped: filled up since (by the scan), or emptied (then on the free list or
             // being discarded).
-            if self.used[ci] > 0
-                && u64::from(self.used[ci]) < size
-                && !self.on_free_list[ci]
-                && !self.discarding[ci]
-            {
+            if self.is_nonfull(c, nr_pages) {
                 return Some(c);
             }
         }
@@ -328,17 +333,16 @@ impl Inner {
             self.on_free_list[c as usize] = false;
             // A queued cluster may have been reused by the partial scan since; take it only if it
             // still has room (it normally is wholly free).
-            if u64::from(self.used[c as usize])
-                < cluster_end(c, nr_pages) - u64::from(c) * SWAPFILE_CLUSTER
-            {
+            if u64::from(self.used[c as usize]) < cluster_len(c, nr_pages) {
                 return Some(c);
             }
         }
         let nr_clusters = self.used.len().u32();
         for i in 0..nr_clusters {
             let c = (self.scan_cursor + i) % nr_clusters;
-            let size = cluster_end(c, nr_pages) - u64::from(c) * SWAPFILE_CLUSTER;
-            if u64::from(self.used[c as usize]) < size && !self.discarding[c as usize] {
+            if u64::from(self.used[c as usize]) < cluster_len(c, nr_pages)
+                && !self.discarding[c as usize]
+            {
                 self.scan_cursor = (c + 1) % nr_clusters;
                 return Some(c);
             }
