@@ -573,3 +573,94 @@ fn the_smallest_budget_caps_the_readahead_window() {
     assert!(mm.peak_resident_bytes() <= MIB, "{d}");
     assert_consistent(&mm);
 }
+
+/// A RAM swap device whose reads wait `delay` as a disk's would (`blocks_on_read`), counting
+/// how many are in flight at once.
+#[derive(Debug)]
+struct SlowReads {
+    inner: usermm::swap::RamSwap,
+    delay: std::time::Duration,
+    in_flight: std::sync::atomic::AtomicU64,
+    most: std::sync::atomic::AtomicU64,
+}
+
+impl usermm::swap::SwapDevice for SlowReads {
+    fn name(&self) -> String {
+        format!("slow reads over {}", self.inner.name())
+    }
+    fn nr_pages(&self) -> u64 {
+        self.inner.nr_pages()
+    }
+    fn write_pages(
+        &self,
+        slot: u64,
+        pool: &usermm_sys::Mapping,
+        pages: &[usize],
+    ) -> std::io::Result<()> {
+        self.inner.write_pages(slot, pool, pages)
+    }
+    fn read_pages(
+        &self,
+        slot: u64,
+        pool: &usermm_sys::Mapping,
+        pages: &[usize],
+    ) -> std::io::Result<()> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = self.in_flight.fetch_add(1, SeqCst) + 1;
+        self.most.fetch_max(now, SeqCst);
+        std::thread::sleep(self.delay);
+        self.in_flight.fetch_sub(1, SeqCst);
+        self.inner.read_pages(slot, pool, pages)
+    }
+    fn blocks_on_read(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn faults_of_several_threads_read_from_a_waiting_device_together() {
+    use std::sync::{Arc, Barrier};
+    init_log();
+    let dev = Arc::new(SlowReads {
+        inner: usermm::swap::RamSwap::new(64 * MIB).unwrap(),
+        delay: std::time::Duration::from_millis(300),
+        in_flight: Default::default(),
+        most: Default::default(),
+    });
+    let mm = usermm::Mm::new(
+        usermm::MmConfig::new(BUDGET).swap(usermm::SwapConfig::Device(dev.clone())),
+    )
+    .unwrap();
+    let r = Arc::new(mm.map_anon(16 * MIB as usize).unwrap());
+    let pages = r.len() / PAGE;
+    for p in 0..pages {
+        r.write_u64(p * PAGE, pattern(41, p as u64, 0));
+    }
+    reclaim_all(&mm);
+    assert_eq!(r.resident_pages(), 0, "{}", mm.vmstat());
+    // Four threads fault at once on four swapped pages far apart: a handler holding several
+    // of those faults would read them one after another (at most one or two in flight).
+    let threads = 4;
+    let go = Arc::new(Barrier::new(threads));
+    let hs: Vec<_> = (0..threads)
+        .map(|t| {
+            let (r, go) = (r.clone(), go.clone());
+            std::thread::spawn(move || {
+                let p = t * pages / threads + 7;
+                go.wait();
+                assert_eq!(r.read_u64(p * PAGE), pattern(41, p as u64, 0), "page {p}");
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    let most = dev.most.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(
+        most,
+        threads as u64,
+        "at most {most} of {threads} faults' device reads were in flight together\n{}",
+        mm.vmstat()
+    );
+    assert_consistent(&mm);
+}
