@@ -1295,6 +1295,75 @@ fn holes_read_as_zeros_without_io() {
     }
 }
 
+/// The data extent a read found (no lseek for reads inside it) never hides a change on disk:
+/// a hole punched into it since reads as zeros, and data written into a hole that was outside
+/// it is read.
+#[test]
+fn a_remembered_data_extent_sees_later_holes_and_data() {
+    use std::os::unix::fs::FileExt;
+    let d = tmpdir();
+    let pages = 4096u64;
+    // A file that is all data, and a sparse one with data in its first page only.
+    let full = d.path().join("full");
+    let sparse = d.path().join("sparse");
+    let mut page = vec![0u8; 4096];
+    {
+        let f = std::fs::File::create(&full).unwrap();
+        let mut buf = vec![0u8; MIB as usize];
+        for k in 0..pages * 4096 / MIB {
+            pattern(k * MIB, &mut buf);
+            f.write_all_at(&buf, k * MIB).unwrap();
+        }
+        f.sync_all().unwrap();
+        let s = std::fs::File::create(&sparse).unwrap();
+        pattern(0, &mut page);
+        s.write_all_at(&page, 0).unwrap();
+        s.set_len(pages * 4096).unwrap();
+        s.sync_all().unwrap();
+    }
+    if !tracks_holes(&sparse) {
+        return skip("the test directory's filesystem does not report holes (SEEK_HOLE)");
+    }
+    let m = mm(16 * MIB, Settings::default());
+    let (ff, fs) = (m.open(&full).unwrap(), m.open(&sparse).unwrap());
+    // First reads: the extents are the whole of `full` and the first page of `sparse`.
+    ff.read_at(0, &mut page).unwrap();
+    let mut want = vec![0u8; 4096];
+    pattern(0, &mut want);
+    assert!(page == want);
+    fs.read_at(0, &mut page).unwrap();
+    assert!(page == want);
+    // Behind usermm's back: a hole in `full`, data in `sparse`'s hole.
+    let at = 3000 * 4096;
+    usermm_sys::punch_hole(
+        &std::fs::File::options().write(true).open(&full).unwrap(),
+        at,
+        4 * 4096,
+    )
+    .unwrap();
+    pattern(at, &mut want);
+    {
+        let s = std::fs::File::options().write(true).open(&sparse).unwrap();
+        s.write_all_at(&want, at).unwrap();
+        s.sync_all().unwrap();
+    }
+    ff.read_at(at, &mut page).unwrap();
+    assert!(
+        page.iter().all(|&b| b == 0),
+        "the punched hole reads as zeros"
+    );
+    fs.read_at(at, &mut page).unwrap();
+    assert!(
+        page == want,
+        "the data written into the sparse file's hole is read"
+    );
+    // Pages after the punched hole are data, as before.
+    let after = (3000 + 8) * 4096;
+    ff.read_at(after, &mut page).unwrap();
+    pattern(after, &mut want);
+    assert!(page == want);
+}
+
 /// A page that `write_at` overwrites in full is not read first (`file_write_noread`); a page
 /// written in part is read (its data is on disk), and both reach the file.
 #[test]

@@ -167,6 +167,9 @@ pub struct AddressSpace {
     pub(crate) a_ops: &'static dyn AddressSpaceOps,
     /// Shadows of this space's evicted pages (mm/workingset.rs).
     pub(crate) shadows: Shadows,
+    /// The last extent of file data `SEEK_DATA`/`SEEK_HOLE` found, `[start, end)` in bytes
+    /// (empty: none): a read inside it needs no lseek (filemap.rs `data_pages`).
+    pub(crate) data_extent: Mutex<(u64, u64)>,
 }
 
 /// `struct address_space_operations`: the entry points where a disk file, an in-memory file and
@@ -230,6 +233,7 @@ impl AddressSpace {
             i_mmap: Mutex::new(Vec::new()),
             eof_lock: Mutex::new(()),
             shadows: Shadows::default(),
+            data_extent: Mutex::new((0, 0)),
             a_ops,
         }
     }

@@ -24,6 +24,8 @@ pub fn truncate(m: &MmInner, mapping: &Arc<AddressSpace>, size: u64) -> Result<(
         mapping.size.swap(size, Ordering::AcqRel)
     };
     if size < old {
+        // What was data past the new end is a hole (or nothing) once the file grows again.
+        *mapping.data_extent.lock() = (0, 0);
         let eof = PgOff::new(size.div_ceil(ps));
         truncate_pages_only(m, mapping, eof, PgOff::new(old.div_ceil(ps)));
         // truncate_pagecache's unmap_mapping_range(even_cows): a private region's pages past
