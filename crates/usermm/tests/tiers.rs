@@ -115,3 +115,46 @@ fn zswap_spec_opens_under_a_manager() {
     let vm = mm.vmstat();
     assert!(vm.val("zswpout") > 0 && vm.val("zswpin") > 0, "{vm}");
 }
+
+/// A program whose swap shrinks: the RAM device gives back the slots freed inside clusters
+/// that still hold live pages once they waited unused (kswapd's `trim`), keeping the live
+/// pages and at most its bound of freed ones.
+#[test]
+fn the_ram_device_gives_back_what_a_shrunk_swap_left_free() {
+    let ram = Arc::new(RamSwap::new(64 << 20).unwrap());
+    ram.set_warm_age(std::time::Duration::ZERO);
+    let mm = Mm::new(MmConfig::new(4 << 20).swap(SwapConfig::Device(ram.clone()))).unwrap();
+    let r = mm.map_anon(32 << 20).unwrap();
+    let pages = r.len() / P;
+    for p in 0..pages {
+        r.write_u64(p * P, p as u64 * 7 + 1);
+    }
+    let held = ram.resident_bytes().unwrap();
+    assert!(held >= 24 << 20, "{held} bytes on the device");
+    // Every other page let go: half the slots freed, no cluster wholly free.
+    for p in (1..pages).step_by(2) {
+        r.discard(p * P, P).unwrap();
+    }
+    // kswapd trims about every 200 ms while idle.
+    let bound = (ram.nr_pages() / 8).min(usermm::swap::ram::WARM_MAX_BYTES / P as u64);
+    let mut left = 0;
+    for _ in 0..50 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        left = ram.resident_bytes().unwrap();
+        if left <= (pages as u64 / 2 + bound) * P as u64 {
+            break;
+        }
+    }
+    assert!(
+        left <= (pages as u64 / 2 + bound) * P as u64,
+        "the device still holds {left} bytes for {} live pages ({} warm)",
+        pages / 2,
+        ram.warm_pages()
+    );
+    for p in (0..pages).step_by(2) {
+        assert_eq!(r.read_u64(p * P), p as u64 * 7 + 1, "page {p}");
+    }
+    for p in (1..pages).step_by(2).take(64) {
+        assert_eq!(r.read_u64(p * P), 0, "let-go page {p}");
+    }
+}

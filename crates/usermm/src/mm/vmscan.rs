@@ -149,6 +149,14 @@ pub fn kswapd_main(m: std::sync::Arc<MmInner>) {
                 if m.node.nr_free() < m.node.wmark.low {
                     break;
                 }
+                if !*p {
+                    // Idle: the swap device's upkeep (a wake meanwhile is seen by the loop).
+                    drop(p);
+                    if let Some(sw) = &m.swap {
+                        sw.dev.trim();
+                    }
+                    p = m.node.kswapd.pending.lock();
+                }
             }
             *p = false;
         }

@@ -951,6 +951,65 @@ fn ram_swap_gives_back_the_oldest_warm_clusters_beyond_its_bound() {
 }
 
 #[test]
+fn ram_swap_gives_back_single_freed_slots_once_they_waited() {
+    // 8 MiB: 2048 slots, at most 256 warm. Every other slot freed, so no cluster is ever
+    // wholly free and nothing is discarded: only the frees give pages back.
+    let dev = RamSwap::new(8 << 20).unwrap();
+    let src = pool(256);
+    let pages: Vec<usize> = (0..256).map(|i| i * P).collect();
+    for base in (0..2048u64).step_by(256) {
+        for i in 0..256 {
+            fill(&src, i * P, base + i as u64, 13);
+        }
+        dev.write_pages(base, &src, &pages).unwrap();
+    }
+    assert_eq!(dev.resident_bytes().unwrap(), 2048 * P as u64);
+    for s in (1..2048u64).step_by(2) {
+        dev.invalidate(s);
+    }
+    // Freshly freed: all kept for reuse, even past the bound.
+    assert_eq!(dev.warm_pages(), 1024);
+    dev.trim();
+    assert_eq!(
+        dev.warm_pages(),
+        1024,
+        "given back before they waited the warm age"
+    );
+    assert_eq!(dev.resident_bytes().unwrap(), 2048 * P as u64);
+    // Once they waited: the oldest given back down to the bound, in one batch.
+    dev.set_warm_age(std::time::Duration::ZERO);
+    dev.trim();
+    assert_eq!(dev.warm_pages(), 256);
+    assert_eq!(
+        dev.resident_bytes().unwrap(),
+        (1024 + 256) * P as u64,
+        "the device holds the live slots and the warm ones, no other freed slot"
+    );
+    let dst = pool(1);
+    dev.read_pages(1, &dst, &[0]).unwrap();
+    assert!(
+        (0..P).step_by(8).all(|o| dst.read_u64(o) == 0),
+        "the oldest freed slot was given back"
+    );
+    for s in (0..2048u64).step_by(2) {
+        dev.read_pages(s, &dst, &[0]).unwrap();
+        check(&dst, 0, s, 13, "live slot beside freed ones");
+    }
+    // A freed slot written again, given back or still warm, holds the new data.
+    for s in [1u64, 2047] {
+        fill(&src, 0, s, 14);
+        dev.write_pages(s, &src, &[0]).unwrap();
+        dev.read_pages(s, &dst, &[0]).unwrap();
+        check(&dst, 0, s, 14, "rewritten freed slot");
+    }
+    assert_eq!(
+        dev.warm_pages(),
+        255,
+        "the warm one rewritten is warm no more"
+    );
+}
+
+#[test]
 fn faulty_swap_without_failures() {
     let dev = FaultySwap::new(Arc::new(FileSwap::open(None, SIZE).unwrap()));
     assert!(dev.name().starts_with("faulty(file:"), "{}", dev.name());

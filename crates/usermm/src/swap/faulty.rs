@@ -263,6 +263,10 @@ impl SwapDevice for FaultySwap {
         self.inner.invalidate(slot)
     }
 
+    fn trim(&self) {
+        self.inner.trim()
+    }
+
     fn tier(&self) -> String {
         "faulty".into()
     }

@@ -455,6 +455,9 @@ impl SwapDevice for InheritedSwap {
         }
         self.own.invalidate(slot);
     }
+    fn trim(&self) {
+        self.own.trim();
+    }
     fn lower(&self) -> Option<&Arc<dyn SwapDevice>> {
         Some(&self.own)
     }

@@ -79,6 +79,10 @@ pub trait SwapDevice: Send + Sync + 'static {
     fn invalidate(&self, slot: u64) {
         let _ = slot;
     }
+    /// Periodic upkeep, from kswapd about every 200 ms while it sleeps: a device may give back
+    /// memory it keeps for reuse that has gone unused for a while (the RAM device's freed
+    /// slots). A stacked tier passes it down.
+    fn trim(&self) {}
     /// This tier alone, without the tiers below it (for `usermm info`); [`SwapDevice::name`]
     /// describes the whole chain.
     fn tier(&self) -> String {

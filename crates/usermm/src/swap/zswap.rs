@@ -794,6 +794,10 @@ impl SwapDevice for Zswap {
         self.lower.invalidate(slot);
     }
 
+    fn trim(&self) {
+        self.lower.trim();
+    }
+
     fn counters(&self) -> Vec<(&'static str, u64)> {
         let (stored, pool_bytes, same) = {
             let t = self.tree.lock();
