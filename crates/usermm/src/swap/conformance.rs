@@ -1010,6 +1010,40 @@ fn ram_swap_gives_back_single_freed_slots_once_they_waited() {
 }
 
 #[test]
+fn ram_swap_gives_back_a_large_backlog_over_several_trims() {
+    // 64 MiB: 16384 slots, at most 2048 warm; 8192 single slots freed at once.
+    let dev = RamSwap::new(64 << 20).unwrap();
+    let src = pool(256);
+    let pages: Vec<usize> = (0..256).map(|i| i * P).collect();
+    for base in (0..16384u64).step_by(256) {
+        for i in 0..256 {
+            fill(&src, i * P, base + i as u64, 15);
+        }
+        dev.write_pages(base, &src, &pages).unwrap();
+    }
+    for s in (1..16384u64).step_by(2) {
+        dev.invalidate(s);
+    }
+    dev.set_warm_age(std::time::Duration::ZERO);
+    assert_eq!(dev.warm_pages(), 8192);
+    let max = super::ram::TRIM_MAX;
+    dev.trim();
+    assert_eq!(
+        dev.warm_pages(),
+        8192 - max,
+        "one trim gives back at most {max}"
+    );
+    dev.trim();
+    assert_eq!(dev.warm_pages(), 2048, "the next ones reach the bound");
+    assert_eq!(dev.resident_bytes().unwrap(), (8192 + 2048) * P as u64);
+    let dst = pool(1);
+    for s in (0..16384u64).step_by(2 * 97) {
+        dev.read_pages(s, &dst, &[0]).unwrap();
+        check(&dst, 0, s, 15, "live slot after the trims");
+    }
+}
+
+#[test]
 fn faulty_swap_without_failures() {
     let dev = FaultySwap::new(Arc::new(FileSwap::open(None, SIZE).unwrap()));
     assert!(dev.name().starts_with("faulty(file:"), "{}", dev.name());

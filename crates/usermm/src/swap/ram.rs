@@ -41,6 +41,11 @@ const WARM_RANGES_MAX: usize = 4096;
 /// How long a single freed slot's page is kept for reuse before it may be given back.
 pub const WARM_AGE: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// The most single freed slots one [`SwapDevice::trim`] gives back: the warm lock is held
+/// for the release (a few ms at ~1.2 us a page), and the frees and writes of the fault path
+/// wait for it meanwhile; a large backlog goes over several of kswapd's 200 ms ticks.
+pub const TRIM_MAX: u64 = 4096;
+
 /// A swap device in RAM allocated on demand (see the module documentation).
 #[derive(Debug)]
 pub struct RamSwap {
@@ -168,12 +173,12 @@ impl RamSwap {
     }
 
     /// Gives back the single freed slots that waited the warm age unused, oldest first, while
-    /// more than `warm_cap` pages are warm (`warm` locked): all in one process_madvise(2) per
-    /// `MAX_IOV` pages, one TLB shootdown each.
+    /// more than `warm_cap` pages are warm, at most [`TRIM_MAX`] (`warm` locked): in one
+    /// process_madvise(2) per `MAX_IOV` pages, one TLB shootdown each.
     fn shrink_singles(&self, warm: &mut Warm) -> io::Result<()> {
         let (now, age) = (self.now_ms(), self.warm_age_ms.load(Ordering::Relaxed));
         let mut slots: Vec<u64> = Vec::new();
-        while warm.pages - slots.len() as u64 > self.warm_cap {
+        while warm.pages - slots.len() as u64 > self.warm_cap && (slots.len() as u64) < TRIM_MAX {
             match warm.singles.front() {
                 Some(&(slot, at)) if now.saturating_sub(at) >= age => {
                     warm.singles.pop_front();
