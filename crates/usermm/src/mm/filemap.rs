@@ -647,18 +647,18 @@ pub(crate) fn writeback_locked(
         set_page_writeback(m, mapping, f, i);
     }
     let results = write_runs(m, mapping, &runs);
-    for &(i, f) in &batch {
-        end_page_writeback(m, mapping, f, i);
-    }
+    // Failed runs are dirty again before their writeback ends: a page is never seen neither
+    // dirty nor under writeback while its data is only in memory.
+    let mut failed = 0;
     for (&run, res) in runs.iter().zip(results) {
         if let Err(err) = res {
+            failed += 1;
             log::error!(
                 "writeback of {} pages at page {} of {} failed: {err}; they stay dirty",
                 run.len(),
                 run[0].0,
                 mapping.name()
             );
-            m.vm.inc(Item::FileWriteError);
             mapping.wb_err.set(err.raw_os_error().unwrap_or(libc::EIO));
             for &(_, f) in run {
                 m.node.pages[f].set(pg::ERROR);
@@ -667,6 +667,12 @@ pub(crate) fn writeback_locked(
             first_err.get_or_insert(err);
         }
     }
+    for &(i, f) in &batch {
+        end_page_writeback(m, mapping, f, i);
+    }
+    // Counted once the pages are dirty again: whoever sees the error sees them dirty (a test
+    // polling the counter found neither dirty nor writeback pages in between).
+    m.vm.add(Item::FileWriteError, failed);
     for &(_, f) in &batch {
         m.node.pages[f].unlock();
         put_page(&m.node, f);

@@ -721,6 +721,12 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
             filemap::set_page_writeback(m, a, f, i);
         }
         let res = filemap::write_pages_locked(m, a, &batch);
+        if res.is_err() {
+            // Dirty again before the writeback ends (as `writeback_locked`).
+            for &(_, f) in &batch {
+                filemap::set_page_dirty(m, a, f);
+            }
+        }
         for &(i, f) in &batch {
             filemap::end_page_writeback(m, a, f, i);
         }
@@ -735,12 +741,12 @@ pub fn shrink_file_list(m: &MmInner, isolated: Vec<Pfn>, sc: &mut ScanControl) -
             Err(err) => {
                 log::error!("reclaim writeback of {}: {err}; pages stay dirty", a.name());
                 a.wb_err.set(err.raw_os_error().unwrap_or(libc::EIO));
-                m.vm.inc(Item::FileWriteError);
                 for &(_, f) in &batch {
-                    filemap::set_page_dirty(m, a, f);
                     m.node.pages[f].set(pg::ACTIVE);
                     keep.push(f);
                 }
+                // Counted once the pages are dirty again (as `writeback_locked`).
+                m.vm.inc(Item::FileWriteError);
             }
         }
         k = e;
