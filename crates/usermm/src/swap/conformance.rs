@@ -69,6 +69,19 @@ fn pool(pages: usize) -> Mapping {
     Mapping::anon(pages * P, 0).unwrap()
 }
 
+/// Writes the 256-slot clusters starting at each of `bases` of `dev`, every slot filled as
+/// [`fill`] does with `seed`.
+fn write_clusters(dev: &dyn SwapDevice, bases: impl IntoIterator<Item = u64>, seed: u64) {
+    let src = pool(256);
+    let pages: Vec<usize> = (0..256).map(|i| i * P).collect();
+    for base in bases {
+        for i in 0..256 {
+            fill(&src, i * P, base + i as u64, seed);
+        }
+        dev.write_pages(base, &src, &pages).unwrap();
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The suite.
 
@@ -908,14 +921,7 @@ fn ram_swap_allocates_on_demand() {
 fn ram_swap_gives_back_the_oldest_warm_clusters_beyond_its_bound() {
     // 8 MiB: 2048 slots, at most an eighth (256) warm.
     let dev = RamSwap::new(8 << 20).unwrap();
-    let src = pool(256);
-    let pages: Vec<usize> = (0..256).map(|i| i * P).collect();
-    for base in [0u64, 256, 512] {
-        for i in 0..256 {
-            fill(&src, i * P, base + i as u64, 11);
-        }
-        dev.write_pages(base, &src, &pages).unwrap();
-    }
+    write_clusters(&dev, [0u64, 256, 512], 11);
     assert_eq!(dev.resident_bytes().unwrap(), 768 * P as u64);
     dev.discard(0, 256).unwrap();
     assert_eq!(dev.warm_pages(), 256);
@@ -932,6 +938,7 @@ fn ram_swap_gives_back_the_oldest_warm_clusters_beyond_its_bound() {
     );
     // The live range beside them kept its data throughout.
     let all = pool(256);
+    let pages: Vec<usize> = (0..256).map(|i| i * P).collect();
     dev.read_pages(512, &all, &pages).unwrap();
     for i in 0..256 {
         check(
@@ -943,6 +950,7 @@ fn ram_swap_gives_back_the_oldest_warm_clusters_beyond_its_bound() {
         );
     }
     // Rewriting part of the warm range un-warms just those slots.
+    let src = pool(1);
     fill(&src, 0, 300, 12);
     dev.write_pages(300, &src, &[0]).unwrap();
     assert_eq!(dev.warm_pages(), 255);
@@ -955,14 +963,7 @@ fn ram_swap_gives_back_single_freed_slots_once_they_waited() {
     // 8 MiB: 2048 slots, at most 256 warm. Every other slot freed, so no cluster is ever
     // wholly free and nothing is discarded: only the frees give pages back.
     let dev = RamSwap::new(8 << 20).unwrap();
-    let src = pool(256);
-    let pages: Vec<usize> = (0..256).map(|i| i * P).collect();
-    for base in (0..2048u64).step_by(256) {
-        for i in 0..256 {
-            fill(&src, i * P, base + i as u64, 13);
-        }
-        dev.write_pages(base, &src, &pages).unwrap();
-    }
+    write_clusters(&dev, (0..2048u64).step_by(256), 13);
     assert_eq!(dev.resident_bytes().unwrap(), 2048 * P as u64);
     for s in (1..2048u64).step_by(2) {
         dev.invalidate(s);
@@ -996,6 +997,7 @@ fn ram_swap_gives_back_single_freed_slots_once_they_waited() {
         check(&dst, 0, s, 13, "live slot beside freed ones");
     }
     // A freed slot written again, given back or still warm, holds the new data.
+    let src = pool(1);
     for s in [1u64, 2047] {
         fill(&src, 0, s, 14);
         dev.write_pages(s, &src, &[0]).unwrap();
@@ -1013,14 +1015,7 @@ fn ram_swap_gives_back_single_freed_slots_once_they_waited() {
 fn ram_swap_gives_back_a_large_backlog_over_several_trims() {
     // 64 MiB: 16384 slots, at most 2048 warm; 8192 single slots freed at once.
     let dev = RamSwap::new(64 << 20).unwrap();
-    let src = pool(256);
-    let pages: Vec<usize> = (0..256).map(|i| i * P).collect();
-    for base in (0..16384u64).step_by(256) {
-        for i in 0..256 {
-            fill(&src, i * P, base + i as u64, 15);
-        }
-        dev.write_pages(base, &src, &pages).unwrap();
-    }
+    write_clusters(&dev, (0..16384u64).step_by(256), 15);
     for s in (1..16384u64).step_by(2) {
         dev.invalidate(s);
     }

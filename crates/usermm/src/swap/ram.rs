@@ -46,6 +46,18 @@ pub const WARM_AGE: std::time::Duration = std::time::Duration::from_secs(2);
 /// wait for it meanwhile; a large backlog goes over several of kswapd's 200 ms ticks.
 pub const TRIM_MAX: u64 = 4096;
 
+/// One bit per slot of a device of `nr_pages` slots, all clear.
+fn slot_bitmap(nr_pages: u64) -> Box<[AtomicU64]> {
+    (0..nr_pages.div_ceil(64))
+        .map(|_| AtomicU64::new(0))
+        .collect()
+}
+
+/// The word of `bits` (a [`slot_bitmap`]) holding slot `slot`'s bit, and the bit.
+fn slot_bit(bits: &[AtomicU64], slot: u64) -> (&AtomicU64, u64) {
+    (&bits[(slot / 64).usize()], 1 << (slot % 64))
+}
+
 /// A swap device in RAM allocated on demand (see the module documentation).
 #[derive(Debug)]
 pub struct RamSwap {
@@ -99,22 +111,18 @@ impl RamSwap {
         Ok(RamSwap {
             mem,
             nr_pages,
-            warm_bits: (0..nr_pages.div_ceil(64))
-                .map(|_| AtomicU64::new(0))
-                .collect(),
+            warm_bits: slot_bitmap(nr_pages),
             warm: Mutex::new(Warm::default()),
             warm_cap,
             epoch: std::time::Instant::now(),
             warm_age_ms: AtomicU64::new(WARM_AGE.as_millis().sat_u64()),
-            live_bits: (0..nr_pages.div_ceil(64))
-                .map(|_| AtomicU64::new(0))
-                .collect(),
+            live_bits: slot_bitmap(nr_pages),
         })
     }
 
     /// The word of `warm_bits` holding slot `slot`'s bit, and the bit.
     fn warm_bit(&self, slot: u64) -> (&AtomicU64, u64) {
-        (&self.warm_bits[(slot / 64).usize()], 1 << (slot % 64))
+        slot_bit(&self.warm_bits, slot)
     }
 
     fn is_warm(&self, slot: u64) -> bool {
@@ -218,15 +226,16 @@ impl RamSwap {
         }
     }
 
-    /// The live bit of slot `slot`.
-    fn live_bit(&self, slot: u64) -> (&AtomicU64, u64) {
-        (&self.live_bits[(slot / 64).usize()], 1 << (slot % 64))
+    /// Slot `slot` was written: it holds a page.
+    fn set_live(&self, slot: u64) {
+        let (w, bit) = slot_bit(&self.live_bits, slot);
+        w.fetch_or(bit, Ordering::AcqRel);
     }
 
     /// Slot `slot` is free again; whether it held a page (was written since it was last
     /// freed: a zswap tier above may have kept the page and never written it here).
     fn clear_live(&self, slot: u64) -> bool {
-        let (w, bit) = self.live_bit(slot);
+        let (w, bit) = slot_bit(&self.live_bits, slot);
         w.fetch_and(!bit, Ordering::AcqRel) & bit != 0
     }
 
@@ -274,8 +283,7 @@ impl SwapDevice for RamSwap {
             self.unwarm(slot + i as u64);
             self.mem
                 .copy_from((slot.usize() + i) * PAGE_SIZE, pool, p, PAGE_SIZE)?;
-            let (w, bit) = self.live_bit(slot + i as u64);
-            w.fetch_or(bit, Ordering::AcqRel);
+            self.set_live(slot + i as u64);
         }
         Ok(())
     }
