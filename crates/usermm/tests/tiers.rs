@@ -120,6 +120,46 @@ fn zswap_spec_opens_under_a_manager() {
 /// that still hold live pages once they waited unused (kswapd's `trim`), keeping the live
 /// pages and at most its bound of freed ones.
 #[test]
+fn the_ram_device_gives_back_what_it_kept_once_the_program_stops_swapping() {
+    // Below the device's bound of warm pages (an eighth of 64 MiB), freed slots are kept for
+    // reuse, but only while the program swaps: unused for the idle age, they go back.
+    let ram = Arc::new(RamSwap::new(64 << 20).unwrap());
+    ram.set_idle_age(std::time::Duration::from_millis(300));
+    let mm = Mm::new(MmConfig::new(4 << 20).swap(SwapConfig::Device(ram.clone()))).unwrap();
+    let r = mm.map_anon(12 << 20).unwrap();
+    let pages = r.len() / P;
+    for p in 0..pages {
+        r.write_u64(p * P, p as u64 * 5 + 3);
+    }
+    let held = ram.resident_bytes().unwrap();
+    assert!(held >= 6 << 20, "{held} bytes on the device");
+    // All but one page in 64 let go: whole clusters discarded, and single slots freed in the
+    // clusters of the pages kept.
+    for p in (0..pages).filter(|p| p % 64 != 0) {
+        r.discard(p * P, P).unwrap();
+    }
+    let kept = pages.div_ceil(64) as u64;
+    let mut left = 0;
+    for _ in 0..50 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        left = ram.resident_bytes().unwrap();
+        if left <= kept * P as u64 {
+            break;
+        }
+    }
+    assert!(
+        left <= kept * P as u64,
+        "the device still holds {left} bytes for at most {kept} live pages ({} warm)",
+        ram.warm_pages()
+    );
+    assert_eq!(ram.warm_pages(), 0);
+    for p in 0..pages {
+        let want = if p % 64 == 0 { p as u64 * 5 + 3 } else { 0 };
+        assert_eq!(r.read_u64(p * P), want, "page {p}");
+    }
+}
+
+#[test]
 fn the_ram_device_gives_back_what_a_shrunk_swap_left_free() {
     let ram = Arc::new(RamSwap::new(64 << 20).unwrap());
     ram.set_warm_age(std::time::Duration::ZERO);

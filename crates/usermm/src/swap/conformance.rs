@@ -1012,6 +1012,59 @@ fn ram_swap_gives_back_single_freed_slots_once_they_waited() {
 }
 
 #[test]
+fn ram_swap_gives_back_what_stayed_unused_below_its_bound() {
+    // 8 MiB: 2048 slots, at most 256 warm. 144 warm pages, below the bound: a discarded
+    // half-cluster and 16 single freed slots.
+    let dev = RamSwap::new(8 << 20).unwrap();
+    write_clusters(&dev, [0u64, 256, 512], 16);
+    dev.discard(0, 128).unwrap();
+    for s in 300..316u64 {
+        dev.invalidate(s);
+    }
+    assert_eq!(dev.warm_pages(), 144);
+    dev.set_warm_age(std::time::Duration::ZERO);
+    dev.trim();
+    assert_eq!(
+        dev.warm_pages(),
+        144,
+        "below the bound, given back before the idle age"
+    );
+    assert_eq!(dev.resident_bytes().unwrap(), 768 * P as u64);
+    // Unused for the idle age: all given back, the range and the singles.
+    dev.set_idle_age(std::time::Duration::ZERO);
+    dev.trim();
+    assert_eq!(dev.warm_pages(), 0);
+    assert_eq!(
+        dev.resident_bytes().unwrap(),
+        (768 - 144) * P as u64,
+        "the device holds the live slots only"
+    );
+    let dst = pool(1);
+    for s in [0u64, 127, 300, 315] {
+        dev.read_pages(s, &dst, &[0]).unwrap();
+        assert!(
+            (0..P).step_by(8).all(|o| dst.read_u64(o) == 0),
+            "given-back slot {s} reads as zeros"
+        );
+    }
+    for s in (128..300u64).chain(316..768) {
+        dev.read_pages(s, &dst, &[0]).unwrap();
+        check(&dst, 0, s, 16, "live slot beside given-back ones");
+    }
+    // Freed again later: kept until it too has waited.
+    dev.set_idle_age(std::time::Duration::from_secs(3600));
+    dev.invalidate(400);
+    dev.discard(512, 128).unwrap();
+    dev.trim();
+    assert_eq!(dev.warm_pages(), 129);
+    let src = pool(1);
+    fill(&src, 0, 0, 17);
+    dev.write_pages(0, &src, &[0]).unwrap();
+    dev.read_pages(0, &dst, &[0]).unwrap();
+    check(&dst, 0, 0, 17, "a given-back slot written again");
+}
+
+#[test]
 fn ram_swap_gives_back_a_large_backlog_over_several_trims() {
     // 64 MiB: 16384 slots, at most 2048 warm; 8192 single slots freed at once.
     let dev = RamSwap::new(64 << 20).unwrap();

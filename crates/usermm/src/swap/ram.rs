@@ -16,7 +16,10 @@
 //! system time). Beyond [`WARM_MAX_BYTES`] (at most an eighth of the device) the oldest warm
 //! pages are given back (`MADV_DONTNEED`, as `brd_do_discard`): discarded clusters at once,
 //! single slots once they have waited [`WARM_AGE`] unused (by kswapd's periodic
-//! [`SwapDevice::trim`], all that are due in one process_madvise(2): one TLB shootdown). A
+//! [`SwapDevice::trim`], all that are due in one process_madvise(2): one TLB shootdown). Below
+//! the bound, what nobody reused for [`WARM_IDLE_AGE`] is given back too, so a program that
+//! stopped swapping keeps nothing for reuse (the kernel's zram frees a slot's memory when the
+//! slot is freed). A
 //! program whose swap shrank so no longer keeps every page a random swap-in pattern left free
 //! in clusters that still hold a live slot, while one swapping steadily keeps its holes: given
 //! back as soon as they passed the bound, the Python dict ran 10% slower (200k pages given back
@@ -40,6 +43,12 @@ const WARM_RANGES_MAX: usize = 4096;
 
 /// How long a single freed slot's page is kept for reuse before it may be given back.
 pub const WARM_AGE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How long a warm page (a discarded cluster's or a single freed slot's) is kept unused below
+/// the bound before [`SwapDevice::trim`] gives it back: a program that swapped in a burst and
+/// then stopped holds no memory for slots it no longer writes. Long enough that a program
+/// swapping steadily (every page reused within seconds) never loses its warm pages to it.
+pub const WARM_IDLE_AGE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The most single freed slots one [`SwapDevice::trim`] gives back: the warm lock is held
 /// for the release (a few ms at ~1.2 us a page), and the frees and writes of the fault path
@@ -74,16 +83,18 @@ pub struct RamSwap {
     epoch: std::time::Instant,
     /// How long a single freed slot stays warm at least, in ms ([`WARM_AGE`]).
     warm_age_ms: AtomicU64,
+    /// How long a warm page unused stays warm below the bound, in ms ([`WARM_IDLE_AGE`]).
+    idle_age_ms: AtomicU64,
     /// One bit per slot: written and not freed since (the slot holds a page).
     live_bits: Box<[AtomicU64]>,
 }
 
-/// The warm pages: discarded clusters' ranges and single freed slots (with the time they were
-/// freed, ms since the device was made), each oldest first (entries whose slots were written
-/// since are skipped when popped), and the number of warm pages.
+/// The warm pages: discarded clusters' ranges (start, length) and single freed slots, each with
+/// the time it was freed (ms since the device was made) and oldest first (entries whose slots
+/// were written since are skipped when popped), and the number of warm pages.
 #[derive(Debug, Default)]
 struct Warm {
-    ranges: VecDeque<(u64, u64)>,
+    ranges: VecDeque<(u64, u64, u64)>,
     singles: VecDeque<(u64, u64)>,
     pages: u64,
 }
@@ -116,6 +127,7 @@ impl RamSwap {
             warm_cap,
             epoch: std::time::Instant::now(),
             warm_age_ms: AtomicU64::new(WARM_AGE.as_millis().sat_u64()),
+            idle_age_ms: AtomicU64::new(WARM_IDLE_AGE.as_millis().sat_u64()),
             live_bits: slot_bitmap(nr_pages),
         })
     }
@@ -150,25 +162,37 @@ impl RamSwap {
         let mut runs: Vec<(u64, u64)> = Vec::new();
         let mut released = 0;
         while warm.pages - released > self.warm_cap {
-            let Some((start, n)) = warm.ranges.pop_front() else {
+            let Some((start, n, _)) = warm.ranges.pop_front() else {
                 break;
             };
-            let mut s = start;
-            while s < start + n {
-                // The next run of warm slots from `s`.
-                if !self.is_warm(s) {
-                    s += 1;
-                    continue;
-                }
-                let mut e = s + 1;
-                while e < start + n && self.is_warm(e) {
-                    e += 1;
-                }
-                runs.push((s, e));
-                released += e - s;
-                s = e;
-            }
+            released += self.warm_runs(start, n, &mut runs);
         }
+        self.release_runs(warm, &runs, released)
+    }
+
+    /// Appends the runs of warm slots of `[start, start + n)` to `runs`; returns their pages.
+    fn warm_runs(&self, start: u64, n: u64, runs: &mut Vec<(u64, u64)>) -> u64 {
+        let mut found = 0;
+        let mut s = start;
+        while s < start + n {
+            if !self.is_warm(s) {
+                s += 1;
+                continue;
+            }
+            let mut e = s + 1;
+            while e < start + n && self.is_warm(e) {
+                e += 1;
+            }
+            runs.push((s, e));
+            found += e - s;
+            s = e;
+        }
+        found
+    }
+
+    /// Gives back the warm slots of `runs` (`released` pages; `warm` locked), one
+    /// MADV_DONTNEED per run.
+    fn release_runs(&self, warm: &mut Warm, runs: &[(u64, u64)], released: u64) -> io::Result<()> {
         let res = runs.iter().try_for_each(|&(s, e)| {
             self.mem.advise(
                 s.usize() * PAGE_SIZE,
@@ -178,6 +202,39 @@ impl RamSwap {
         });
         self.released(warm, runs.iter().flat_map(|&(s, e)| s..e), released);
         res.map_err(io::Error::from)
+    }
+
+    /// Gives back the warm pages nobody reused for the idle age ([`WARM_IDLE_AGE`]), below the
+    /// bound too (`warm` locked): the discarded ranges freed that long ago, then the single
+    /// slots, oldest first, about [`TRIM_MAX`] pages per call (a range is taken whole).
+    fn shrink_idle(&self, warm: &mut Warm) -> io::Result<()> {
+        let (now, age) = (self.now_ms(), self.idle_age_ms.load(Ordering::Relaxed));
+        let idle = |at: u64| now.saturating_sub(at) >= age;
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        let mut released = 0;
+        while released < TRIM_MAX {
+            match warm.ranges.front() {
+                Some(&(start, n, at)) if idle(at) => {
+                    warm.ranges.pop_front();
+                    released += self.warm_runs(start, n, &mut runs);
+                }
+                _ => break,
+            }
+        }
+        let res = self.release_runs(warm, &runs, released);
+        let mut slots: Vec<u64> = Vec::new();
+        while released + (slots.len() as u64) < TRIM_MAX {
+            match warm.singles.front() {
+                Some(&(slot, at)) if idle(at) => {
+                    warm.singles.pop_front();
+                    if self.is_warm(slot) {
+                        slots.push(slot);
+                    }
+                }
+                _ => break,
+            }
+        }
+        res.and(self.release_singles(warm, slots))
     }
 
     /// Gives back the single freed slots that waited the warm age unused, oldest first, while
@@ -196,6 +253,15 @@ impl RamSwap {
                 }
                 _ => break,
             }
+        }
+        self.release_singles(warm, slots)
+    }
+
+    /// Gives back the warm single slots `slots` (`warm` locked) in one process_madvise(2) per
+    /// `MAX_IOV` pages.
+    fn release_singles(&self, warm: &mut Warm, slots: Vec<u64>) -> io::Result<()> {
+        if slots.is_empty() {
+            return Ok(());
         }
         let offs: Vec<usize> = slots.iter().map(|&x| x.usize() * PAGE_SIZE).collect();
         let res = self.mem.dontneed_pages(&offs);
@@ -247,6 +313,13 @@ impl RamSwap {
     /// give it back ([`WARM_AGE`] by default; zero gives back at the next trim).
     pub fn set_warm_age(&self, age: std::time::Duration) {
         self.warm_age_ms
+            .store(age.as_millis().sat_u64(), Ordering::Relaxed);
+    }
+
+    /// How long a warm page unused below the bound is kept before [`SwapDevice::trim`] gives it
+    /// back ([`WARM_IDLE_AGE`] by default).
+    pub fn set_idle_age(&self, age: std::time::Duration) {
+        self.idle_age_ms
             .store(age.as_millis().sat_u64(), Ordering::Relaxed);
     }
 
@@ -307,13 +380,14 @@ impl SwapDevice for RamSwap {
         for x in slot..slot + n {
             self.clear_live(x);
         }
+        let now = self.now_ms();
         let mut warm = self.warm.lock();
         self.mark_warm(&mut warm, slot, n);
-        warm.ranges.push_back((slot, n));
+        warm.ranges.push_back((slot, n, now));
         if warm.ranges.len() > WARM_RANGES_MAX {
             // Ranges rewritten since they were discarded hold nothing warm: forget them.
             warm.ranges
-                .retain(|&(s, n)| (s..s + n).any(|x| self.is_warm(x)));
+                .retain(|&(s, n, _)| (s..s + n).any(|x| self.is_warm(x)));
         }
         self.shrink_warm(&mut warm)
     }
@@ -340,6 +414,11 @@ impl SwapDevice for RamSwap {
         if warm.pages > self.warm_cap {
             if let Err(e) = self.shrink_singles(&mut warm) {
                 log::warn!("giving back freed pages of the RAM swap device: {e}");
+            }
+        }
+        if warm.pages > 0 {
+            if let Err(e) = self.shrink_idle(&mut warm) {
+                log::warn!("giving back idle freed pages of the RAM swap device: {e}");
             }
         }
     }
