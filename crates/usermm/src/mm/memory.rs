@@ -1017,37 +1017,45 @@ fn frame_fault(
 }
 
 /// The swap-in's environment for the page state machine (mm/page_state.rs): the swap cache and
-/// the bounce buffer the faulting page was read into, placed in region `r`'s view.
-struct SwapinFromBounce<'a> {
+/// where the faulting page is (page 0 of `src`: the bounce buffer it was read into, or the
+/// device's own memory), placed in region `r`'s view.
+struct SwapinFromSrc<'a> {
     m: &'a MmInner,
     r: &'a RegionInner,
     sw: &'a super::swap_state::SwapState,
-    bounce: &'a crate::sys::Mapping,
+    src: &'a super::page_io::SwapinSrc<'a>,
+    /// A slot whose page is the device's own, freed only once the page is copied out: a freed
+    /// slot may be allocated and written again by another thread at once.
+    free_after_place: std::cell::Cell<Option<SwapEntry>>,
 }
 
-impl page_state::SwapinEnv for SwapinFromBounce<'_> {
+impl page_state::SwapinEnv for SwapinFromSrc<'_> {
     fn add_to_swap_cache(&self, entry: SwapEntry, f: Pfn) {
         self.sw.add_to_cache(entry, f, &self.m.vm);
     }
     fn swap_free(&self, entry: SwapEntry) {
-        self.sw.swap_free(entry, &self.m.vm);
+        if self.src.in_device {
+            self.free_after_place.set(Some(entry));
+        } else {
+            self.sw.swap_free(entry, &self.m.vm);
+        }
     }
     fn place_read(&self, idx: PgOff, f: Pfn, wp: bool) {
         let (m, r) = (self.m, self.r);
         let dst = r.page_addr(idx);
-        // Copied from the bounce buffer (write-protected while the swap copy stays valid, or
+        // Copied from where it was read (write-protected while the swap copy stays valid, or
         // writable with its hash recorded under anon_clean=hash); a recycled frame's slot is
         // dropped with the next batch (see place_from_slot for why not fill + MOVE).
         pool::empty_slot(m, f);
         let wp = wp
             && !(hashes_clean(m)
-                && self.bounce.hash_page(0).is_ok_and(|h| {
+                && self.src.hash_page(0).is_ok_and(|h| {
                     pool::set_clean_hash(m, f, h);
                     true
                 }));
         let place = || {
             m.retry_again(PAGE_SIZE, |_| {
-                m.mm.uffd.copy(dst, self.bounce.addr(), PAGE_SIZE, wp, true)
+                m.mm.uffd.copy(dst, self.src.addr(0), PAGE_SIZE, wp, true)
             })
         };
         let mut placed = place();
@@ -1059,6 +1067,9 @@ impl page_state::SwapinEnv for SwapinFromBounce<'_> {
         }
         if let Err(e) = placed {
             log::error!("placing a swapped-in page at {dst:#x}: {e}");
+        }
+        if let Some(slot) = self.free_after_place.take() {
+            self.sw.swap_free(slot, &m.vm);
         }
     }
 }
@@ -1092,7 +1103,7 @@ fn map_swap_ahead(
     r: &RegionInner,
     w: swap_state::SwapWindow<'_, '_>,
 ) -> (Vec<Pfn>, Vec<Pfn>) {
-    let (at, slots, frames, ok, bounce) = (w.at, w.slots, w.frames, w.ok, w.bounce);
+    let (at, slots, frames, ok, src) = (w.at, w.slots, w.frames, w.ok, w.src);
     let n = slots.len();
     let hash = hashes_clean(m);
     // Write-protected while the swap copy stays valid, unless a hash tells a store instead.
@@ -1101,11 +1112,13 @@ fn map_swap_ahead(
     let mut unused: Vec<Pfn> = frames[n..].to_vec();
     unused.extend((1..n).filter(|&k| !ok[k]).map(|k| frames[k]));
     let ks: Vec<usize> = (1..n).filter(|&k| ok[k]).collect();
-    for run in pool::runs(&ks, |a, b| at[b - 1] == at[a - 1].next()) {
+    for run in pool::runs(&ks, |a, b| {
+        at[b - 1] == at[a - 1].next() && src.follows(a, b)
+    }) {
         let run = &ks[run];
         let k0 = run[0];
         let hashes: Vec<u64> = if hash {
-            match bounce.hash_pages(k0 * PAGE_SIZE, run.len()) {
+            match run.iter().map(|&k| src.hash_page(k)).collect() {
                 Ok(h) => h,
                 // No hash to tell a later store by: these stay swapped.
                 Err(_) => {
@@ -1119,13 +1132,8 @@ fn map_swap_ahead(
         let dst = r.page_addr(at[k0 - 1]);
         let len = run.len() * PAGE_SIZE;
         let placed = match m.retry_again(len, |done| {
-            m.mm.uffd.copy(
-                dst + done,
-                bounce.addr() + k0 * PAGE_SIZE + done,
-                len - done,
-                wp,
-                true,
-            )
+            m.mm.uffd
+                .copy(dst + done, src.addr(k0) + done, len - done, wp, true)
         }) {
             Ok(d) => d / PAGE_SIZE,
             Err(e) => {
@@ -1212,7 +1220,7 @@ fn do_swap_page(
         }))
         .collect();
     pool::with_bounce(n, |bounce| {
-        let ok = super::page_io::swap_readpage(m, sw, &slots, bounce);
+        let (ok, src) = super::page_io::swap_readpage_src(m, sw, &slots, bounce);
         if !ok[0] {
             // The faulting page's contents are lost: poison it (SIGBUS on access), never hand
             // out zeros in its place.
@@ -1241,7 +1249,7 @@ fn do_swap_page(
             frames: &frames,
             ok: &ok,
             rest: &mut rest,
-            bounce,
+            src: &src,
         };
         let (used, unused, mapped) = if stream && !write && !rmw {
             let (used, unused) = map_swap_ahead(m, sw, r, w);
@@ -1255,7 +1263,13 @@ fn do_swap_page(
         // stays valid (a later write is a wp fault that drops the copy).
         let active =
             super::workingset::workingset_refault(m, sw.space(slot), slot.cache_index(), false);
-        let env = SwapinFromBounce { m, r, sw, bounce };
+        let env = SwapinFromSrc {
+            m,
+            r,
+            sw,
+            src: &src,
+            free_after_place: std::cell::Cell::new(None),
+        };
         let used_len = used.len() + 1;
         page_state::swapin_install(
             &m.node.pages,
@@ -1431,7 +1445,7 @@ fn swap_ra_window(
             _ => unreachable!(),
         })
         .collect();
-    let ok = super::page_io::swap_readpage(m, sw, &slots, bounce);
+    let (ok, src) = super::page_io::swap_readpage_src(m, sw, &slots, bounce);
     let read = ok.iter().filter(|&&o| o).count() as u64;
     let (first, rest) = guards.split_at_mut(1);
     let w = swap_state::SwapWindow {
@@ -1440,12 +1454,12 @@ fn swap_ra_window(
         frames: &frames,
         ok: &ok,
         rest,
-        bounce,
+        src: &src,
     };
     let (mut used, mut unused) = map_swap_ahead(m, sw, r, w);
     let mapped = used.len() as u64;
     // The marker: parked, its use a minor fault (swap_ra_marker).
-    if ok[0] && pool::fill_slots(m, &frames[..1], &ok[..1], bounce, 0)[0] {
+    if ok[0] && pool::fill_slots(m, &frames[..1], &ok[..1], src.map, &src.offs[..1])[0] {
         swap_state::park_page(m, sw, r, at[0], slots[0], frames[0], &mut first[0]);
         used.push(frames[0]);
     } else {

@@ -1,13 +1,16 @@
 //! Swap I/O. Mirrors `mm/page_io.c` (`swap_writepage`, `swap_readpage`): the one place where a
 //! page's bytes go to or come from the swap device. Writes go straight from the frames' pool
 //! slots, one device request per run of consecutive slots; reads land in a bounce buffer,
-//! because the pool is registered with userfaultfd and the kernel must not write into it.
+//! because the pool is registered with userfaultfd and the kernel must not write into it,
+//! except from a device whose pages are in this process's memory (the RAM device): swap-in
+//! copies straight from there ([`swap_readpage_src`]).
 //! Counted as Linux counts them (`pswpout`, `pgpgout` at write; reads are counted by the
 //! callers, which know how many pages they used), failures as `swap_write_error` and
 //! `swap_read_error`, each logged with its slots.
 
 use std::io;
 
+use crate::conv::Narrow;
 use crate::sys::{Mapping, PAGE_SIZE};
 use crate::vmstat::Item;
 
@@ -41,6 +44,70 @@ pub(crate) fn swap_writepage(
             Err(err)
         }
     }
+}
+
+/// Where the pages a swap-in read are (see [`swap_readpage_src`]): page `k` at offset
+/// `offs[k]` of `map`, the device's own memory (a device whose pages are in memory:
+/// [`SwapDevice::pages_in_memory`](crate::swap::SwapDevice::pages_in_memory)) or the bounce
+/// buffer they were read into. Callers copy from it into the view or the pool and hash it; they
+/// never hold a slice of it.
+pub(crate) struct SwapinSrc<'a> {
+    pub map: &'a Mapping,
+    pub offs: Vec<usize>,
+    /// The pages are the device's own: a slot must not be freed before its page is copied out
+    /// (a freed slot may be written again at once).
+    pub in_device: bool,
+}
+
+impl SwapinSrc<'_> {
+    /// The address of page `k`.
+    pub fn addr(&self, k: usize) -> usize {
+        self.map.addr() + self.offs[k]
+    }
+
+    /// Whether pages `a` and `b` (`a < b`) are `b - a` pages apart in `map`, so a run from `a`
+    /// to `b` is one contiguous source.
+    pub fn follows(&self, a: usize, b: usize) -> bool {
+        self.offs[b] == self.offs[a] + (b - a) * PAGE_SIZE
+    }
+
+    /// The xxh3 hash of page `k`.
+    pub fn hash_page(&self, k: usize) -> crate::sys::Result<u64> {
+        self.map.hash_page(self.offs[k])
+    }
+}
+
+/// [`swap_readpage`], but without a read where the device keeps its pages in this process's
+/// memory (the RAM device): the pages are then copied straight from the device into their
+/// places by the caller, one copy instead of two. Returns, per page, whether it can be used,
+/// and where the pages are.
+pub(crate) fn swap_readpage_src<'a>(
+    m: &MmInner,
+    sw: &'a SwapState,
+    slots: &[SwapEntry],
+    bounce: &'a Mapping,
+) -> (Vec<bool>, SwapinSrc<'a>) {
+    if let Some(mem) = sw.dev.pages_in_memory() {
+        let offs: Vec<usize> = slots
+            .iter()
+            .map(|s| s.offset().usize() * PAGE_SIZE)
+            .collect();
+        if offs.iter().all(|&o| o + PAGE_SIZE <= mem.len()) {
+            let src = SwapinSrc {
+                map: mem,
+                offs,
+                in_device: true,
+            };
+            return (vec![true; slots.len()], src);
+        }
+    }
+    let ok = swap_readpage(m, sw, slots, bounce);
+    let src = SwapinSrc {
+        map: bounce,
+        offs: (0..slots.len()).map(|k| k * PAGE_SIZE).collect(),
+        in_device: false,
+    };
+    (ok, src)
 }
 
 /// `swap_readpage` for a batch (the I/O of `swapin_readahead`, or one page): reads `slots` into

@@ -350,17 +350,18 @@ pub(crate) fn fill_slot(m: &MmInner, f: Pfn, bounce: &Mapping, off: usize) -> bo
     }
 }
 
-/// [`fill_slot`] for a window: the page at `off + k * PAGE_SIZE` of `bounce` into frame
-/// `frames[k]`'s slot where `ok[k]`. One mincore per run of consecutive frames says which slots
-/// hold recycled pages ([`pooled_batch`]), and each run of consecutive frames of one kind is one
-/// copy: a plain copy into recycled pages, one UFFDIO_COPY into empty slots (a run that fails
-/// part way is finished page by page). Returns which pages were filled.
+/// [`fill_slot`] for a window: the page at `offs[k]` of `src` (a bounce buffer, or a memory
+/// swap device's own pages) into frame `frames[k]`'s slot where `ok[k]`. One mincore per run of
+/// consecutive frames says which slots hold recycled pages ([`pooled_batch`]), and each run of
+/// consecutive frames of one kind whose sources are consecutive too is one copy: a plain copy
+/// into recycled pages, one UFFDIO_COPY into empty slots (a run that fails part way is
+/// finished page by page). Returns which pages were filled.
 pub(crate) fn fill_slots(
     m: &MmInner,
     frames: &[Pfn],
     ok: &[bool],
-    bounce: &Mapping,
-    off: usize,
+    src: &Mapping,
+    offs: &[usize],
 ) -> Vec<bool> {
     for &f in frames {
         settle(m, f);
@@ -376,7 +377,10 @@ pub(crate) fn fill_slots(
     let mut done = vec![false; frames.len()];
     let ks: Vec<usize> = (0..frames.len()).filter(|&k| ok[k]).collect();
     for run in runs(&ks, |a, b| {
-        b == a + 1 && frames[b] == frames[a].next() && recycled[a] == recycled[b]
+        b == a + 1
+            && frames[b] == frames[a].next()
+            && recycled[a] == recycled[b]
+            && offs[b] == offs[a] + PAGE_SIZE
     }) {
         let (k0, n) = (ks[run.start], run.len());
         let f0 = frames[k0];
@@ -384,22 +388,18 @@ pub(crate) fn fill_slots(
         let filled = if recycled[k0] {
             m.pool
                 .slots
-                .copy_from(f0.offset(), bounce, off + k0 * PAGE_SIZE, len)
+                .copy_from(f0.offset(), src, offs[k0], len)
                 .map_or(0, |()| n)
         } else {
             let dst = m.pool.slots.addr() + f0.offset();
-            match m
-                .mm
-                .uffd
-                .copy(dst, bounce.addr() + off + k0 * PAGE_SIZE, len, false, true)
-            {
+            match m.mm.uffd.copy(dst, src.addr() + offs[k0], len, false, true) {
                 Ok(_) => n,
                 Err(e) => e.done / PAGE_SIZE,
             }
         };
         done[k0..k0 + filled].fill(true);
         for k in k0 + filled..k0 + n {
-            done[k] = fill_slot(m, frames[k], bounce, off + k * PAGE_SIZE);
+            done[k] = fill_slot(m, frames[k], src, offs[k]);
         }
     }
     done

@@ -14,7 +14,6 @@ use std::sync::Arc;
 use crate::conv::Narrow;
 use crate::swap::{SwapDevice, SwapSlots};
 use crate::sync::Ordering;
-use crate::sys::{Mapping, PAGE_SIZE};
 use crate::vmstat::{Counters, Item};
 
 use super::fs::{as_flags, AddressSpace, AddressSpaceOps, Host, Shadows};
@@ -348,7 +347,7 @@ pub const STREAM_MIN: u32 = 32;
 
 /// A swap-in window `do_swap_page` has read: page `k` of it is swap entry `slots[k]` (0: the
 /// faulting page; page `at[k - 1]` of the region for the others, their entries locked in
-/// `rest[k - 1]`), read into page `k` of `bounce` if `ok[k]`, for frame `frames[k]` (frames
+/// `rest[k - 1]`), its contents at page `k` of `src` if `ok[k]`, for frame `frames[k]` (frames
 /// beyond `slots` are spare).
 pub(crate) struct SwapWindow<'a, 'g> {
     pub at: &'a [PgOff],
@@ -356,7 +355,7 @@ pub(crate) struct SwapWindow<'a, 'g> {
     pub frames: &'a [Pfn],
     pub ok: &'a [bool],
     pub rest: &'a mut [PteGuard<'g>],
-    pub bounce: &'a Mapping,
+    pub src: &'a super::page_io::SwapinSrc<'a>,
 }
 
 /// `swapin_readahead`'s pages around the faulting one (pages 1.. of the window): each read
@@ -375,13 +374,13 @@ pub(crate) fn park_readahead(
         frames,
         ok,
         rest,
-        bounce,
+        src,
     } = w;
     let n = slots.len();
     let mut used = Vec::with_capacity(n);
     let mut unused: Vec<Pfn> = frames[n..].to_vec();
     let filled = if n > 1 {
-        pool::fill_slots(m, &frames[1..n], &ok[1..n], bounce, PAGE_SIZE)
+        pool::fill_slots(m, &frames[1..n], &ok[1..n], src.map, &src.offs[1..n])
     } else {
         Vec::new()
     };

@@ -117,6 +117,12 @@ fn single_page_round_trip(dev: &dyn SwapDevice, pat: u64) {
     let dst = pool(4);
     dev.read_pages(7, &dst, &[2 * P]).unwrap();
     check(&dst, 2 * P, 7, pat + 1, "single page");
+    // A device that names its pages' memory holds each written slot's page there, as written
+    // (swap-in copies straight from it).
+    if let Some(mem) = dev.pages_in_memory() {
+        assert!(mem.len() >= NR.usize() * P, "the memory covers every slot");
+        check(mem, 7 * P, 7, pat + 1, "the page in the device's memory");
+    }
     // Empty batches are fine.
     dev.write_pages(7, &src, &[]).unwrap();
     dev.read_pages(7, &dst, &[]).unwrap();

@@ -57,6 +57,15 @@ pub trait SwapDevice: Send + Sync + 'static {
     fn read_runs(&self, runs: &[SlotRun<'_>], pool: &Mapping) -> Vec<io::Result<()>> {
         read_runs_in_turn(self, runs, pool)
     }
+    /// The memory holding the slots' pages, slot `s` at `s * PAGE_SIZE`, for a device that
+    /// keeps its pages uncompressed in this process's memory (the RAM device): a swap-in then
+    /// copies each page straight from there into its place (`UFFDIO_COPY`, a slot's copy)
+    /// instead of reading it into a bounce buffer first. A slot's page stays there, unchanged,
+    /// while the slot is allocated (its caller holds the entry naming it). None (the default):
+    /// pages are read with [`SwapDevice::read_pages`].
+    fn pages_in_memory(&self) -> Option<&Mapping> {
+        None
+    }
     /// The slots `[slot, slot+n)` no longer hold data; a device may release their space.
     /// Called when a whole swap cluster (`[slot, slot+n)`) is free, before it can be allocated
     /// again (`discard_swap_cluster`).

@@ -370,6 +370,12 @@ impl SwapDevice for RamSwap {
         Ok(())
     }
 
+    fn pages_in_memory(&self) -> Option<&Mapping> {
+        // An allocated slot is neither warm nor given back (trim and shrink touch freed slots
+        // only), and is written only after it is freed and allocated again.
+        Some(&self.mem)
+    }
+
     fn discard(&self, slot: u64, n: u64) -> io::Result<()> {
         check_slots(slot, n, self.nr_pages)?;
         if n == 0 {
