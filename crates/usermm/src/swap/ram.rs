@@ -5,7 +5,9 @@
 //! The device reserves address space only (`MAP_NORESERVE`, no transparent huge pages): a slot
 //! costs memory from its first write until it is discarded, so a large `--swap-size` costs
 //! nothing until pages are really swapped out. Reading a slot that was never written returns
-//! zeros. Pages move by memcpy between the frame pool and the mapping.
+//! zeros. Swap-out copies pages from the frame pool into the mapping (memcpy); swap-in copies
+//! them from the mapping straight to where they go, the program's view or a pool slot
+//! ([`SwapDevice::pages_in_memory`]), with no read into a bounce buffer first.
 //!
 //! Freed slots stay warm: whole clusters discarded ([`SwapDevice::discard`]) and single slots
 //! freed inside clusters still in use ([`SwapDevice::invalidate`]). Their pages are kept, and
