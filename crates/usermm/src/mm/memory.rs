@@ -1023,7 +1023,7 @@ struct SwapinFromSrc<'a> {
     m: &'a MmInner,
     r: &'a RegionInner,
     sw: &'a super::swap_state::SwapState,
-    src: &'a super::page_io::SwapinSrc<'a>,
+    src: &'a super::swap_state::SwapinSrc<'a>,
     /// A slot whose page is the device's own, freed only once the page is copied out: a freed
     /// slot may be allocated and written again by another thread at once.
     free_after_place: std::cell::Cell<Option<SwapEntry>>,

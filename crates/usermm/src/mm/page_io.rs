@@ -16,7 +16,7 @@ use crate::vmstat::Item;
 
 use super::page::{Pfn, SwapEntry};
 use super::pool;
-use super::swap_state::SwapState;
+use super::swap_state::{SwapState, SwapinSrc};
 use super::MmInner;
 
 /// `swap_writepage` for a run: writes the pages of `frames` (from their pool slots) to the
@@ -43,37 +43,6 @@ pub(crate) fn swap_writepage(
             m.vm.inc(Item::SwapWriteError);
             Err(err)
         }
-    }
-}
-
-/// Where the pages a swap-in read are (see [`swap_readpage_src`]): page `k` at offset
-/// `offs[k]` of `map`, the device's own memory (a device whose pages are in memory:
-/// [`SwapDevice::pages_in_memory`](crate::swap::SwapDevice::pages_in_memory)) or the bounce
-/// buffer they were read into. Callers copy from it into the view or the pool and hash it; they
-/// never hold a slice of it.
-pub(crate) struct SwapinSrc<'a> {
-    pub map: &'a Mapping,
-    pub offs: Vec<usize>,
-    /// The pages are the device's own: a slot must not be freed before its page is copied out
-    /// (a freed slot may be written again at once).
-    pub in_device: bool,
-}
-
-impl SwapinSrc<'_> {
-    /// The address of page `k`.
-    pub fn addr(&self, k: usize) -> usize {
-        self.map.addr() + self.offs[k]
-    }
-
-    /// Whether pages `a` and `b` (`a < b`) are `b - a` pages apart in `map`, so a run from `a`
-    /// to `b` is one contiguous source.
-    pub fn follows(&self, a: usize, b: usize) -> bool {
-        self.offs[b] == self.offs[a] + (b - a) * PAGE_SIZE
-    }
-
-    /// The xxh3 hash of page `k`.
-    pub fn hash_page(&self, k: usize) -> crate::sys::Result<u64> {
-        self.map.hash_page(self.offs[k])
     }
 }
 

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use crate::conv::Narrow;
 use crate::swap::{SwapDevice, SwapSlots};
 use crate::sync::Ordering;
+use crate::sys::{Mapping, PAGE_SIZE};
 use crate::vmstat::{Counters, Item};
 
 use super::fs::{as_flags, AddressSpace, AddressSpaceOps, Host, Shadows};
@@ -355,7 +356,38 @@ pub(crate) struct SwapWindow<'a, 'g> {
     pub frames: &'a [Pfn],
     pub ok: &'a [bool],
     pub rest: &'a mut [PteGuard<'g>],
-    pub src: &'a super::page_io::SwapinSrc<'a>,
+    pub src: &'a SwapinSrc<'a>,
+}
+
+/// Where the pages a swap-in read are (see `page_io::swap_readpage_src`): page `k` at offset
+/// `offs[k]` of `map`, the device's own memory (a device whose pages are in memory:
+/// [`SwapDevice::pages_in_memory`](crate::swap::SwapDevice::pages_in_memory)) or the bounce
+/// buffer they were read into. Callers copy from it into the view or the pool and hash it; they
+/// never hold a slice of it.
+pub(crate) struct SwapinSrc<'a> {
+    pub map: &'a Mapping,
+    pub offs: Vec<usize>,
+    /// The pages are the device's own: a slot must not be freed before its page is copied out
+    /// (a freed slot may be written again at once).
+    pub in_device: bool,
+}
+
+impl SwapinSrc<'_> {
+    /// The address of page `k`.
+    pub fn addr(&self, k: usize) -> usize {
+        self.map.addr() + self.offs[k]
+    }
+
+    /// Whether pages `a` and `b` (`a < b`) are `b - a` pages apart in `map`, so a run from `a`
+    /// to `b` is one contiguous source.
+    pub fn follows(&self, a: usize, b: usize) -> bool {
+        self.offs[b] == self.offs[a] + (b - a) * PAGE_SIZE
+    }
+
+    /// The xxh3 hash of page `k`.
+    pub fn hash_page(&self, k: usize) -> crate::sys::Result<u64> {
+        self.map.hash_page(self.offs[k])
+    }
 }
 
 /// `swapin_readahead`'s pages around the faulting one (pages 1.. of the window): each read
