@@ -1029,6 +1029,16 @@ struct SwapinFromSrc<'a> {
     free_after_place: std::cell::Cell<Option<SwapEntry>>,
 }
 
+impl Drop for SwapinFromSrc<'_> {
+    /// A slot whose free waited for a copy that never came (no path skips `place_read` after
+    /// `swap_free` today) is freed all the same, never leaked.
+    fn drop(&mut self) {
+        if let Some(slot) = self.free_after_place.take() {
+            self.sw.swap_free(slot, &self.m.vm);
+        }
+    }
+}
+
 impl page_state::SwapinEnv for SwapinFromSrc<'_> {
     fn add_to_swap_cache(&self, entry: SwapEntry, f: Pfn) {
         self.sw.add_to_cache(entry, f, &self.m.vm);
