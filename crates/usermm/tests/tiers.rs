@@ -116,9 +116,20 @@ fn zswap_spec_opens_under_a_manager() {
     assert!(vm.val("zswpout") > 0 && vm.val("zswpin") > 0, "{vm}");
 }
 
-/// A program whose swap shrinks: the RAM device gives back the slots freed inside clusters
-/// that still hold live pages once they waited unused (kswapd's `trim`), keeping the live
-/// pages and at most its bound of freed ones.
+/// The bytes `ram` holds once kswapd's trims (about every 200 ms while it is idle) brought them
+/// to at most `limit`, or after five seconds of waiting.
+fn ram_held_after_trims(ram: &RamSwap, limit: u64) -> u64 {
+    let mut left = 0;
+    for _ in 0..50 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        left = ram.resident_bytes().unwrap();
+        if left <= limit {
+            break;
+        }
+    }
+    left
+}
+
 #[test]
 fn the_ram_device_gives_back_what_it_kept_once_the_program_stops_swapping() {
     // Below the device's bound of warm pages (an eighth of 64 MiB), freed slots are kept for
@@ -139,14 +150,7 @@ fn the_ram_device_gives_back_what_it_kept_once_the_program_stops_swapping() {
         r.discard(p * P, P).unwrap();
     }
     let kept = pages.div_ceil(64) as u64;
-    let mut left = 0;
-    for _ in 0..50 {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        left = ram.resident_bytes().unwrap();
-        if left <= kept * P as u64 {
-            break;
-        }
-    }
+    let left = ram_held_after_trims(&ram, kept * P as u64);
     assert!(
         left <= kept * P as u64,
         "the device still holds {left} bytes for at most {kept} live pages ({} warm)",
@@ -159,6 +163,9 @@ fn the_ram_device_gives_back_what_it_kept_once_the_program_stops_swapping() {
     }
 }
 
+/// A program whose swap shrinks: the RAM device gives back the slots freed inside clusters
+/// that still hold live pages once they waited unused (kswapd's `trim`), keeping the live
+/// pages and at most its bound of freed ones.
 #[test]
 fn the_ram_device_gives_back_what_a_shrunk_swap_left_free() {
     let ram = Arc::new(RamSwap::new(64 << 20).unwrap());
@@ -175,16 +182,8 @@ fn the_ram_device_gives_back_what_a_shrunk_swap_left_free() {
     for p in (1..pages).step_by(2) {
         r.discard(p * P, P).unwrap();
     }
-    // kswapd trims about every 200 ms while idle.
     let bound = (ram.nr_pages() / 8).min(usermm::swap::ram::WARM_MAX_BYTES / P as u64);
-    let mut left = 0;
-    for _ in 0..50 {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        left = ram.resident_bytes().unwrap();
-        if left <= (pages as u64 / 2 + bound) * P as u64 {
-            break;
-        }
-    }
+    let left = ram_held_after_trims(&ram, (pages as u64 / 2 + bound) * P as u64);
     assert!(
         left <= (pages as u64 / 2 + bound) * P as u64,
         "the device still holds {left} bytes for {} live pages ({} warm)",

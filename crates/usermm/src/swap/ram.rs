@@ -224,28 +224,15 @@ impl RamSwap {
             }
         }
         let res = self.release_runs(warm, &runs, released);
-        let mut slots: Vec<u64> = Vec::new();
-        while released + (slots.len() as u64) < TRIM_MAX {
-            match warm.singles.front() {
-                Some(&(slot, at)) if idle(at) => {
-                    warm.singles.pop_front();
-                    if self.is_warm(slot) {
-                        slots.push(slot);
-                    }
-                }
-                _ => break,
-            }
-        }
+        let slots = self.aged_singles(warm, now, age, TRIM_MAX.saturating_sub(released));
         res.and(self.release_singles(warm, slots))
     }
 
-    /// Gives back the single freed slots that waited the warm age unused, oldest first, while
-    /// more than `warm_cap` pages are warm, at most [`TRIM_MAX`] (`warm` locked): in one
-    /// process_madvise(2) per `MAX_IOV` pages, one TLB shootdown each.
-    fn shrink_singles(&self, warm: &mut Warm) -> io::Result<()> {
-        let (now, age) = (self.now_ms(), self.warm_age_ms.load(Ordering::Relaxed));
+    /// Takes from the front of the single freed slots those freed at least `age` ms before
+    /// `now` (oldest first) and returns the ones still warm, at most `max` (`warm` locked).
+    fn aged_singles(&self, warm: &mut Warm, now: u64, age: u64, max: u64) -> Vec<u64> {
         let mut slots: Vec<u64> = Vec::new();
-        while warm.pages - slots.len() as u64 > self.warm_cap && (slots.len() as u64) < TRIM_MAX {
+        while (slots.len() as u64) < max {
             match warm.singles.front() {
                 Some(&(slot, at)) if now.saturating_sub(at) >= age => {
                     warm.singles.pop_front();
@@ -256,6 +243,16 @@ impl RamSwap {
                 _ => break,
             }
         }
+        slots
+    }
+
+    /// Gives back the single freed slots that waited the warm age unused, oldest first, while
+    /// more than `warm_cap` pages are warm, at most [`TRIM_MAX`] (`warm` locked): in one
+    /// process_madvise(2) per `MAX_IOV` pages, one TLB shootdown each.
+    fn shrink_singles(&self, warm: &mut Warm) -> io::Result<()> {
+        let (now, age) = (self.now_ms(), self.warm_age_ms.load(Ordering::Relaxed));
+        let max = TRIM_MAX.min(warm.pages.saturating_sub(self.warm_cap));
+        let slots = self.aged_singles(warm, now, age, max);
         self.release_singles(warm, slots)
     }
 
