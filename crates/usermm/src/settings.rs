@@ -86,6 +86,14 @@ pub enum Switch {
     /// queued when the first page of one is used (new, `async`; memory.rs `swap_ra_async`),
     /// as a file's PG_readahead marker queues its next window.
     SwapRaAsync,
+    /// What a swap-in from a device whose pages are uncompressed in memory (the RAM device:
+    /// [`SwapDevice::pages_in_memory`](crate::swap::SwapDevice::pages_in_memory)) keeps: the
+    /// slot, the page clean in the swap cache until a store (old, `keep`), or nothing: the slot
+    /// is freed once the page is copied out and the page is dirty (new, `skip`), as Linux's
+    /// `do_swap_page` skips the swap cache on a `SWP_SYNCHRONOUS_IO` device (zram). Writing such
+    /// a page again is a copy; keeping it clean costs a hash at map and at unmap (or a
+    /// write-protect fault) and a second copy of every swapped-in page in the device.
+    SwapinCache,
 }
 
 /// Static description of one switch.
@@ -233,6 +241,15 @@ pub const SWITCHES: &[SwitchInfo] = &[
         old: "sync",
         new: "async",
         what: "how a swap-in stream's windows are read: each by the fault that reaches it, or the next ones by the readahead workers while the program uses this one, mapped before it gets there",
+        default: Behaviour::New,
+    },
+    SwitchInfo {
+        switch: Switch::SwapinCache,
+        name: "swapin_cache",
+        seed: "issue 14",
+        old: "keep",
+        new: "skip",
+        what: "what a swap-in from the RAM device keeps: its slot, the page clean in the swap cache, or nothing (the slot freed once the page is copied out, the page dirty), as do_swap_page skips the swap cache on zram",
         default: Behaviour::New,
     },
 ];

@@ -93,12 +93,13 @@ fn faults_served_on_the_faulting_thread_and_other_sigbus_chained() {
         let mm = Mm::new(
             MmConfig::new(budget)
                 .swap(SwapConfig::Ram { size: 128 * MIB })
-                // Clean swap-cache pages write-protected, so that the rewrites below are
-                // write-protect faults served on the faulting threads.
+                // Swapped-in pages kept clean in the swap cache, write-protected, so that the
+                // rewrites below are write-protect faults served on the faulting threads.
                 .settings(
                     Settings::default()
                         .with(Switch::FaultPath, usermm::Behaviour::New)
-                        .with(Switch::AnonClean, usermm::Behaviour::Old),
+                        .with(Switch::AnonClean, usermm::Behaviour::Old)
+                        .with(Switch::SwapinCache, usermm::Behaviour::Old),
                 ),
         )
         .expect("a manager with fault_path=sigbus");

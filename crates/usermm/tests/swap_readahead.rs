@@ -277,6 +277,72 @@ fn clean_pages_are_not_written_twice_with(hash: bool) {
     assert_consistent(&mm);
 }
 
+/// `swapin_cache=skip` (the default) on the RAM device: a page swapped back in keeps nothing
+/// of its swap copy, as Linux's do_swap_page skips the swap cache on zram: its slot is free
+/// once the page is read (faulting pages, their readahead neighbours, a stream's mapped
+/// windows), the page is dirty, and the next eviction writes every page again, with its data.
+/// Pages read ahead but never used stay clean and cost no write.
+#[test]
+fn swap_ins_from_ram_free_their_slots() {
+    init_log();
+    let mm = mm_ram(8 * MIB, 64 * MIB);
+    let n = 1024;
+    let r = mm.map_anon(n * PAGE).unwrap();
+    for p in 0..n {
+        r.write_u64(p * PAGE + 64, pattern(23, p as u64, 8));
+    }
+    settle(&mm);
+    reclaim_all(&mm);
+    assert_eq!(r.resident_pages(), 0);
+    let s1 = mm.vmstat();
+    // Up the region (a stream: mapped windows), then every other page of a second pass down
+    // (parked readahead pages, half of them used).
+    for p in 0..n / 2 {
+        assert_eq!(
+            r.read_u64(p * PAGE + 64),
+            pattern(23, p as u64, 8),
+            "page {p}"
+        );
+    }
+    for p in (n / 2..n).rev().step_by(2) {
+        assert_eq!(
+            r.read_u64(p * PAGE + 64),
+            pattern(23, p as u64, 8),
+            "page {p}"
+        );
+    }
+    settle(&mm);
+    let s2 = mm.vmstat();
+    let d2 = s2.delta(&s1);
+    let used = (n / 2 + n / 4) as u64;
+    assert!(d2.val("pswpin") >= used, "{d2}");
+    // Only unused readahead pages may still hold a slot (clean, in the swap cache).
+    let unused = d2.val("pswpin") - used;
+    assert!(
+        s2.val("nr_swapcache") <= unused,
+        "{} pages in the swap cache, {unused} read ahead and unused\n{d2}",
+        s2.val("nr_swapcache")
+    );
+    assert_eq!(d2.val("clean_hash_clean") + d2.val("wp_fault"), 0, "{d2}");
+
+    reclaim_all(&mm);
+    let s3 = mm.vmstat();
+    let d3 = s3.delta(&s2);
+    assert_eq!(r.resident_pages(), 0, "{d3}");
+    assert!(
+        d3.val("pswpout") >= used,
+        "every page used after its swap-in is written again\n{d3}"
+    );
+    for p in 0..n {
+        assert_eq!(
+            r.read_u64(p * PAGE + 64),
+            pattern(23, p as u64, 8),
+            "page {p} after the second eviction"
+        );
+    }
+    assert_consistent(&mm);
+}
+
 /// Under both ways of seeing the store (`anon_clean=wp`: a write-protect fault per page;
 /// `hash`: no fault, the changed hash found when reclaim unmaps the page).
 #[test]

@@ -817,6 +817,18 @@ impl page_state::FaultEnv for RegionFaultEnv<'_> {
     }
 }
 
+/// Whether a swap-in keeps nothing of the device's copy (switch `swapin_cache=skip`, on a device
+/// whose pages are uncompressed in this process's memory): the slot is freed once the page is
+/// copied out and the page is dirty, as Linux's `do_swap_page` skips the swap cache on a
+/// `SWP_SYNCHRONOUS_IO` device. Readahead pages stay parked clean in the swap cache until used
+/// (an unused one is dropped without a write); their slots go when they are mapped.
+fn skips_swap_cache(m: &MmInner) -> bool {
+    m.cfg.settings.is_new(crate::settings::Switch::SwapinCache)
+        && m.swap
+            .as_ref()
+            .is_some_and(|sw| sw.dev.pages_in_memory().is_some())
+}
+
 /// Whether clean swap-cache pages are mapped writable with their hash recorded
 /// (`anon_clean=hash`) rather than write-protected.
 fn hashes_clean(m: &MmInner) -> bool {
@@ -866,10 +878,10 @@ fn place_parked(m: &MmInner, r: &RegionInner, idx: PgOff, f: Pfn, wp: bool) -> b
     place_decided(m, r, idx, f, wp, hashed)
 }
 
-/// How a parked page is mapped (`wp`: it is clean and its swap copy stays valid): under
-/// `anon_clean=hash` writable and dirty, its swap copy dropped, in a region whose such pages
-/// come back written, else writable with its contents' hash recorded; otherwise
-/// write-protected. Returns (write-protect it, hash recorded). `present`: the slot is already
+/// How a parked page is mapped (`wp`: it is clean and its swap copy stays valid): writable and
+/// dirty, its swap copy dropped, under `swapin_cache=skip` ([`skips_swap_cache`]) or, under
+/// `anon_clean=hash`, in a region whose such pages come back written; else writable with its
+/// contents' hash recorded under `anon_clean=hash`; otherwise write-protected. Returns (write-protect it, hash recorded). `present`: the slot is already
 /// known to hold the page (one mincore for a run), or None to ask.
 fn clean_mapping(
     m: &MmInner,
@@ -879,7 +891,7 @@ fn clean_mapping(
     wp: bool,
     present: Option<bool>,
 ) -> (bool, bool) {
-    let predicted = wp && write_predicted(m, r, idx);
+    let predicted = wp && (skips_swap_cache(m) || write_predicted(m, r, idx));
     if predicted {
         swap_state::try_to_free_swap(m, f);
     }
@@ -1103,7 +1115,8 @@ fn drop_stray_page(m: &MmInner, r: &RegionInner, idx: PgOff) {
 /// and the program used every page of the last window), pages 1.. of `w`, mapped at once, one
 /// UFFDIO_COPY per run of consecutive pages, as clean swap-cache pages keeping their swap
 /// copies (write-protected, or writable with their hash recorded under anon_clean=hash), as a
-/// minor fault maps a parked one. Parked instead, each would cost a copy into its pool slot, a
+/// minor fault maps a parked one; or dirty, their slots freed once copied, under
+/// `swapin_cache=skip`. Parked instead, each would cost a copy into its pool slot, a
 /// share of a minor fault's fault-around, a copy out and the slot's zap. A page that was not
 /// read or not placed stays swapped (its own fault reads it). Returns the frames used and
 /// those left over.
@@ -1115,9 +1128,10 @@ fn map_swap_ahead(
 ) -> (Vec<Pfn>, Vec<Pfn>) {
     let (at, slots, frames, ok, src) = (w.at, w.slots, w.frames, w.ok, w.src);
     let n = slots.len();
-    let hash = hashes_clean(m);
+    let free = skips_swap_cache(m);
+    let hash = hashes_clean(m) && !free;
     // Write-protected while the swap copy stays valid, unless a hash tells a store instead.
-    let wp = !hash;
+    let wp = !hash && !free;
     let mut used = Vec::with_capacity(n);
     let mut unused: Vec<Pfn> = frames[n..].to_vec();
     unused.extend((1..n).filter(|&k| !ok[k]).map(|k| frames[k]));
@@ -1176,17 +1190,22 @@ fn map_swap_ahead(
                 false,
             );
             let p = &m.node.pages[f];
+            let keep = if free { pg::DIRTY } else { pg::SWAPCACHE };
             p.init(
                 Owner::Anon(r.id, at[k - 1]),
                 pg::UPTODATE
                     | pg::SWAPBACKED
-                    | pg::SWAPCACHE
+                    | keep
                     | pg::MAPPED
                     | if wp { pg::WP } else { 0 }
                     | if refault { pg::ACTIVE } else { 0 },
             );
             p.set_swap_entry(slots[k]);
-            sw.add_to_cache(slots[k], f, &m.vm);
+            if free {
+                sw.swap_free(slots[k], &m.vm);
+            } else {
+                sw.add_to_cache(slots[k], f, &m.vm);
+            }
             w.rest[k - 1].set(Pte::Frame(f));
             used.push(f);
         }
@@ -1250,7 +1269,9 @@ fn do_swap_page(
         let rmw = !write && r.writes.expects(idx);
         // Or the region's pages mapped clean nearly all come back written (anon_clean=hash).
         let predicted = !write && !rmw && write_predicted(m, r, idx);
-        let keep = !sw.full() && !write && !rmw && !predicted;
+        // Or the device's copy is in memory and a second write of the page only a copy
+        // (swapin_cache=skip).
+        let keep = !sw.full() && !write && !rmw && !predicted && !skips_swap_cache(m);
         // A stream's window is mapped now (it will all be used); any other is parked, each
         // page mapped by its own minor fault (with its fault-around), when it comes.
         let w = swap_state::SwapWindow {

@@ -35,14 +35,19 @@ pub fn mm_ram(budget: u64, swap: u64) -> Mm {
         .expect("creating a memory manager")
 }
 
-/// [`mm_ram`] with clean swap-cache pages mapped write-protected (`anon_clean=wp`, `hash`
-/// false) or writable with their hash recorded (`anon_clean=hash`).
+/// [`mm_ram`] whose swap-ins keep their slots (`swapin_cache=keep`), with clean swap-cache
+/// pages mapped write-protected (`anon_clean=wp`, `hash` false) or writable with their hash
+/// recorded (`anon_clean=hash`).
 pub fn mm_ram_anon_clean(budget: u64, swap: u64, hash: bool) -> Mm {
     let b = if hash { Behaviour::New } else { Behaviour::Old };
     Mm::new(
         MmConfig::new(budget)
             .swap(SwapConfig::Ram { size: swap })
-            .settings(Settings::default().with(Switch::AnonClean, b)),
+            .settings(
+                Settings::default()
+                    .with(Switch::AnonClean, b)
+                    .with(Switch::SwapinCache, Behaviour::Old),
+            ),
     )
     .expect("creating a memory manager")
 }
