@@ -99,6 +99,8 @@ pub(crate) fn put_shared(m: &MmInner, slots: impl IntoIterator<Item = u64>) {
 struct ServerCtl {
     pid: u32,
     stop: crate::sys::uffd::EventFd,
+    /// Where [`handover`] makes its file (`$TMPDIR` or /tmp).
+    handover_dir: std::ffi::OsString,
 }
 
 /// The threads serving this process's fork children.
@@ -140,6 +142,10 @@ pub(crate) fn serve_child(m: Arc<MmInner>, stream: UnixStream, shared: Vec<u64>)
     let ctl = Arc::new(ServerCtl {
         pid: std::process::id(),
         stop: crate::sys::uffd::EventFd::new().map_err(io::Error::other)?,
+        // Read here, on the forking thread: the serving thread must not read the environment,
+        // which a program that called setenv(3) keeps in its heap (managed memory, possibly
+        // swapped out).
+        handover_dir: std::env::var_os("TMPDIR").unwrap_or_else(|| "/tmp".into()),
     });
     SERVERS.lock().push(Arc::clone(&ctl));
     let r = super::spawn_thread("usermm-forkd".to_string(), move || {
@@ -174,7 +180,7 @@ fn serve(
     while !held.is_empty() {
         let (_, stop) = crate::sys::net::poll2(s.as_raw_fd(), ctl.stop.raw_fd(), -1)?;
         if stop {
-            return handover(m, &s, held, &bounce);
+            return handover(m, &s, held, &bounce, &ctl.handover_dir);
         }
         let (op, n) = recv_header(&mut s)?;
         let n = n as usize;
@@ -254,27 +260,27 @@ fn read_slots(
     Ok(())
 }
 
-/// Writes the pages of the slots the child still shares (`held`) into a new unlinked file, at
-/// `slot * 4096`, and sends the child that file with a [`STATUS_HANDOVER`] header: it reads
-/// them from there from then on (swap/inherit.rs). The parent is exiting.
+/// Writes the pages of the slots the child still shares (`held`) into a new unlinked file in
+/// `dir`, at `slot * 4096`, and sends the child that file with a [`STATUS_HANDOVER`] header: it
+/// reads them from there from then on (swap/inherit.rs). The parent is exiting.
 fn handover(
     m: &MmInner,
     s: &UnixStream,
     held: &mut HashSet<u64>,
     bounce: &Mapping,
+    dir: &std::ffi::OsStr,
 ) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::{FileExt, OpenOptionsExt};
     let Some(sw) = &m.swap else {
         return Ok(());
     };
-    let dir = std::env::var_os("TMPDIR").unwrap_or_else(|| "/tmp".into());
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .mode(0o600)
         .custom_flags(libc::O_TMPFILE)
-        .open(&dir)
+        .open(dir)
         .map_err(|e| {
             io::Error::new(
                 e.kind(),
