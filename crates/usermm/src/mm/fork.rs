@@ -20,7 +20,6 @@
 //! Child: [`adopt_anon_inherited`] makes the received range a region whose swapped pages name
 //! the inherited slots of its device.
 
-use std::collections::HashSet;
 use std::io;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
@@ -132,45 +131,125 @@ pub fn hand_over_all(timeout: std::time::Duration) -> usize {
     n - lock().iter().filter(|c| c.pid == me).count()
 }
 
+/// The slots a fork child still shares with this process (each with one use taken for it by
+/// [`share_swapped`]): sorted, each marked when the child releases it. Dropping it releases
+/// every slot still held ([`put_shared`]), whichever way the serving thread ends, also when it
+/// never starts. A sorted vector, not a hash set: a GiB swapped is a quarter of a million
+/// slots, and hashing them on the forking thread cost the parent's fork() 10 ms.
+struct Held {
+    m: Arc<MmInner>,
+    slots: Vec<u64>,
+    gone: Vec<bool>,
+    left: usize,
+}
+
+impl Held {
+    fn new(m: Arc<MmInner>, mut slots: Vec<u64>) -> Held {
+        // Nearly sorted already: pages swapped out together have consecutive slots.
+        slots.sort_unstable();
+        slots.dedup();
+        let left = slots.len();
+        Held {
+            m,
+            gone: vec![false; left],
+            slots,
+            left,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.left == 0
+    }
+
+    fn find(&self, slot: u64) -> Option<usize> {
+        self.slots
+            .binary_search(&slot)
+            .ok()
+            .filter(|&i| !self.gone[i])
+    }
+
+    fn contains(&self, slot: u64) -> bool {
+        self.find(slot).is_some()
+    }
+
+    /// Marks `slot` released by the child; false if it was not held.
+    fn remove(&mut self, slot: u64) -> bool {
+        let Some(i) = self.find(slot) else {
+            return false;
+        };
+        self.gone[i] = true;
+        self.left -= 1;
+        true
+    }
+
+    /// The slots still held, ascending.
+    fn held(&self) -> Vec<u64> {
+        self.slots
+            .iter()
+            .zip(&self.gone)
+            .filter(|&(_, &g)| !g)
+            .map(|(&s, _)| s)
+            .collect()
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        put_shared(&self.m, self.held());
+    }
+}
+
 /// Starts the thread that serves a fork child's reads of the slots `shared` (from
 /// [`share_swapped`]) over `stream`, until the child closes it; then the slots it still held
-/// lose its use.
+/// lose its use (also when the thread cannot be started).
 pub(crate) fn serve_child(m: Arc<MmInner>, stream: UnixStream, shared: Vec<u64>) -> io::Result<()> {
-    let held: HashSet<u64> = shared.into_iter().collect();
-    let mut held = Some(held);
-    let m2 = Arc::clone(&m);
+    let stop = match crate::sys::uffd::EventFd::new() {
+        Ok(e) => e,
+        Err(e) => {
+            put_shared(&m, shared);
+            return Err(io::Error::other(e));
+        }
+    };
     let ctl = Arc::new(ServerCtl {
         pid: std::process::id(),
-        stop: crate::sys::uffd::EventFd::new().map_err(io::Error::other)?,
+        stop,
         // Read here, on the forking thread: the serving thread must not read the environment,
         // which a program that called setenv(3) keeps in its heap (managed memory, possibly
         // swapped out).
         handover_dir: std::env::var_os("TMPDIR").unwrap_or_else(|| "/tmp".into()),
     });
     SERVERS.lock().push(Arc::clone(&ctl));
+    let ctl2 = Arc::clone(&ctl);
+    let m2 = Arc::clone(&m);
+    // The set is built on the serving thread, off the parent's fork(). Should the thread not
+    // start, the slots are still in `shared` and released here.
+    let shared = Arc::new(crate::sync::Mutex::new(Some(shared)));
+    let shared2 = Arc::clone(&shared);
     let r = super::spawn_thread("usermm-forkd".to_string(), move || {
-        let mut held = held.take().unwrap_or_default();
-        match serve(&m2, stream, &mut held, &ctl) {
+        let Some(v) = shared2.lock().take() else {
+            return;
+        };
+        let mut held = Held::new(Arc::clone(&m2), v);
+        match serve(&m2, stream, &mut held, &ctl2) {
             // The child exited or exec'd: what it still shared is released below.
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {}
             Err(e) => log::error!("serving a fork child's reads of shared swap slots: {e}"),
             Ok(()) => {}
         }
-        put_shared(&m2, held.drain());
-        SERVERS.lock().retain(|c| !Arc::ptr_eq(c, &ctl));
+        drop(held);
+        SERVERS.lock().retain(|c| !Arc::ptr_eq(c, &ctl2));
     });
-    match r {
-        Ok(_) => Ok(()),
-        Err(e) => Err(e),
+    if let Err(e) = r {
+        SERVERS.lock().retain(|c| !Arc::ptr_eq(c, &ctl));
+        if let Some(v) = shared.lock().take() {
+            put_shared(&m, v);
+        }
+        return Err(e);
     }
+    Ok(())
 }
 
-fn serve(
-    m: &MmInner,
-    mut s: UnixStream,
-    held: &mut HashSet<u64>,
-    ctl: &ServerCtl,
-) -> io::Result<()> {
+fn serve(m: &MmInner, mut s: UnixStream, held: &mut Held, ctl: &ServerCtl) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     let bounce = Mapping::anon(SERVE_BATCH * PAGE_SIZE, 0).map_err(io::Error::other)?;
     let Some(sw) = &m.swap else {
@@ -193,11 +272,11 @@ fn serve(
         let slots = recv_slots(&mut s, n)?;
         match op {
             OP_RELEASE => {
-                let gone: Vec<u64> = slots.into_iter().filter(|x| held.remove(x)).collect();
+                let gone: Vec<u64> = slots.into_iter().filter(|&x| held.remove(x)).collect();
                 put_shared(m, gone);
             }
             OP_READ => {
-                if slots.iter().any(|x| !held.contains(x)) {
+                if slots.iter().any(|&x| !held.contains(x)) {
                     // Only what was shared with this child is read for it.
                     send_slots(&mut s, libc::EPERM as u32, &[])?;
                     continue;
@@ -266,7 +345,7 @@ fn read_slots(
 fn handover(
     m: &MmInner,
     s: &UnixStream,
-    held: &mut HashSet<u64>,
+    held: &Held,
     bounce: &Mapping,
     dir: &std::ffi::OsStr,
 ) -> io::Result<()> {
@@ -290,8 +369,7 @@ fn handover(
                 ),
             )
         })?;
-    let mut slots: Vec<u64> = held.iter().copied().collect();
-    slots.sort_unstable();
+    let slots = held.held();
     read_slots(&sw.dev, bounce, &slots, |i, b| {
         file.write_all_at(b, slots[i] * PAGE_SIZE as u64)
     })?;
