@@ -881,8 +881,9 @@ fn place_parked(m: &MmInner, r: &RegionInner, idx: PgOff, f: Pfn, wp: bool) -> b
 /// How a parked page is mapped (`wp`: it is clean and its swap copy stays valid): writable and
 /// dirty, its swap copy dropped, under `swapin_cache=skip` ([`skips_swap_cache`]) or, under
 /// `anon_clean=hash`, in a region whose such pages come back written; else writable with its
-/// contents' hash recorded under `anon_clean=hash`; otherwise write-protected. Returns (write-protect it, hash recorded). `present`: the slot is already
-/// known to hold the page (one mincore for a run), or None to ask.
+/// contents' hash recorded under `anon_clean=hash`; otherwise write-protected. Returns
+/// (write-protect it, hash recorded). `present`: the slot is already known to hold the page
+/// (one mincore for a run), or None to ask.
 fn clean_mapping(
     m: &MmInner,
     r: &RegionInner,
@@ -1190,12 +1191,13 @@ fn map_swap_ahead(
                 false,
             );
             let p = &m.node.pages[f];
-            let keep = if free { pg::DIRTY } else { pg::SWAPCACHE };
+            // Dirty with its slot freed (swapin_cache=skip), or clean in the swap cache.
+            let state = if free { pg::DIRTY } else { pg::SWAPCACHE };
             p.init(
                 Owner::Anon(r.id, at[k - 1]),
                 pg::UPTODATE
                     | pg::SWAPBACKED
-                    | keep
+                    | state
                     | pg::MAPPED
                     | if wp { pg::WP } else { 0 }
                     | if refault { pg::ACTIVE } else { 0 },
@@ -1267,11 +1269,12 @@ fn do_swap_page(
         // A read where a sequential writer expects its next write (a read-modify-write pass)
         // maps the page writable and drops its swap copy, as the write would.
         let rmw = !write && r.writes.expects(idx);
-        // Or the region's pages mapped clean nearly all come back written (anon_clean=hash).
-        let predicted = !write && !rmw && write_predicted(m, r, idx);
         // Or the device's copy is in memory and a second write of the page only a copy
         // (swapin_cache=skip).
-        let keep = !sw.full() && !write && !rmw && !predicted && !skips_swap_cache(m);
+        let skip = skips_swap_cache(m);
+        // Or the region's pages mapped clean nearly all come back written (anon_clean=hash).
+        let predicted = !write && !rmw && !skip && write_predicted(m, r, idx);
+        let keep = !sw.full() && !write && !rmw && !predicted && !skip;
         // A stream's window is mapped now (it will all be used); any other is parked, each
         // page mapped by its own minor fault (with its fault-around), when it comes.
         let w = swap_state::SwapWindow {
