@@ -295,21 +295,20 @@ fn swap_ins_from_ram_free_their_slots() {
     reclaim_all(&mm);
     assert_eq!(r.resident_pages(), 0);
     let s1 = mm.vmstat();
+    let check = |p: usize, when: &str| {
+        assert_eq!(
+            r.read_u64(p * PAGE + 64),
+            pattern(23, p as u64, 8),
+            "page {p} {when}"
+        );
+    };
     // Up the region (a stream: mapped windows), then every other page of a second pass down
     // (parked readahead pages, half of them used).
     for p in 0..n / 2 {
-        assert_eq!(
-            r.read_u64(p * PAGE + 64),
-            pattern(23, p as u64, 8),
-            "page {p}"
-        );
+        check(p, "read back up");
     }
     for p in (n / 2..n).rev().step_by(2) {
-        assert_eq!(
-            r.read_u64(p * PAGE + 64),
-            pattern(23, p as u64, 8),
-            "page {p}"
-        );
+        check(p, "read back down");
     }
     settle(&mm);
     let s2 = mm.vmstat();
@@ -334,11 +333,7 @@ fn swap_ins_from_ram_free_their_slots() {
         "every page used after its swap-in is written again\n{d3}"
     );
     for p in 0..n {
-        assert_eq!(
-            r.read_u64(p * PAGE + 64),
-            pattern(23, p as u64, 8),
-            "page {p} after the second eviction"
-        );
+        check(p, "after the second eviction");
     }
     assert_consistent(&mm);
 }

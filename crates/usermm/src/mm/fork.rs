@@ -144,17 +144,23 @@ struct Held {
 }
 
 impl Held {
-    fn new(m: Arc<MmInner>, mut slots: Vec<u64>) -> Held {
-        // Nearly sorted already: pages swapped out together have consecutive slots.
-        slots.sort_unstable();
-        slots.dedup();
-        let left = slots.len();
+    /// The slots as [`share_swapped`] listed them; [`Held::index`] orders them.
+    fn new(m: Arc<MmInner>, slots: Vec<u64>) -> Held {
         Held {
             m,
-            gone: vec![false; left],
+            left: slots.len(),
             slots,
-            left,
+            gone: Vec::new(),
         }
+    }
+
+    /// Sorts the slots for lookups, on the serving thread: even nearly in order (pages swapped
+    /// out together have consecutive slots), sorting a GiB's worth in fork() cost it 2-4 ms.
+    fn index(&mut self) {
+        self.slots.sort_unstable();
+        self.slots.dedup();
+        self.left = self.slots.len();
+        self.gone = vec![false; self.left];
     }
 
     fn is_empty(&self) -> bool {
@@ -182,13 +188,14 @@ impl Held {
         true
     }
 
-    /// The slots still held, ascending.
+    /// The slots still held (ascending once indexed; all of them before).
     fn held(&self) -> Vec<u64> {
+        let gone = |i: usize| self.gone.get(i).copied().unwrap_or(false);
         self.slots
             .iter()
-            .zip(&self.gone)
-            .filter(|&(_, &g)| !g)
-            .map(|(&s, _)| s)
+            .enumerate()
+            .filter(|&(i, _)| !gone(i))
+            .map(|(_, &s)| s)
             .collect()
     }
 }
@@ -203,16 +210,12 @@ impl Drop for Held {
 /// [`share_swapped`]) over `stream`, until the child closes it; then the slots it still held
 /// lose its use (also when the thread cannot be started).
 pub(crate) fn serve_child(m: Arc<MmInner>, stream: UnixStream, shared: Vec<u64>) -> io::Result<()> {
-    let stop = match crate::sys::uffd::EventFd::new() {
-        Ok(e) => e,
-        Err(e) => {
-            put_shared(&m, shared);
-            return Err(io::Error::other(e));
-        }
-    };
+    // Dropped on every way out before the thread has it (or with the closure, should the thread
+    // not start), which releases the slots.
+    let mut held = Held::new(Arc::clone(&m), shared);
     let ctl = Arc::new(ServerCtl {
         pid: std::process::id(),
-        stop,
+        stop: crate::sys::uffd::EventFd::new().map_err(io::Error::other)?,
         // Read here, on the forking thread: the serving thread must not read the environment,
         // which a program that called setenv(3) keeps in its heap (managed memory, possibly
         // swapped out).
@@ -220,17 +223,9 @@ pub(crate) fn serve_child(m: Arc<MmInner>, stream: UnixStream, shared: Vec<u64>)
     });
     SERVERS.lock().push(Arc::clone(&ctl));
     let ctl2 = Arc::clone(&ctl);
-    let m2 = Arc::clone(&m);
-    // The set is built on the serving thread, off the parent's fork(). Should the thread not
-    // start, the slots are still in `shared` and released here.
-    let shared = Arc::new(crate::sync::Mutex::new(Some(shared)));
-    let shared2 = Arc::clone(&shared);
     let r = super::spawn_thread("usermm-forkd".to_string(), move || {
-        let Some(v) = shared2.lock().take() else {
-            return;
-        };
-        let mut held = Held::new(Arc::clone(&m2), v);
-        match serve(&m2, stream, &mut held, &ctl2) {
+        held.index();
+        match serve(&m, stream, &mut held, &ctl2) {
             // The child exited or exec'd: what it still shared is released below.
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {}
             Err(e) => log::error!("serving a fork child's reads of shared swap slots: {e}"),
@@ -241,9 +236,6 @@ pub(crate) fn serve_child(m: Arc<MmInner>, stream: UnixStream, shared: Vec<u64>)
     });
     if let Err(e) = r {
         SERVERS.lock().retain(|c| !Arc::ptr_eq(c, &ctl));
-        if let Some(v) = shared.lock().take() {
-            put_shared(&m, v);
-        }
         return Err(e);
     }
     Ok(())
