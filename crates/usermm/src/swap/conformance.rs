@@ -1098,6 +1098,36 @@ fn ram_swap_gives_back_a_large_backlog_over_several_trims() {
 }
 
 #[test]
+fn ram_swap_counts_a_slot_freed_twice_once() {
+    // A slot freed, written again and freed again is queued twice (once per freeing), and a
+    // discarded range rewritten and discarded again is too: both entries age together, and
+    // giving them back must count the slot once.
+    let dev = RamSwap::new(8 << 20).unwrap();
+    write_clusters(&dev, [0u64, 256], 21);
+    let src = pool(1);
+    for _ in 0..3 {
+        dev.invalidate(7);
+        fill(&src, 0, 7, 22);
+        dev.write_pages(7, &src, &[0]).unwrap();
+    }
+    dev.invalidate(7);
+    for _ in 0..2 {
+        dev.discard(256, 64).unwrap();
+        write_clusters(&dev, [256u64], 23);
+    }
+    dev.discard(256, 64).unwrap();
+    assert_eq!(dev.warm_pages(), 65);
+    dev.set_idle_age(std::time::Duration::ZERO);
+    dev.set_warm_age(std::time::Duration::ZERO);
+    dev.trim();
+    assert_eq!(dev.warm_pages(), 0);
+    dev.invalidate(8);
+    assert_eq!(dev.warm_pages(), 1, "the count goes on from zero");
+    dev.trim();
+    assert_eq!(dev.warm_pages(), 0);
+}
+
+#[test]
 fn faulty_swap_without_failures() {
     let dev = FaultySwap::new(Arc::new(FileSwap::open(None, SIZE).unwrap()));
     assert!(dev.name().starts_with("faulty(file:"), "{}", dev.name());

@@ -159,17 +159,19 @@ impl RamSwap {
     }
 
     /// Gives back the pages of the oldest discarded ranges until at most `warm_cap` are warm
-    /// (`warm` locked), as `brd_do_discard` frees a discarded range.
+    /// (`warm` locked), as `brd_do_discard` frees a discarded range. A slot in two queued
+    /// ranges counts twice here, so this may stop short of the bound; the next discard or trim
+    /// goes on.
     fn shrink_warm(&self, warm: &mut Warm) -> io::Result<()> {
         let mut runs: Vec<(u64, u64)> = Vec::new();
         let mut released = 0;
-        while warm.pages - released > self.warm_cap {
+        while warm.pages.saturating_sub(released) > self.warm_cap {
             let Some((start, n, _)) = warm.ranges.pop_front() else {
                 break;
             };
             released += self.warm_runs(start, n, &mut runs);
         }
-        self.release_runs(warm, &runs, released)
+        self.release_runs(warm, &runs)
     }
 
     /// Appends the runs of warm slots of `[start, start + n)` to `runs`; returns their pages.
@@ -192,9 +194,8 @@ impl RamSwap {
         found
     }
 
-    /// Gives back the warm slots of `runs` (`released` pages; `warm` locked), one
-    /// MADV_DONTNEED per run.
-    fn release_runs(&self, warm: &mut Warm, runs: &[(u64, u64)], released: u64) -> io::Result<()> {
+    /// Gives back the warm slots of `runs` (`warm` locked), one MADV_DONTNEED per run.
+    fn release_runs(&self, warm: &mut Warm, runs: &[(u64, u64)]) -> io::Result<()> {
         let res = runs.iter().try_for_each(|&(s, e)| {
             self.mem.advise(
                 s.usize() * PAGE_SIZE,
@@ -202,7 +203,7 @@ impl RamSwap {
                 Advice::DontNeed,
             )
         });
-        self.released(warm, runs.iter().flat_map(|&(s, e)| s..e), released);
+        self.released(warm, runs.iter().flat_map(|&(s, e)| s..e));
         res.map_err(io::Error::from)
     }
 
@@ -223,7 +224,7 @@ impl RamSwap {
                 _ => break,
             }
         }
-        let res = self.release_runs(warm, &runs, released);
+        let res = self.release_runs(warm, &runs);
         let slots = self.aged_singles(warm, now, age, TRIM_MAX.saturating_sub(released));
         res.and(self.release_singles(warm, slots))
     }
@@ -264,21 +265,22 @@ impl RamSwap {
         }
         let offs: Vec<usize> = slots.iter().map(|&x| x.usize() * PAGE_SIZE).collect();
         let res = self.mem.dontneed_pages(&offs);
-        let n = slots.len() as u64;
-        self.released(warm, slots.into_iter(), n);
+        self.released(warm, slots.into_iter());
         res.map_err(io::Error::from)
     }
 
-    /// After a release of `n` warm slots (`warm` locked): they are warm no more. The bits go
-    /// only now, so a write that found its slot warm waited for the lock and lands after the
+    /// After a release of warm slots (`warm` locked): they are warm no more. The bits go only
+    /// now, so a write that found its slot warm waited for the lock and lands after the
     /// release; after a failed release some pages are still there, left as ordinary free
-    /// slots (a later write takes the page as it is).
-    fn released(&self, warm: &mut Warm, slots: impl Iterator<Item = u64>, n: u64) {
+    /// slots (a later write takes the page as it is). A slot freed, rewritten and freed again
+    /// is queued once per freeing and may come twice: each is counted once, by its bit.
+    fn released(&self, warm: &mut Warm, slots: impl Iterator<Item = u64>) {
         for x in slots {
             let (w, bit) = self.warm_bit(x);
-            w.fetch_and(!bit, Ordering::Release);
+            if w.fetch_and(!bit, Ordering::AcqRel) & bit != 0 {
+                warm.pages -= 1;
+            }
         }
-        warm.pages -= n;
     }
 
     /// Marks slots `[slot, slot + n)` warm (`warm` locked), each counted once.
