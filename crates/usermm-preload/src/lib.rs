@@ -37,10 +37,12 @@
 //! every managed range to the child over a socket pair (pthread_atfork handlers), copied from
 //! the view or the frame pool without faulting (`Mm::copy_for_fork`); the child maps them at
 //! the same addresses, forgets the parent's manager, and its own manager adopts them
-//! (`Mm::adopt_anon`) when the copy is 8 MiB or more. Swapped-out pages of ranges larger than a
-//! heap arena are not read at all: they are shared by swap slot, as Linux's fork shares
-//! them (`Mm::share_swapped_for_fork`, `swap_duplicate`), and the child's manager reads each
-//! from the parent over the same socket when it first touches it (`usermm::swap::inherit`).
+//! (`Mm::adopt_anon`) when the copy is 8 MiB or more. Swapped-out pages (of the heap's arenas
+//! as of any large mapping) are not read at all: they are shared by swap slot, as Linux's fork
+//! shares them (`Mm::share_swapped_for_fork`, `swap_duplicate`), except the few the child
+//! reads before its manager runs (stdio, locale, environment), and the child's manager reads
+//! each from the parent over the same socket when it first touches it
+//! (`usermm::swap::inherit`).
 //! A parent that exits (exit, `_exit`) first hands its children the pages they still share,
 //! in a file; one killed outright cannot, and a child touching such a page then dies of
 //! SIGBUS with a message. exec: the manager disappears with the old image (and the socket,
@@ -998,12 +1000,6 @@ struct ForkCopy {
     shared: Vec<(usize, Vec<(u64, u64)>)>,
 }
 
-/// Only ranges larger than a heap arena share their swapped pages: the child's manager
-/// threads start (glibc's thread start-up reads locale objects in the heap's arenas) before
-/// the shared pages can be read, so arenas are copied whole. A numpy array or any large
-/// mapping is its own range.
-const FORK_SHARE_MIN: usize = HEAP_ARENA + 1;
-
 static FORK: Mutex<Option<ForkCopy>> = Mutex::new(None);
 
 /// Bytes of the bounce buffer the parent copies managed memory through.
@@ -1042,15 +1038,15 @@ extern "C" fn fork_prepare() {
     if !runs.is_empty() && fds.is_none() {
         warn("fork: no socket pair to copy managed memory to the child; its copy will read zeros");
     }
-    // Swapped pages of large ranges are shared by slot, not read and copied; except the
-    // pages the child reads before its manager names the shared ones.
+    // Swapped pages are shared by slot, not read and copied, the heap's arenas' as a large
+    // array's; except the pages the child reads before its manager names the shared ones
+    // (`noshare_pages`).
     let mut shared = Vec::new();
     let mut skip = kept.clone();
-    let big = ranges.iter().any(|r| r.len >= FORK_SHARE_MIN);
-    if let (Some(mm), Some(_), true) = (holds_manager(), fds, big) {
+    if let (Some(mm), Some(_)) = (holds_manager(), fds) {
         let noshare = noshare_pages(&ranges, &kept);
         let mut runs_left = FORK_SHARE_MAX_RUNS;
-        for fr in ranges.iter().filter(|r| r.len >= FORK_SHARE_MIN) {
+        for fr in &ranges {
             let except: Vec<u64> = noshare
                 .iter()
                 .filter(|&&a| a >= fr.start && a < fr.start + fr.len)
