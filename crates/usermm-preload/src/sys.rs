@@ -691,3 +691,17 @@ pub fn touch(addr: usize) {
     // locked Space); a volatile one-byte read has no other effect.
     unsafe { std::ptr::read_volatile(addr as *const u8) };
 }
+
+/// How many CPUs this process may run on (sched_getaffinity(2)); 1 where it cannot say.
+pub fn cpus_allowed() -> usize {
+    // SAFETY: cpu_set_t is a plain bit array; all zeros is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: sched_getaffinity writes at most `size_of::<cpu_set_t>()` bytes into `set`.
+    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if r != 0 {
+        return 1;
+    }
+    // SAFETY: CPU_COUNT only reads the set sched_getaffinity filled.
+    let n = unsafe { libc::CPU_COUNT(&set) };
+    usize::try_from(n).unwrap_or(1).max(1)
+}
