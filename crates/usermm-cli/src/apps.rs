@@ -36,8 +36,8 @@ use crate::report::median;
 use crate::Failure;
 
 /// Names of the cases, in the order they run.
-pub const CASES: [&str; 8] = [
-    "sort", "numpy", "pydict", "awk", "perl", "mp-numpy", "mp-pool", "make",
+pub const CASES: [&str; 9] = [
+    "sort", "numpy", "pydict", "awk", "perl", "mp-numpy", "mp-pool", "mp-dict", "make",
 ];
 
 /// Options of one `bench apps` invocation.
@@ -247,6 +247,22 @@ fn build_case(name: &str, s: &Sizes, dir: &Path) -> Result<Case, Failure> {
                  if __name__ == '__main__':\n    \
                  with mp.get_context('fork').Pool(2) as p:\n        print(sum(p.map(work, range(8))))",
                 s.numpy_n
+            )),
+        },
+        "mp-dict" => Case {
+            name: "mp-dict",
+            about: format!(
+                "Python multiprocessing: the parent builds {{i: str(i)}} for {} keys (its heap), \
+                 then a Pool of 2 forked workers reads all of it in 8 slices (the dict reaches \
+                 them by fork)",
+                s.dict_n
+            ),
+            argv: py(format!(
+                "import multiprocessing as mp\nn = {}\nd = {{i: str(i) for i in range(n)}}\n\
+                 def work(k):\n    return sum(len(d[i]) for i in range(k, n, 8))\n\
+                 if __name__ == '__main__':\n    \
+                 with mp.get_context('fork').Pool(2) as p:\n        print(len(d), sum(p.map(work, range(8))))",
+                s.dict_n
             )),
         },
         "pydict" => Case {
@@ -731,7 +747,7 @@ fn check_programs(cases: &[String]) -> Result<(), Failure> {
     for c in cases {
         let (prog, pkg) = match c.as_str() {
             "sort" => ("sort", "coreutils"),
-            "numpy" | "pydict" | "mp-numpy" | "mp-pool" => ("python3", "python3"),
+            "numpy" | "pydict" | "mp-numpy" | "mp-pool" | "mp-dict" => ("python3", "python3"),
             "awk" => ("awk", "mawk or gawk"),
             "perl" => ("perl", "perl-base"),
             "make" if !have("cc") => ("cc", "gcc"),

@@ -70,7 +70,8 @@ enum BenchCmd {
     Apps {
         /// Cases, comma-separated: sort, numpy, pydict, awk, perl, mp-numpy (a multiprocessing Pool:
         /// the process tree under one budget), mp-pool (a Pool of forked workers over the
-        /// parent's array), make (`make -j2` of a generated C project with gcc -O2: many
+        /// parent's array), mp-dict (a Pool of forked workers reading a dict in the parent's
+        /// heap), make (`make -j2` of a generated C project with gcc -O2: many
         /// processes, two large cc1 at a time), or all.
         #[arg(long = "case", default_value = "all")]
         case: String,

@@ -41,7 +41,7 @@ fn quick_cases_give_native_output_on_both_engines() {
     let names: Vec<&str> = cases.iter().map(|c| c["case"].as_str().unwrap()).collect();
     assert_eq!(
         names,
-        ["sort", "numpy", "pydict", "awk", "perl", "mp-numpy", "mp-pool", "make"]
+        ["sort", "numpy", "pydict", "awk", "perl", "mp-numpy", "mp-pool", "mp-dict", "make"]
     );
     let n_engines = engines.split(',').count();
     for c in cases {

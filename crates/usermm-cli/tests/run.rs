@@ -263,8 +263,47 @@ fn usemem_forked_tasks() {
     assert!(!swap.exists(), "a swap file outlived its process");
 }
 
+/// numpy's modules are dlopen'ed, so their link maps (which every pthread_create reads, for
+/// their thread-local storage) are on the managed heap, and with a large array filled they
+/// are swapped out at fork. The child's new manager starts threads before it can read pages it
+/// shares with its parent: those pages must have been copied (a child died of SIGSEGV in
+/// ld.so's `_dl_allocate_tls_init` when the heap's arenas first shared their swapped pages).
 #[test]
-fn python_numpy_array_four_times_the_budget() {
+fn python_numpy_forks_with_its_heap_swapped_out() {
+    if !has_numpy() {
+        return;
+    }
+    let script = r#"import os
+import numpy as np
+n = 256 * (1 << 20) // 8
+a = np.ones(n, dtype=np.int64)
+a[::512] = np.arange(len(a[::512]))
+for k in range(5):
+    pid = os.fork()
+    if pid == 0:
+        ok = a[512] == 1 and a[1 + k] == 1 and int(a[::512][-1]) == len(a[::512]) - 1
+        os._exit(0 if ok else 3)
+    _, st = os.waitpid(pid, 0)
+    assert st == 0, ('child', k, 'status', st)
+print('fork ok')
+"#;
+    let (o, v) = run_json(
+        "numpyfork",
+        &["--budget", "16M", "--swap-size", "1G"],
+        &["python3", "-c", script],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("fork ok"),
+        "{}",
+        text(&o)
+    );
+    let p = &v["process"];
+    assert!(u(&p["fork_shared_bytes"]) > 0, "{p}");
+}
+
+/// Whether python3 with numpy is there (in CI it must be; elsewhere the test is skipped).
+fn has_numpy() -> bool {
     let probe = Command::new("python3")
         .args(["-c", "import numpy"])
         .output();
@@ -276,6 +315,14 @@ fn python_numpy_array_four_times_the_budget() {
         usermm_sys::skip_test(
             "python3 with numpy is not installed (pip install numpy; .ci/run installs it)",
         );
+        return false;
+    }
+    true
+}
+
+#[test]
+fn python_numpy_array_four_times_the_budget() {
+    if !has_numpy() {
         return;
     }
     let script = "import numpy as np\n\
@@ -503,6 +550,32 @@ fn fork_then_exec_with_the_heap_managed() {
     assert!(
         kids.iter().any(|k| k["forked"] == true
             && u(&k["fork_copy_bytes"]) + u(&k["fork_inherited_bytes"]) >= 24 * MIB),
+        "{v}"
+    );
+}
+
+/// A fork child that reads a page it shares with its parent before its manager runs (as
+/// glibc's thread start-up or the dynamic linker might, on heap objects usermm does not know
+/// of): the page is read from the parent on that first touch (a SIGSEGV handler open for that
+/// window only), never a crash and never zeros. The test hook makes the child read the first
+/// shared page at once; its copy of the heap is then verified block by block.
+#[test]
+fn a_fork_child_reads_shared_pages_before_its_manager_runs() {
+    let exe = gcc(&progs().join("forkexec.c"), "forkexec-early", &[]);
+    let (o, v) = run_json_env(
+        "forkexec-early",
+        &["--budget", "16M", "--swap-size", "256M"],
+        &[exe.to_str().unwrap(), "500000"],
+        &[("USERMM_TEST_FORK_TOUCH_SHARED", "1")],
+    );
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(out.contains("forkexec ok"), "{out}");
+    assert!(u(&v["process"]["fork_shared_bytes"]) > 0, "{v}");
+    let kids = v["other_processes"].as_array().unwrap();
+    assert!(
+        kids.iter()
+            .any(|k| k["forked"] == true && u(&k["fork_fetched_early_pages"]) >= 1),
         "{v}"
     );
 }

@@ -40,9 +40,12 @@
 //! (`Mm::adopt_anon`) when the copy is 8 MiB or more. Swapped-out pages (of the heap's arenas
 //! as of any large mapping) are not read at all: they are shared by swap slot, as Linux's fork
 //! shares them (`Mm::share_swapped_for_fork`, `swap_duplicate`), except the few the child
-//! reads before its manager runs (stdio, locale, environment), and the child's manager reads
-//! each from the parent over the same socket when it first touches it
-//! (`usermm::swap::inherit`).
+//! reads before its manager runs (stdio, locale, environment, the dynamic linker's link maps),
+//! and the child's manager reads each from the parent over the same socket when it first
+//! touches it (`usermm::swap::inherit`). Until that manager runs, the shared pages are
+//! PROT_NONE and a SIGSEGV handler open for that window only reads a touched one from the
+//! parent (`sys::early_fetch_open`, `fork_fetched_early_pages`): whatever else the child's
+//! start-up reads on its heap costs a round trip, never a crash or zeros.
 //! A parent that exits (exit, `_exit`) first hands its children the pages they still share,
 //! in a file; one killed outright cannot, and a child touching such a page then dies of
 //! SIGBUS with a message. exec: the manager disappears with the old image (and the socket,
@@ -123,6 +126,8 @@ static N_FORK_COPY: AtomicU64 = AtomicU64::new(0);
 /// Bytes of fork copies this process sent through the fork socket because
 /// `process_vm_writev` into the child was refused (all of its children).
 static N_FORK_STREAMED: AtomicU64 = AtomicU64::new(0);
+/// Pages a fork child shared with its parent and read before its manager ran.
+static N_FORK_FETCHED_EARLY: AtomicU64 = AtomicU64::new(0);
 /// Bytes of the fork copy this child's manager adopted (the rest stayed kernel memory).
 static N_FORK_ADOPTED: AtomicU64 = AtomicU64::new(0);
 /// Bytes of swapped-out memory shared with fork children by slot instead of copied (parent).
@@ -1044,9 +1049,18 @@ extern "C" fn fork_prepare() {
     let mut shared = Vec::new();
     let mut skip = kept.clone();
     if let (Some(mm), Some(_)) = (holds_manager(), fds) {
-        let noshare = noshare_pages(&ranges, &kept);
+        let loader = sys::loader_objects();
+        // Past glibc's first table of TLS modules, the next ones are on the heap too, where
+        // this cannot find them: the heap's arenas are then copied whole, as large ranges only
+        // share.
+        let share_min = if loader.max_tls_modid > TLS_SLOTINFO_FIRST {
+            HEAP_ARENA + 1
+        } else {
+            0
+        };
+        let noshare = noshare_pages(&ranges, &kept, loader);
         let mut runs_left = FORK_SHARE_MAX_RUNS;
-        for fr in &ranges {
+        for fr in ranges.iter().filter(|r| r.len >= share_min) {
             let except: Vec<u64> = noshare
                 .iter()
                 .filter(|&&a| a >= fr.start && a < fr.start + fr.len)
@@ -1079,20 +1093,30 @@ extern "C" fn fork_prepare() {
     });
 }
 
+/// TLS modules glibc's first slot-info table holds at least (the modules at start-up plus
+/// `TLS_SLOTINFO_SURPLUS`, 62, in elf/dl-tls.c); later tables are malloc'd, on the heap.
+const TLS_SLOTINFO_FIRST: usize = 62;
+
 /// The most runs of shared pages one fork protects in the child (one mapping each, until the
 /// child's manager names them; `vm.max_map_count` is 65530).
 const FORK_SHARE_MAX_RUNS: usize = 8192;
 
 /// Pages of managed ranges that a fork child reads before its manager can serve pages shared
 /// with the parent (sorted): the stdio streams (`kept`), the global locale's data (a new
-/// thread's start-up reads it) and the environment (the new manager reads its settings).
-/// They are copied, never shared.
-fn noshare_pages(ranges: &[usermm_vma::ForkRange], kept: &[usize]) -> Vec<usize> {
+/// thread's start-up reads it), the environment (the new manager reads its settings) and the
+/// dynamic linker's objects (`pthread_create` reads those of every object with thread-local
+/// storage, and dlopen'ed ones are on the heap). They are copied, never shared.
+fn noshare_pages(
+    ranges: &[usermm_vma::ForkRange],
+    kept: &[usize],
+    loader: sys::Loader,
+) -> Vec<usize> {
     let mut v = managed_pages(
         ranges,
         sys::locale_objects()
             .into_iter()
-            .chain(sys::environ_objects()),
+            .chain(sys::environ_objects())
+            .chain(loader.objects),
     );
     v.extend_from_slice(kept);
     v.sort_unstable();
@@ -1531,11 +1555,12 @@ fn fork_adopt(
     ranges: &[(usize, usize, usermm_vma::Kind, bool)],
     kept: &[usize],
     copied: u64,
-    shared: Vec<(usize, Vec<(u64, u64)>)>,
+    mut shared: Vec<(usize, Vec<(u64, u64)>)>,
     link: Option<(c_int, Vec<u64>)>,
 ) -> u64 {
     let link = link.filter(|(_, slots)| !slots.is_empty());
     if ranges.is_empty() || !active() || (copied < FORK_ADOPT_MIN && link.is_none()) {
+        early_fetch_close(&mut shared);
         if let Some((fd, slots)) = &link {
             fetch_shared(*fd, &shared, slots);
         }
@@ -1559,6 +1584,8 @@ fn fork_adopt(
         }
     }
     let mm = manager();
+    // The manager's threads have started: the shared pages read meanwhile are this child's own.
+    early_fetch_close(&mut shared);
     *INHERIT.lock() = None;
     let linked = match (&mm, &inherit) {
         (Some(mm), Some(l)) => mm
@@ -1643,6 +1670,23 @@ fn fork_adopt(
 /// Reads every page the parent shared by slot into the child's copy now (kernel memory),
 /// through the socket `fd`, which it then closes: the fallback where no manager of this child
 /// takes them over. A parent that stopped answering leaves the child unable to run: it exits.
+/// Ends a fork child's window of shared pages read on first touch (`sys::early_fetch_open`):
+/// the pages read meanwhile are left out of `shared` (they are this child's own now; their
+/// slots stay held until the child exits or execs) and counted.
+fn early_fetch_close(shared: &mut Vec<(usize, Vec<(u64, u64)>)>) {
+    let mut got = sys::early_fetch_close();
+    if got.is_empty() {
+        return;
+    }
+    got.sort_unstable();
+    N_FORK_FETCHED_EARLY.fetch_add(got.len() as u64, Ordering::Relaxed);
+    for (start, v) in shared.iter_mut() {
+        let start = *start;
+        v.retain(|&(i, _)| got.binary_search(&(start + i as usize * PAGE)).is_err());
+    }
+    shared.retain(|(_, v)| !v.is_empty());
+}
+
 fn fetch_shared(fd: c_int, shared: &[(usize, Vec<(u64, u64)>)], slots: &[u64]) {
     use usermm::swap::inherit::{MAX_REQUEST, OP_READ};
     for (start, v) in shared {
@@ -1694,6 +1738,26 @@ extern "C" fn fork_child() {
                         for (start, v) in &table {
                             for (i, n) in page_runs(v.iter().map(|&(i, _)| i)) {
                                 sys::protect_none(start + i as usize * PAGE, n as usize * PAGE);
+                            }
+                        }
+                        // Read on first touch meanwhile: what this child's start-up reads
+                        // before its manager runs (beyond the pages the parent kept back).
+                        let parent = &slots;
+                        let pages = table
+                            .iter()
+                            .flat_map(|&(start, ref v)| {
+                                v.iter().map(move |&(i, k)| {
+                                    (start + i as usize * PAGE, parent[k as usize])
+                                })
+                            })
+                            .collect();
+                        sys::early_fetch_open(c, pages);
+                        if test_hook("USERMM_TEST_FORK_TOUCH_SHARED") {
+                            // A read of the first shared page, as glibc's start-up might.
+                            if let Some(&(start, ref v)) = table.first() {
+                                if let Some(&(i, _)) = v.first() {
+                                    sys::touch_write(start + i as usize * PAGE);
+                                }
                             }
                         }
                         shared = table;
@@ -1754,6 +1818,7 @@ extern "C" fn fork_child() {
     N_FORK_COPY.store(got, Ordering::Relaxed);
     N_FORK_SHARED.store(0, Ordering::Relaxed);
     N_FORK_STREAMED.store(0, Ordering::Relaxed);
+    N_FORK_FETCHED_EARLY.store(0, Ordering::Relaxed);
     N_FORK_ADOPTED.store(
         fork_adopt(&adopt, &kept, got, shared, link),
         Ordering::Relaxed,
@@ -1855,6 +1920,7 @@ fn stats_json() -> serde_json::Value {
         "unmanaged_brk_bytes": N_BRK.load(Ordering::Relaxed),
         "fork_copy_bytes": N_FORK_COPY.load(Ordering::Relaxed),
         "fork_streamed_bytes": N_FORK_STREAMED.load(Ordering::Relaxed),
+        "fork_fetched_early_pages": N_FORK_FETCHED_EARLY.load(Ordering::Relaxed),
         "fork_adopted_bytes": N_FORK_ADOPTED.load(Ordering::Relaxed),
         "fork_shared_bytes": N_FORK_SHARED.load(Ordering::Relaxed),
         "fork_inherited_bytes": N_FORK_INHERITED.load(Ordering::Relaxed),

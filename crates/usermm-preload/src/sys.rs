@@ -633,6 +633,77 @@ pub fn environ_objects() -> Vec<(usize, usize)> {
     out
 }
 
+/// The head of the public part of glibc's `struct link_map` (<link.h>).
+#[repr(C)]
+struct LinkMap {
+    l_addr: usize,
+    l_name: *const libc::c_char,
+    l_ld: *const c_void,
+    l_next: *const LinkMap,
+    l_prev: *const LinkMap,
+}
+
+/// `struct r_debug` (<link.h>): the dynamic linker's list of loaded objects.
+#[repr(C)]
+struct RDebug {
+    r_version: c_int,
+    r_map: *const LinkMap,
+}
+
+extern "C" {
+    static _r_debug: RDebug;
+}
+
+/// Bytes from a `struct link_map`'s address that cover what the dynamic linker reads in it
+/// (glibc's private struct is about 1.2 KiB; `l_tls_modid` is at 0x480 in 2.36).
+const LINK_MAP_BYTES: usize = 4096;
+
+/// What [`loader_objects`] found.
+#[derive(Debug, Default)]
+pub struct Loader {
+    /// The byte ranges of the `struct link_map`s.
+    pub objects: Vec<(usize, usize)>,
+    /// The highest module id of an object with thread-local storage.
+    pub max_tls_modid: usize,
+    walked: bool,
+}
+
+extern "C" fn scan_object(info: *mut libc::dl_phdr_info, size: usize, out: *mut c_void) -> c_int {
+    // SAFETY: called by dl_iterate_phdr, which holds the dynamic linker's write lock on its
+    // list of objects (dlopen and dlclose change it under that lock), so the list is walked
+    // whole and unchanged; `out` is the Loader passed below; `info` is valid for `size` bytes
+    // (the module id is read only if the structure reaches it). Only addresses are collected.
+    unsafe {
+        let out = &mut *(out as *mut Loader);
+        if !out.walked {
+            out.walked = true;
+            let mut m = _r_debug.r_map;
+            while !m.is_null() && out.objects.len() < 1 << 16 {
+                out.objects.push((m as usize, LINK_MAP_BYTES));
+                m = (*m).l_next;
+            }
+        }
+        if size >= std::mem::offset_of!(libc::dl_phdr_info, dlpi_tls_data) {
+            out.max_tls_modid = out.max_tls_modid.max((*info).dlpi_tls_modid);
+        }
+    }
+    0
+}
+
+/// The dynamic linker's `struct link_map`s (one per loaded object) and the highest TLS module
+/// id. The link maps of objects dlopen'ed by the program are on its heap (calloc), and glibc
+/// reads them in every pthread_create (`_dl_allocate_tls_init` walks the objects with
+/// thread-local storage): a fork child's new manager starts threads before it can read pages
+/// shared with the parent.
+pub fn loader_objects() -> Loader {
+    let mut out = Loader::default();
+    // SAFETY: dl_iterate_phdr calls `scan_object` with our pointer, which it only passes on.
+    unsafe {
+        libc::dl_iterate_phdr(Some(scan_object), &mut out as *mut Loader as *mut c_void);
+    }
+    out
+}
+
 /// The byte ranges glibc's fork touches in the child for every open stdio stream: each FILE
 /// and the lock it points to, found by walking the list as glibc does (`_IO_list_all`,
 /// `_chain`) under glibc's own list lock (`_IO_list_lock`, exported like the head).
@@ -704,4 +775,147 @@ pub fn cpus_allowed() -> usize {
     // SAFETY: CPU_COUNT only reads the set sched_getaffinity filled.
     let n = unsafe { libc::CPU_COUNT(&set) };
     usize::try_from(n).unwrap_or(1).max(1)
+}
+
+// ---------------------------------------------------------------------------------------------
+// A fork child's pages shared with its parent, read on first touch before its manager runs.
+
+/// The pages a fork child shares with its parent, from the moment they are protected until its
+/// new manager has started ([`early_fetch_open`]). Leaked on purpose: a handler on another
+/// thread may still hold it when the window closes.
+struct EarlyFetch {
+    /// The socket to the parent (the wire format of `usermm::swap::inherit`).
+    fd: c_int,
+    /// (page address, the parent's slot), sorted by address.
+    pages: Vec<(usize, u64)>,
+    fetched: Vec<std::sync::atomic::AtomicBool>,
+    /// One fetch at a time: the socket carries one request and its answer.
+    busy: std::sync::atomic::AtomicBool,
+}
+
+static EARLY: std::sync::atomic::AtomicPtr<EarlyFetch> =
+    std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+
+/// The SIGSEGV action before [`early_fetch_open`] installed its own.
+struct OldAction(std::cell::UnsafeCell<std::mem::MaybeUninit<libc::sigaction>>);
+// SAFETY: written by early_fetch_open before the handler is installed, read by the handler and
+// by early_fetch_close after; never written while the handler can run.
+unsafe impl Sync for OldAction {}
+static OLD_SEGV: OldAction = OldAction(std::cell::UnsafeCell::new(std::mem::MaybeUninit::uninit()));
+
+/// Opens the window: until [`early_fetch_close`], a SIGSEGV at one of `pages` (protected
+/// PROT_NONE by the caller; (address, the parent's slot)) reads that page from the parent over
+/// `fd` (`usermm::swap::inherit`'s OP_READ), writes it in and lets the access go on. Whatever
+/// a fork child's start-up reads on its heap before its manager can serve shared pages (glibc's
+/// thread start-up, the dynamic linker) then costs one round trip instead of a SIGSEGV.
+/// Another SIGSEGV goes to the action that was there before.
+pub fn early_fetch_open(fd: c_int, mut pages: Vec<(usize, u64)>) {
+    use std::sync::atomic::AtomicBool;
+    pages.sort_unstable_by_key(|p| p.0);
+    let fetched = pages.iter().map(|_| AtomicBool::new(false)).collect();
+    let net = Box::leak(Box::new(EarlyFetch {
+        fd,
+        pages,
+        fetched,
+        busy: AtomicBool::new(false),
+    }));
+    // SAFETY: a zeroed sigaction is valid; sa_sigaction is our extern "C" handler with the
+    // SA_SIGINFO signature; OLD_SEGV is written before the handler can run (see OldAction).
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = early_fetch_segv as *const () as usize;
+        sa.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER;
+        libc::sigemptyset(&mut sa.sa_mask);
+        EARLY.store(net, Ordering::Release);
+        if libc::sigaction(libc::SIGSEGV, &sa, (*OLD_SEGV.0.get()).as_mut_ptr()) != 0 {
+            EARLY.store(std::ptr::null_mut(), Ordering::Release);
+        }
+    }
+}
+
+/// Closes the window: the action before [`early_fetch_open`] is back; returns the addresses of
+/// the pages read in meanwhile (this process's own now, no longer shared).
+pub fn early_fetch_close() -> Vec<usize> {
+    let p = EARLY.swap(std::ptr::null_mut(), Ordering::AcqRel);
+    if p.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: OLD_SEGV was filled by early_fetch_open's successful sigaction; `p` is the leaked
+    // EarlyFetch, never freed. A handler running now on another thread finishes its fetch
+    // under `busy` before this reads the flags.
+    unsafe {
+        libc::sigaction(
+            libc::SIGSEGV,
+            (*OLD_SEGV.0.get()).as_ptr(),
+            std::ptr::null_mut(),
+        );
+        let net = &*p;
+        while net.busy.load(Ordering::Acquire) {
+            std::hint::spin_loop();
+        }
+        net.pages
+            .iter()
+            .zip(&net.fetched)
+            .filter(|(_, f)| f.load(Ordering::Acquire))
+            .map(|(&(a, _), _)| a)
+            .collect()
+    }
+}
+
+/// Reads page `i` of `net` from the parent into a buffer, then makes the page accessible and
+/// writes it in (never accessible before its bytes are there). Async-signal-safe: system
+/// calls and a stack buffer.
+fn early_fetch_one(net: &EarlyFetch, i: usize) -> bool {
+    use usermm::swap::inherit::OP_READ;
+    let (page, slot) = net.pages[i];
+    let mut req = [0u8; 16];
+    req[0..4].copy_from_slice(&OP_READ.to_ne_bytes());
+    req[4..8].copy_from_slice(&1u32.to_ne_bytes());
+    req[8..16].copy_from_slice(&slot.to_ne_bytes());
+    let mut hdr = [0u32; 2];
+    let mut buf = [0u8; 4096];
+    let ok = send_all(net.fd, req.as_ptr(), req.len())
+        && recv_all(net.fd, hdr.as_mut_ptr() as *mut u8, 8)
+        && hdr == [0, 1]
+        && recv_all(net.fd, buf.as_mut_ptr(), buf.len());
+    if ok {
+        protect_rw(page, 4096);
+        // SAFETY: `page` is a page of this process, read-write from the line above.
+        unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), page as *mut u8, 4096) };
+    }
+    ok
+}
+
+extern "C" fn early_fetch_segv(_sig: c_int, info: *mut libc::siginfo_t, _ctx: *mut c_void) {
+    let saved = errno();
+    let p = EARLY.load(Ordering::Acquire);
+    // SAFETY: the kernel passes a valid siginfo for a SA_SIGINFO handler; `p` is null or the
+    // leaked EarlyFetch.
+    let (addr, net) = unsafe { ((*info).si_addr() as usize, p.as_ref()) };
+    let handled = net.is_some_and(|net| {
+        let Ok(i) = net.pages.binary_search_by_key(&(addr & !4095), |p| p.0) else {
+            return false;
+        };
+        while net.busy.swap(true, Ordering::Acquire) {
+            std::hint::spin_loop();
+        }
+        let ok = net.fetched[i].load(Ordering::Acquire) || early_fetch_one(net, i);
+        if ok {
+            net.fetched[i].store(true, Ordering::Release);
+        }
+        net.busy.store(false, Ordering::Release);
+        ok
+    });
+    if !handled {
+        // Not a shared page (or the parent is gone): the action before, at the access again.
+        // SAFETY: OLD_SEGV holds the action saved when the handler was installed.
+        unsafe {
+            libc::sigaction(
+                libc::SIGSEGV,
+                (*OLD_SEGV.0.get()).as_ptr(),
+                std::ptr::null_mut(),
+            );
+        }
+    }
+    set_errno(saved);
 }
