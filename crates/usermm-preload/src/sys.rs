@@ -904,6 +904,11 @@ extern "C" fn early_fetch_segv(_sig: c_int, info: *mut libc::siginfo_t, _ctx: *m
             net.fetched[i].store(true, Ordering::Release);
         }
         net.busy.store(false, Ordering::Release);
+        if !ok {
+            let msg = b"usermm: this fork child touched memory it shares with its parent before its manager ran, and the parent did not send it (is the parent gone?); the child cannot run\n";
+            // SAFETY: write(2) of a static buffer, async-signal-safe.
+            unsafe { libc::write(2, msg.as_ptr() as *const c_void, msg.len()) };
+        }
         ok
     });
     if !handled {
