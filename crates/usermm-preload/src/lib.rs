@@ -1667,9 +1667,6 @@ fn fork_adopt(
     adopted
 }
 
-/// Reads every page the parent shared by slot into the child's copy now (kernel memory),
-/// through the socket `fd`, which it then closes: the fallback where no manager of this child
-/// takes them over. A parent that stopped answering leaves the child unable to run: it exits.
 /// Ends a fork child's window of shared pages read on first touch (`sys::early_fetch_open`):
 /// the pages read meanwhile are left out of `shared` (they are this child's own now; their
 /// slots stay held until the child exits or execs) and counted.
@@ -1687,6 +1684,9 @@ fn early_fetch_close(shared: &mut Vec<(usize, Vec<(u64, u64)>)>) {
     shared.retain(|(_, v)| !v.is_empty());
 }
 
+/// Reads every page the parent shared by slot into the child's copy now (kernel memory),
+/// through the socket `fd`, which it then closes: the fallback where no manager of this child
+/// takes them over. A parent that stopped answering leaves the child unable to run: it exits.
 fn fetch_shared(fd: c_int, shared: &[(usize, Vec<(u64, u64)>)], slots: &[u64]) {
     use usermm::swap::inherit::{MAX_REQUEST, OP_READ};
     for (start, v) in shared {
