@@ -809,6 +809,36 @@ fn one_budget_for_a_process_tree() {
     );
 }
 
+/// A process of the tree that exits holding its memory (near the whole budget, still mapped)
+/// gives its charge back as it goes, as a memory cgroup uncharges in `exit_mmap`, whether it
+/// returns from main or calls `_exit`: the next process never finds it charged, nothing has
+/// to be reaped for it (before, each was reaped by the next one short of pages).
+#[test]
+fn a_member_that_exits_gives_its_budget_back_as_it_goes() {
+    let hold = gcc(&progs().join("holdmem.c"), "holdmem-exit", &[]);
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/c/usemem.c");
+    let usemem = gcc(&src, "usemem-exit", &[]);
+    let (h, m) = (hold.display(), usemem.display());
+    let script = format!("{h} 14 exit && {h} 14 _exit && {h} 14 exit && {m} --verify 14M");
+    let (o, v) = run_json(
+        "exited-member",
+        &["--budget", "16M", "--swap-size", "256M"],
+        &["sh", "-c", &script],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(out.matches("held").count(), 3, "{}", text(&o));
+    assert!(out.contains("verified"), "{}", text(&o));
+    let tree = &v["tree"];
+    assert_eq!(
+        u(&tree["uncharged_for_exited_bytes"]),
+        0,
+        "an exited process's pages had to be reaped: {tree}"
+    );
+    assert_eq!(u(&tree["charged_at_exit_bytes"]), 0, "{tree}");
+    assert!(u(&tree["peak_charged_bytes"]) <= 16 * MIB, "{tree}");
+}
+
 /// A process of the tree killed with SIGKILL while holding the whole budget: its pages are
 /// uncharged when the next process runs short (it checks the members' pids), so that process
 /// runs within the full budget instead of stalling and failing.

@@ -1943,13 +1943,30 @@ fn hand_over_to_children() {
     }
 }
 
-/// `_exit(2)` skips the destructors: the hand-over to fork children happens here too (a
-/// Python worker's `os._exit`, a C program's `_exit`). glibc's own internal calls to `_exit`
-/// do not come through here; the one that matters, `daemon(3)`'s parent, is covered by
-/// [`daemon`].
+/// The process is going: its budget group gets its charge back now (`Mm::leave_budget_group`,
+/// as `exit_mmap` uncharges in a memory cgroup), not when another process of the tree finds
+/// it dead. Skipped if another thread holds the manager's lock (that thread may be stopped
+/// for good by the exit): the group then reaps the charge as it reaps a killed process's.
+fn leave_budget_group() {
+    let _guard = Guard::enter();
+    let mm = match MANAGER.0.try_lock() {
+        Ok(g) => g.clone(),
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().clone(),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    };
+    if let Some(mm) = mm {
+        mm.leave_budget_group();
+    }
+}
+
+/// `_exit(2)` skips the destructors: the hand-over to fork children and the leaving of the
+/// budget group happen here too (a Python worker's `os._exit`, a C program's `_exit`).
+/// glibc's own internal calls to `_exit` do not come through here; the one that matters,
+/// `daemon(3)`'s parent, is covered by [`daemon`].
 #[no_mangle]
 pub extern "C" fn _exit(code: c_int) -> ! {
     let _ = catch_unwind(hand_over_to_children);
+    let _ = catch_unwind(leave_budget_group);
     sys::exit_group(code)
 }
 
@@ -1987,6 +2004,7 @@ extern "C" fn fini() {
             ));
         }
     });
+    let _ = catch_unwind(leave_budget_group);
 }
 
 #[used]

@@ -1,14 +1,16 @@
 /* Touches SIZE MiB (mmap'd anonymous memory, one byte per page), writes "held\n" to stdout and
  * then sleeps until it is killed: a process of a budget group that dies (SIGKILL) holding pages.
- * Usage: holdmem MIB */
+ * With a second argument it leaves at once instead, the memory still mapped: `exit` returns
+ * from main, `_exit` calls _exit(2) (skipping the destructors).
+ * Usage: holdmem MIB [exit|_exit] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: holdmem MIB\n");
+    if (argc != 2 && argc != 3) {
+        fprintf(stderr, "usage: holdmem MIB [exit|_exit]\n");
         return 2;
     }
     size_t len = (size_t)atol(argv[1]) << 20;
@@ -24,6 +26,11 @@ int main(int argc, char **argv) {
         p[i] ^= 1;
     printf("held\n");
     fflush(stdout);
+    if (argc == 3) {
+        if (argv[2][0] == '_')
+            _exit(0);
+        return 0;
+    }
     for (;;)
         pause();
 }

@@ -860,6 +860,15 @@ impl Mm {
             .map_err(|e| Error::io("starting the thread that serves a fork child", e))
     }
 
+    /// This process is exiting (`exit`, `_exit`): its pages' charge in its budget group is
+    /// given back now, as a memory cgroup uncharges an exiting task in `exit_mmap`, not when
+    /// the next member finds it dead (up to 100 ms later, meanwhile reclaimed from the others'
+    /// pages). The manager keeps serving faults (a late destructor may still touch memory),
+    /// charging nobody. Returns the pages given back; 0 in no group or after the first call.
+    pub fn leave_budget_group(&self) -> u64 {
+        self.h.inner.node.memcg.as_ref().map_or(0, |g| g.leave())
+    }
+
     /// This process is about to exit or exec: the fork children still sharing swapped pages
     /// with any manager of it get those pages in a file of their own (written now), so they
     /// keep their memory after this process is gone. Waits at most `timeout`; returns how
@@ -1053,7 +1062,7 @@ impl Mm {
         }
         // In a budget group: the charge is the frames in use plus the free ones whose slots keep
         // a recycled page (quiescent: nothing allocating or freeing meanwhile).
-        if let Some(g) = &m.node.memcg {
+        if let Some(g) = m.node.memcg.as_ref().filter(|g| !g.has_left()) {
             let pooled = m
                 .node
                 .pages

@@ -25,9 +25,16 @@
 //! the members' pids (pid and start time, so a reused pid is not mistaken for the dead process;
 //! a zombie counts as gone) and uncharges the dead ones' pages. A process that exec(2)s joins
 //! again under the same pid and drops its old image's slot.
+//!
+//! A process that exits leaves its group at once ([`MemCgroup::leave`], called by `usermm
+//! run`'s preload library from its exit destructor and its `_exit`), as a memory cgroup
+//! uncharges an exiting task's pages in `exit_mmap` before its parent ever reaps it: waiting
+//! for the next member to find it dead left a finished compiler's 40-80 MiB charged for up to
+//! 100 ms, which the tree's other processes reclaimed from their own pages to make room for.
+//! Whatever the process allocates in its last moments after leaving is charged to nobody.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use crate::sys::{Mapping, PAGE_SIZE};
 use crate::{Error, Result};
@@ -70,6 +77,9 @@ static LIVE_HERE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsiz
 /// How often a member short of pages looks for dead members.
 const REAP_INTERVAL_MS: u64 = 100;
 
+/// [`MemCgroup::margin`] of a process that left its group: no limit.
+const UNLIMITED: u64 = u64::MAX / 4;
+
 /// One member's figures, as [`MemCgroup::members`] lists them (live members only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemberStat {
@@ -101,6 +111,12 @@ pub struct MemCgroup {
     /// Word index of this process's member slot, and the pid that took it (a fork child that
     /// inherits the handle is not that member and never touches the slot).
     member: Option<(usize, u32)>,
+    /// Set by [`MemCgroup::leave`]: the process is exiting and gave its charge back; from then
+    /// on it charges nothing and its slot (free, maybe another process's) is never touched.
+    left: AtomicBool,
+    /// Charges and uncharges of the member slot in progress: `leave` waits for them before it
+    /// frees the slot, so none lands in a slot freed (or taken by another process) under it.
+    busy: AtomicU32,
 }
 
 fn err(path: &Path, what: &str, e: impl Into<std::io::Error>) -> Error {
@@ -150,6 +166,8 @@ impl MemCgroup {
             map,
             path: path.to_path_buf(),
             member: None,
+            left: AtomicBool::new(false),
+            busy: AtomicU32::new(0),
         };
         g.word(H_LIMIT)
             .store((limit / PAGE_SIZE as u64).max(1), Ordering::Relaxed);
@@ -176,6 +194,8 @@ impl MemCgroup {
             map,
             path: path.to_path_buf(),
             member: None,
+            left: AtomicBool::new(false),
+            busy: AtomicU32::new(0),
         };
         if g.word(H_MAGIC).load(Ordering::Acquire) != MAGIC {
             return Err(invalid(
@@ -248,59 +268,106 @@ impl MemCgroup {
 
     /// Pages the group may still charge (`page_counter` margin).
     pub fn margin(&self) -> u64 {
+        if self.has_left() {
+            return UNLIMITED;
+        }
         self.limit().saturating_sub(self.usage())
+    }
+
+    /// Whether this process has left the group ([`MemCgroup::leave`]).
+    pub fn has_left(&self) -> bool {
+        self.left.load(Ordering::Relaxed)
+    }
+
+    /// Runs `op` on this process's member slot (its word index), unless there is none or the
+    /// process has left; [`MemCgroup::leave`] frees the slot only once no `op` runs.
+    fn with_member<T>(&self, op: impl FnOnce(usize) -> T) -> Option<T> {
+        let (b, _) = self.member?;
+        // Dekker's pairing with `leave`: either this sees `left`, or `leave` sees `busy`.
+        self.busy.fetch_add(1, Ordering::SeqCst);
+        let r = (!self.left.load(Ordering::SeqCst)).then(|| op(b));
+        self.busy.fetch_sub(1, Ordering::Release);
+        r
+    }
+
+    /// The process is exiting: uncharges everything it holds and frees its member slot now
+    /// (`exit_mmap`'s uncharge in a memory cgroup), instead of leaving it to the next member
+    /// that finds it dead. Afterwards [`try_charge`](Self::try_charge) grants every request
+    /// without charging the group, so the process's last allocations never wait on the others'
+    /// reclaim. Returns the pages given back (0 if it had left already, or for a fork child's
+    /// inherited handle, which is not the member).
+    pub fn leave(&self) -> u64 {
+        let Some((b, pid)) = self.member else {
+            return 0;
+        };
+        if pid != std::process::id() || self.left.swap(true, Ordering::SeqCst) {
+            return 0;
+        }
+        while self.busy.load(Ordering::SeqCst) != 0 {
+            std::hint::spin_loop();
+        }
+        LIVE_HERE.fetch_sub(1, Ordering::AcqRel);
+        let n = self.release(b, u64::from(pid)).unwrap_or(0);
+        // Members asleep in their reclaimers see the room at once.
+        self.wake_all();
+        n
     }
 
     /// Pages charged by this process.
     pub fn my_usage(&self) -> u64 {
-        self.member
-            .map_or(0, |(b, _)| self.word(b + M_USAGE).load(Ordering::Relaxed))
+        self.with_member(|b| self.word(b + M_USAGE).load(Ordering::Relaxed))
+            .unwrap_or(0)
     }
 
     /// Whether the last member that signalled pressure was another one (this process's own
     /// shortage is its kswapd's and direct reclaim's to meet: draining its own recycled pages
     /// for itself would only cost their reuse).
     pub fn others_short(&self) -> bool {
-        self.member
-            .is_some_and(|(b, _)| self.word(H_SIGNALLER).load(Ordering::Relaxed) != b as u64)
+        self.with_member(|b| self.word(H_SIGNALLER).load(Ordering::Relaxed) != b as u64)
+            .unwrap_or(false)
     }
 
     /// `page_counter_try_charge` of up to `n` pages: charges as many as the limit allows (all
-    /// or part of `n`, maybe none) and returns how many.
+    /// or part of `n`, maybe none) and returns how many. After [`leave`](Self::leave): all of
+    /// `n`, charged to nobody.
     pub fn try_charge(&self, n: u64) -> u64 {
-        let Some((b, _)) = self.member else {
+        if self.member.is_none() {
             return 0;
-        };
-        let limit = self.limit();
-        let usage = self.word(H_USAGE);
-        let mut cur = usage.load(Ordering::Relaxed);
-        let k = loop {
-            let k = n.min(limit.saturating_sub(cur));
-            if k == 0 {
-                return 0;
-            }
-            match usage.compare_exchange_weak(cur, cur + k, Ordering::AcqRel, Ordering::Relaxed) {
-                Ok(_) => break k,
-                Err(v) => cur = v,
-            }
-        };
-        self.word(H_PEAK).fetch_max(cur + k, Ordering::Relaxed);
-        let mine = self.word(b + M_USAGE).fetch_add(k, Ordering::Relaxed) + k;
-        self.word(b + M_PEAK).fetch_max(mine, Ordering::Relaxed);
-        k
+        }
+        self.with_member(|b| {
+            let limit = self.limit();
+            let usage = self.word(H_USAGE);
+            let mut cur = usage.load(Ordering::Relaxed);
+            let k = loop {
+                let k = n.min(limit.saturating_sub(cur));
+                if k == 0 {
+                    return 0;
+                }
+                match usage.compare_exchange_weak(cur, cur + k, Ordering::AcqRel, Ordering::Relaxed)
+                {
+                    Ok(_) => break k,
+                    Err(v) => cur = v,
+                }
+            };
+            self.word(H_PEAK).fetch_max(cur + k, Ordering::Relaxed);
+            let mine = self.word(b + M_USAGE).fetch_add(k, Ordering::Relaxed) + k;
+            self.word(b + M_PEAK).fetch_max(mine, Ordering::Relaxed);
+            k
+        })
+        .unwrap_or(n)
     }
 
-    /// `page_counter_uncharge` of `n` pages this process charged.
+    /// `page_counter_uncharge` of `n` pages this process charged (nothing after
+    /// [`leave`](Self::leave), which gave them all back).
     pub fn uncharge(&self, n: u64) {
-        let Some((b, _)) = self.member else {
-            return;
-        };
         if n == 0 {
             return;
         }
-        let prev = self.word(b + M_USAGE).fetch_sub(n, Ordering::Relaxed);
-        debug_assert!(prev >= n, "uncharged {n} of {prev} pages");
-        self.word(H_USAGE).fetch_sub(n, Ordering::AcqRel);
+        self.with_member(|b| {
+            let prev = self.word(b + M_USAGE).fetch_sub(n, Ordering::Relaxed);
+            debug_assert!(prev >= n, "uncharged {n} of {prev} pages");
+            self.word(H_USAGE).fetch_sub(n, Ordering::AcqRel);
+        });
     }
 
     /// Tells the group's reclaimers (`vmscan::memcg_reclaimd`, one per member) that the margin
@@ -310,6 +377,9 @@ impl MemCgroup {
         let Some((b, _)) = self.member else {
             return;
         };
+        if self.has_left() {
+            return;
+        }
         if self.word(H_MEMBERS).load(Ordering::Relaxed) < 2 {
             return;
         }
@@ -354,6 +424,9 @@ impl MemCgroup {
     /// Uncharges the pages of members that died without leaving (killed), at most every
     /// [`REAP_INTERVAL_MS`] across the group unless `now`; returns the pages freed.
     pub fn reap_dead(&self, now: bool) -> u64 {
+        if self.has_left() {
+            return 0;
+        }
         let t = now_ms();
         let last = self.word(H_LAST_REAP);
         let prev = last.load(Ordering::Relaxed);
@@ -444,7 +517,7 @@ impl Drop for MemCgroup {
     /// and frees the slot. A fork child's inherited copy of the parent's handle does nothing.
     fn drop(&mut self) {
         if let Some((b, pid)) = self.member.take() {
-            if pid == std::process::id() {
+            if pid == std::process::id() && !*self.left.get_mut() {
                 self.release(b, u64::from(pid));
                 LIVE_HERE.fetch_sub(1, Ordering::AcqRel);
             }
@@ -551,5 +624,88 @@ mod tests {
         std::fs::remove_file(&p).unwrap();
         let e = MemCgroup::join(&p).unwrap_err().to_string();
         assert!(e.contains("USERMM_GROUP"), "{e}");
+    }
+
+    #[test]
+    fn a_member_that_leaves_gives_its_charge_back_at_once_and_charges_nothing_after() {
+        let p = tmp("leave");
+        let g = MemCgroup::create(&p, 100 * PAGE_SIZE as u64).unwrap();
+        let a = MemCgroup::join(&p).unwrap();
+        let b = MemCgroup::join(&p).unwrap();
+        assert_eq!(a.try_charge(70), 70);
+        assert_eq!(b.try_charge(50), 30, "the limit holds before a leaves");
+        assert_eq!(a.leave(), 70);
+        assert_eq!(a.leave(), 0, "leaving twice gives nothing back twice");
+        assert!(a.has_left());
+        assert_eq!(
+            g.usage(),
+            30,
+            "a's pages are uncharged at once, not reaped later"
+        );
+        assert_eq!(g.members().len(), 1);
+        assert_eq!(b.try_charge(70), 70, "b has the room a left");
+        // A process that left: its last allocations are granted and charged to nobody, its
+        // frees uncharge nothing, its slot is not touched again.
+        assert_eq!(a.try_charge(40), 40);
+        a.uncharge(40);
+        a.uncharge(70);
+        assert_eq!(a.my_usage(), 0);
+        assert_eq!(g.usage(), 100);
+        assert_eq!(a.reap_dead(true), 0);
+        drop(a);
+        assert_eq!(
+            g.usage(),
+            100,
+            "dropping a left member releases nothing again"
+        );
+        assert_eq!(g.stat().reaped, 0);
+        drop(b);
+        assert_eq!(g.usage(), 0);
+        std::fs::remove_file(&p).unwrap();
+    }
+
+    #[test]
+    fn leaving_while_threads_charge_loses_no_page_of_the_group() {
+        let p = tmp("leave-race");
+        let g = MemCgroup::create(&p, 10_000 * PAGE_SIZE as u64).unwrap();
+        let other = MemCgroup::join(&p).unwrap();
+        assert_eq!(other.try_charge(123), 123);
+        for _round in 0..20 {
+            let a = MemCgroup::join(&p).unwrap();
+            let go = std::sync::atomic::AtomicBool::new(false);
+            std::thread::scope(|s| {
+                for t in 0..3u64 {
+                    let (a, go) = (&a, &go);
+                    s.spawn(move || {
+                        let mut held = Vec::new();
+                        for i in 0..5_000u64 {
+                            held.push(a.try_charge(1 + (i + t) % 5));
+                            if held.len() > 8 {
+                                a.uncharge(held.remove(0));
+                            }
+                            if i == 2_000 {
+                                go.store(true, Ordering::Release);
+                            }
+                        }
+                        for k in held {
+                            a.uncharge(k);
+                        }
+                    });
+                }
+                while !go.load(Ordering::Acquire) {
+                    std::hint::spin_loop();
+                }
+                a.leave();
+            });
+            drop(a);
+            assert_eq!(
+                g.usage(),
+                123,
+                "only the other member's pages stay charged, none leaked or lost"
+            );
+        }
+        drop(other);
+        assert_eq!(g.usage(), 0);
+        std::fs::remove_file(&p).unwrap();
     }
 }
