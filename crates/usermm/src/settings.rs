@@ -94,6 +94,13 @@ pub enum Switch {
     /// a page again is a copy; keeping it clean costs a hash at map and at unmap (or a
     /// write-protect fault) and a second copy of every swapped-in page in the device.
     SwapinCache,
+    /// What a reference fault (a minor fault on a page reclaim unmapped to see its next use)
+    /// maps: that page alone (old, `off`), or with it the run of pages next to it that were
+    /// unmapped for observation too and are still parked in their pool slots, up to
+    /// 16 pages (`REF_AROUND`, mm/page_state.rs) in one ioctl (new, `on`),
+    /// as x86 Linux's fault-around maps its neighbours young. A program touching a page again
+    /// mostly touches its neighbours soon after; each of them would be a round trip of its own.
+    RefAround,
 }
 
 /// Static description of one switch.
@@ -250,6 +257,15 @@ pub const SWITCHES: &[SwitchInfo] = &[
         old: "keep",
         new: "skip",
         what: "what a swap-in from the RAM device keeps: its slot, the page clean in the swap cache, or nothing (the slot freed once the page is copied out, the page dirty), as do_swap_page skips the swap cache on zram",
+        default: Behaviour::New,
+    },
+    SwitchInfo {
+        switch: Switch::RefAround,
+        name: "ref_around",
+        seed: "issue 13",
+        old: "off",
+        new: "on",
+        what: "what a reference fault maps: the page alone, or with it the neighbours reclaim unmapped for observation too, up to 16 pages in one ioctl",
         default: Behaviour::New,
     },
 ];

@@ -80,6 +80,8 @@ items! {
     KswapdLowWmarkHitQuickly = "kswapd_low_wmark_hit_quickly",
     KswapdHighWmarkHitQuickly = "kswapd_high_wmark_hit_quickly",
     RefFault = "pgreffault",
+    // Parked neighbours a reference fault mapped with its page (switch ref_around).
+    RefAround = "pgreffault_around",
     PgUnmapRef = "pgunmap_ref",
     FaultAround = "fault_around_pages",
     WpFault = "wp_fault",

@@ -190,3 +190,83 @@ fn handlers_waiting_for_the_disk_hand_reading_to_standby_readers() {
     let vm = eight_scattered_writers(SwapConfig::Ram { size: 256 * MIB });
     assert_eq!(vm.val("handler_standby_wake"), 0, "{vm}");
 }
+
+/// A hot half of the budget read over and over while a stream of new pages four times the
+/// budget goes past it: reclaim keeps unmapping the hot pages to observe their next use, and
+/// each of the next reads faults one back. With `ref_around=on` (the default) a reference
+/// fault maps the parked pages next to its page with it (`pgreffault_around`), so the hot
+/// reads take fewer reference faults than with `off`, and every page still holds its own data
+/// (both ends of each page are checked, so a neighbour mapped at the wrong place would show).
+#[test]
+fn a_reference_fault_maps_its_parked_neighbours() {
+    use usermm::{Behaviour, Settings, Switch};
+    init_log();
+    let run = |b: Behaviour| {
+        let mm = Mm::new(
+            MmConfig::new(BUDGET)
+                .swap(SwapConfig::Ram { size: 256 * MIB })
+                .settings(Settings::default().with(Switch::RefAround, b)),
+        )
+        .expect("manager");
+        let hot = mm.map_anon(BUDGET as usize / 2).unwrap();
+        let stream = mm.map_anon(4 * BUDGET as usize).unwrap();
+        let (nh, ns) = (hot.len() / PAGE, stream.len() / PAGE);
+        let last = PAGE - 8;
+        for p in 0..nh {
+            hot.write_u64(p * PAGE, pattern(9, p as u64, 0));
+            hot.write_u64(p * PAGE + last, pattern(9, p as u64, 1));
+        }
+        let start = mm.vmstat();
+        let mut h = 0;
+        for q in 0..ns {
+            stream.write_u64(q * PAGE, pattern(10, q as u64, 0));
+            // Two hot pages read for every new page: the hot set goes round 8 times.
+            for _ in 0..2 {
+                assert_eq!(hot.read_u64(h * PAGE), pattern(9, h as u64, 0), "page {h}");
+                assert_eq!(
+                    hot.read_u64(h * PAGE + last),
+                    pattern(9, h as u64, 1),
+                    "page {h}, last word"
+                );
+                h = (h + 1) % nh;
+            }
+        }
+        for q in (0..ns).step_by(7) {
+            assert_eq!(
+                stream.read_u64(q * PAGE),
+                pattern(10, q as u64, 0),
+                "new page {q}"
+            );
+        }
+        assert!(mm.peak_resident_bytes() <= BUDGET);
+        let health = mm.health();
+        assert!(health.is_ok(), "{health:?}");
+        mm.vmstat().delta(&start)
+    };
+    let off = run(Behaviour::Old);
+    let on = run(Behaviour::New);
+    eprintln!(
+        "pgreffault / pgreffault_around / pgmajfault: off {} / {} / {}, on {} / {} / {}",
+        off.val("pgreffault"),
+        off.val("pgreffault_around"),
+        off.val("pgmajfault"),
+        on.val("pgreffault"),
+        on.val("pgreffault_around"),
+        on.val("pgmajfault")
+    );
+    assert_eq!(off.val("pgreffault_around"), 0, "ref_around=off\n{off}");
+    assert!(
+        off.val("pgreffault") > 0,
+        "no reference fault at all\n{off}"
+    );
+    assert!(
+        on.val("pgreffault_around") > 0,
+        "no neighbour came with a reference fault\n{on}"
+    );
+    assert!(
+        on.val("pgreffault") < off.val("pgreffault"),
+        "reference faults: {} with ref_around=on, {} with off\non: {on}\noff: {off}",
+        on.val("pgreffault"),
+        off.val("pgreffault")
+    );
+}

@@ -794,6 +794,18 @@ impl page_state::FaultEnv for RegionFaultEnv<'_> {
     fn write_window(&self, idx: PgOff) -> u64 {
         write_window(self.m, self.r, idx) as u64
     }
+    fn ref_around(&self) -> u64 {
+        if self
+            .m
+            .cfg
+            .settings
+            .is_new(crate::settings::Switch::RefAround)
+        {
+            page_state::REF_AROUND
+        } else {
+            1
+        }
+    }
     fn write_expected(&self, idx: PgOff) -> bool {
         self.r.writes.expects(idx)
     }

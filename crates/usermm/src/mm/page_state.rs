@@ -60,6 +60,10 @@ pub(crate) fn set_may_park(may: bool) -> bool {
 /// Largest minor-fault fault-around run over readahead pages.
 pub const RA_AROUND: u64 = 32;
 
+/// Largest run a reference fault maps (switch `ref_around`): the faulting page and the pages
+/// next to it that reclaim unmapped for observation and are still parked.
+pub const REF_AROUND: u64 = 16;
+
 /// What a fault on a resident page does outside the descriptors and the page table: the
 /// region's view and the frame pool (userfaultfd ioctls), the swap cache, waking the faulter.
 pub trait FaultEnv {
@@ -96,6 +100,11 @@ pub trait FaultEnv {
             .zip(clean)
             .take_while(|(&(idx, f), &wp)| self.place(idx, f, wp))
             .count()
+    }
+    /// The largest run a reference fault maps (1: the faulting page alone; switch
+    /// `ref_around`, [`REF_AROUND`] when on).
+    fn ref_around(&self) -> u64 {
+        1
     }
     /// A readahead page was used (the region's readahead hit count).
     fn ra_hit(&self);
@@ -235,10 +244,18 @@ pub fn frame_fault(
     // Fault-around over the readahead pages that follow (filemap_map_pages for swap cache), or
     // those before it when none follows (a stream walking down the region).
     let (mut first, mut last) = (idx, idx);
-    if was_ra {
-        last = idx + ra_around(pages, pt, vm, env, idx, false, rmw);
+    // A reference fault takes the neighbours unmapped for observation that are still parked
+    // (switch ref_around): a program that touches a page again mostly touches the pages next
+    // to it in a moment, each of which would be a round trip of its own.
+    let (kind, win) = if was_ra {
+        (Around::Readahead, RA_AROUND)
+    } else {
+        (Around::Referenced, env.ref_around())
+    };
+    if win > 1 {
+        last = idx + parked_around(pages, pt, vm, env, idx, kind, win, false, rmw);
         if last == idx {
-            first = idx - ra_around(pages, pt, vm, env, idx, true, rmw);
+            first = idx - parked_around(pages, pt, vm, env, idx, kind, win, true, rmw);
         }
     }
     if rmw {
@@ -253,30 +270,56 @@ pub fn frame_fault(
     Some(Fault::Done)
 }
 
-/// Maps the parked readahead pages next to page `idx` (after it, or before it when `down`),
-/// up to RA_AROUND - 1 of them, stopping at the first that is not one (or is busy); writable
-/// when `rmw`. Returns how many were mapped.
-fn ra_around(
+/// Which parked neighbours a minor fault maps with its page ([`parked_around`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Around {
+    /// Readahead pages waiting for their first access (PG_readahead): a swap-in stream.
+    Readahead,
+    /// Pages reclaim unmapped for observation, still parked in their pool slots: the
+    /// neighbours of a reference fault (switch `ref_around`).
+    Referenced,
+}
+
+impl Around {
+    /// Whether page `p` is one of those this fault-around maps.
+    fn takes(self, p: &super::page::Page) -> bool {
+        !p.test(pg::MAPPED)
+            && match self {
+                Around::Readahead => p.test(pg::READAHEAD),
+                Around::Referenced => p.test(pg::LRU) && !p.test(pg::READAHEAD),
+            }
+    }
+}
+
+/// Maps the parked pages of `kind` next to page `idx` (after it, or before it when `down`),
+/// up to `win - 1` of them, stopping at the first that is not one (or is busy); writable when
+/// `rmw`. Readahead pages count as readahead hits; observed pages as referenced, as the young
+/// ptes of x86 Linux's fault-around do. Returns how many were mapped.
+#[allow(clippy::too_many_arguments)]
+fn parked_around(
     pages: &MemMap,
     pt: &PageTable,
     vm: &Counters,
     env: &impl FaultEnv,
     idx: PgOff,
+    kind: Around,
+    win: u64,
     down: bool,
     rmw: bool,
 ) -> u64 {
     // Lock the run first (trylocks: it stops at the first page that is busy or different),
     // then map it in one go.
     let mut held = Vec::new();
-    for k in 1..RA_AROUND.min(pt.room(idx, down)) {
+    for k in 1..win.min(pt.room(idx, down)) {
         let j = idx.step(k, down);
         let Pte::Frame(f2) = pt.get(j) else { break };
         let p2 = &pages[f2];
-        if !p2.test(pg::READAHEAD) || p2.test(pg::MAPPED) || !p2.trylock() {
+        if !kind.takes(p2) || !p2.trylock() {
             break;
         }
         match pt.try_lock(j) {
-            Some(g2) if g2.get() == Pte::Frame(f2) && p2.test_clear(pg::READAHEAD) => {
+            Some(g2) if g2.get() == Pte::Frame(f2) && kind.takes(p2) => {
+                p2.clear(pg::READAHEAD);
                 held.push((j, f2, g2));
             }
             other => {
@@ -300,16 +343,21 @@ fn ra_around(
     };
     for (k, (_, f2, g2)) in held.into_iter().enumerate() {
         drop(g2);
-        if k < placed {
-            vm.inc(Item::SwapRaHit);
-            vm.inc(Item::FaultAround);
-            env.ra_hit();
-        } else {
-            // Not mapped: still a readahead page waiting for its first access.
-            pages[f2].set(pg::READAHEAD);
+        if kind == Around::Readahead {
+            if k < placed {
+                vm.inc(Item::SwapRaHit);
+                env.ra_hit();
+            } else {
+                // Not mapped: still a readahead page waiting for its first access.
+                pages[f2].set(pg::READAHEAD);
+            }
         }
         pages[f2].unlock();
     }
+    if kind == Around::Referenced {
+        vm.add(Item::RefAround, placed as u64);
+    }
+    vm.add(Item::FaultAround, placed as u64);
     placed as u64
 }
 
