@@ -85,6 +85,14 @@ impl<T> Mutex<T> {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+    /// The guard if nobody holds the lock now (poisoned or not), else None.
+    fn try_lock(&self) -> Option<std::sync::MutexGuard<'_, T>> {
+        match self.0.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
 }
 
 /// The locks the forking thread holds across fork(2): MANAGER's guard and the address
@@ -1949,11 +1957,7 @@ fn hand_over_to_children() {
 /// for good by the exit): the group then reaps the charge as it reaps a killed process's.
 fn leave_budget_group() {
     let _guard = Guard::enter();
-    let mm = match MANAGER.0.try_lock() {
-        Ok(g) => g.clone(),
-        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().clone(),
-        Err(std::sync::TryLockError::WouldBlock) => None,
-    };
+    let mm = MANAGER.try_lock().and_then(|g| g.clone());
     if let Some(mm) = mm {
         mm.leave_budget_group();
     }

@@ -319,7 +319,9 @@ fn parked_around(
         }
         match pt.try_lock(j) {
             Some(g2) if g2.get() == Pte::Frame(f2) && kind.takes(p2) => {
-                p2.clear(pg::READAHEAD);
+                if kind == Around::Readahead {
+                    p2.clear(pg::READAHEAD);
+                }
                 held.push((j, f2, g2));
             }
             other => {
