@@ -470,6 +470,10 @@ impl Mapping {
     /// Reads `len` bytes of `file` at `file_off` into the mapping at `off`, stopping at end of
     /// file and zero-filling the rest. Returns the bytes read from the file. With O_DIRECT,
     /// `file_off`, `off` and `len` must be 4 KiB multiples (they are: callers read whole pages).
+    /// A read that comes back short at a position inside a page found the end of the file: it
+    /// is not read again from there. (With O_DIRECT such a read would be refused, EINVAL,
+    /// whenever a writeback of a later page had meanwhile extended the file on disk: the page
+    /// cache writes whole pages, then cuts the file back to its size.)
     pub fn pread_at(&self, file: &File, file_off: u64, off: usize, len: usize) -> Result<usize> {
         check_range(self.len, off, len)?;
         let mut done = 0usize;
@@ -503,6 +507,9 @@ impl Mapping {
                 break;
             }
             done += r as usize;
+            if !(file_off + done as u64).is_multiple_of(PAGE_SIZE as u64) {
+                break;
+            }
         }
         if done < len {
             self.fill(off + done, len - done, 0)?;
@@ -584,6 +591,15 @@ impl Mapping {
                 let mut done = r as usize;
                 total -= done;
                 file_off += done as u64;
+                if !write && total > 0 && !file_off.is_multiple_of(PAGE_SIZE as u64) {
+                    // Short inside a page: the end of the file (as `pread_at`; with O_DIRECT
+                    // the read from there would be refused).
+                    return Err(SysError::Short {
+                        call,
+                        write,
+                        file_off,
+                    });
+                }
                 while done > 0 {
                     let v = &mut iov[idx];
                     if done >= v.iov_len {
@@ -681,6 +697,58 @@ mod tests {
         let m = Mapping::anon(PAGE_SIZE, 0).unwrap();
         assert!(m.fill(1, PAGE_SIZE, 0).is_err());
         assert!(m.advise(PAGE_SIZE, PAGE_SIZE, Advice::DontNeed).is_err());
+    }
+
+    /// A file that ends inside a block, read with O_DIRECT across its end: the bytes up to the
+    /// end, zeros after, no error. Skips visibly where the filesystem refuses O_DIRECT (tmpfs).
+    #[test]
+    fn pread_at_stops_at_an_unaligned_end_of_an_o_direct_file() {
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = std::env::var("TMPDIR").unwrap_or_else(|_| "/var/tmp".into());
+        let path =
+            std::path::Path::new(&dir).join(format!("usermm-odirect-{}", std::process::id()));
+        let body: Vec<u8> = (0..3 * PAGE_SIZE + 1234)
+            .map(|i| (i % 251) as u8 + 1)
+            .collect();
+        std::fs::write(&path, &body).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&path);
+        std::fs::remove_file(&path).unwrap();
+        let Ok(f) = f else {
+            crate::skip_test(&format!("{dir} refuses O_DIRECT"));
+            return;
+        };
+        let m = Mapping::anon(8 * PAGE_SIZE, 0).unwrap();
+        m.fill(0, 8 * PAGE_SIZE, 0xee).unwrap();
+        // From page 1: two whole pages and 1234 bytes, then zeros to the end of the 6 pages.
+        let n = m
+            .pread_at(&f, PAGE_SIZE as u64, PAGE_SIZE, 6 * PAGE_SIZE)
+            .unwrap();
+        assert_eq!(n, 2 * PAGE_SIZE + 1234);
+        let mut got = vec![0u8; 6 * PAGE_SIZE];
+        m.read_bytes(PAGE_SIZE, &mut got).unwrap();
+        assert_eq!(&got[..n], &body[PAGE_SIZE..]);
+        assert!(got[n..].iter().all(|&b| b == 0), "zeros after the end");
+        assert!(
+            m.read_u64(0) == 0xeeee_eeee_eeee_eeee
+                && m.read_u64(7 * PAGE_SIZE) == 0xeeee_eeee_eeee_eeee,
+            "nothing outside the range touched"
+        );
+        // Wholly past the end: nothing read, all zeros.
+        assert_eq!(
+            m.pread_at(&f, 4 * PAGE_SIZE as u64, 0, PAGE_SIZE).unwrap(),
+            0
+        );
+        // Pages read straight into place across the end: short, named as such.
+        let e = m
+            .pread_pages(&f, 2 * PAGE_SIZE as u64, &[0, PAGE_SIZE])
+            .unwrap_err();
+        assert!(
+            matches!(e, crate::SysError::Short { write: false, .. }),
+            "{e}"
+        );
     }
 
     #[test]

@@ -1259,13 +1259,18 @@ pub fn do_page_cache_readahead(
         let ok = read_into(m, mapping, run[0], &added);
         cpu = ra_worker_cpu(m);
         if let Err(e) = &ok {
-            log::error!(
-                "read of {} pages at page {} of {}: {e}",
-                added.len(),
-                run[0],
-                mapping.name()
-            );
-            m.vm.inc(Item::FileReadError);
+            if mapping.is_file() && mapping.file().is_none() {
+                // Closed by its last user during the read: nobody wants the pages.
+                log::debug!("readahead of {}: {e}", mapping.name());
+            } else {
+                log::error!(
+                    "read of {} pages at page {} of {}: {e}",
+                    added.len(),
+                    run[0],
+                    mapping.name()
+                );
+                m.vm.inc(Item::FileReadError);
+            }
         }
         for &f in &added {
             let p = &m.node.pages[f];
@@ -1339,6 +1344,31 @@ fn record_read_hashes(m: &MmInner, mapping: &AddressSpace, frames: &[Pfn], data:
                 }
             }
             Err(e) => log::debug!("hashing {} slots from frame {}: {e}", run.len(), run[0]),
+        }
+    }
+}
+
+/// `filemap_read_folio`: reads page `f` (locked, in the cache at `index`, not up to date: a
+/// readahead's read of it failed, or was cut short by a close) again, synchronously, and marks
+/// it up to date. On failure the page keeps PG_error, is counted (`file_read_error`) and
+/// stays locked for the caller to drop or retry.
+pub(crate) fn filemap_read_folio(
+    m: &MmInner,
+    mapping: &AddressSpace,
+    f: Pfn,
+    index: PgOff,
+) -> io::Result<()> {
+    let p = &m.node.pages[f];
+    p.clear(pg::ERROR);
+    match read_into(m, mapping, index, &[f]) {
+        Ok(()) => {
+            p.set(pg::UPTODATE);
+            Ok(())
+        }
+        Err(e) => {
+            p.set(pg::ERROR);
+            m.vm.inc(Item::FileReadError);
+            Err(e)
         }
     }
 }
@@ -1573,15 +1603,13 @@ pub fn file_read(
                 match pagecache_get_page(m, mapping, index, Fgp::LOCK | Fgp::CREAT)? {
                     Some(f) => {
                         if !m.node.pages[f].test(pg::UPTODATE) {
-                            if let Err(e) = read_into(m, mapping, index, &[f]) {
-                                m.vm.inc(Item::FileReadError);
+                            if let Err(e) = filemap_read_folio(m, mapping, f, index) {
                                 put_page(&m.node, f);
                                 if !remove_page(m, mapping, f, index, false) {
                                     m.node.pages[f].unlock();
                                 }
                                 return Err(Error::io(format!("reading {}", mapping.name()), e));
                             }
-                            m.node.pages[f].set(pg::UPTODATE);
                         }
                         m.node.pages[f].unlock();
                         f
@@ -1608,13 +1636,18 @@ pub fn file_read(
             continue;
         }
         if !p.test(pg::UPTODATE) {
-            // Its read failed: report it.
-            p.unlock();
-            put_page(&m.node, f);
-            return Err(Error::io(
-                format!("reading page {index} of {}", mapping.name()),
-                io::Error::from_raw_os_error(libc::EIO),
-            ));
+            // Its readahead failed: read it again here; only this read's failure is the
+            // caller's error (`filemap_update_page`).
+            if let Err(e) = filemap_read_folio(m, mapping, f, index) {
+                put_page(&m.node, f);
+                if !remove_page(m, mapping, f, index, false) {
+                    p.unlock();
+                }
+                return Err(Error::io(
+                    format!("reading page {index} of {}", mapping.name()),
+                    e,
+                ));
+            }
         }
         let page_start = index.byte_offset();
         let from = (pos + done as u64 - page_start).usize();
@@ -1767,18 +1800,24 @@ mod tests {
         }
     }
 
-    /// A fault on a page under read I/O is parked, not waited for by its handler, and served
-    /// when the read completes: by the thread that completes it (`serve_io_waiters`, as
-    /// `do_page_cache_readahead` does), or, where the page is unlocked by a path that does not
-    /// look for parked faults, by an idle handler. Meanwhile the handlers serve other faults.
-    #[test]
-    fn a_fault_on_a_page_under_read_io_is_parked_and_served_when_the_read_completes() {
+    /// A 4-page file of distinct bytes in a new directory (kept alive by the caller).
+    fn four_page_file() -> (tempfile::TempDir, std::path::PathBuf, Vec<u8>) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         let data: Vec<u8> = (0..4 * PAGE_SIZE)
             .map(|i| u8::try_from((i / PAGE_SIZE * 16 + i % 13) % 256).unwrap())
             .collect();
         std::fs::write(&path, &data).unwrap();
+        (dir, path, data)
+    }
+
+    /// A fault on a page under read I/O is parked, not waited for by its handler, and served
+    /// when the read completes: by the thread that completes it (`serve_io_waiters`, as
+    /// `do_page_cache_readahead` does), or, where the page is unlocked by a path that does not
+    /// look for parked faults, by an idle handler. Meanwhile the handlers serve other faults.
+    #[test]
+    fn a_fault_on_a_page_under_read_io_is_parked_and_served_when_the_read_completes() {
+        let (_dir, path, data) = four_page_file();
         let word =
             |page: usize| u64::from_ne_bytes(data[page * PAGE_SIZE..][..8].try_into().unwrap());
         let mm = Mm::new(MmConfig::new(16 << 20).swap(SwapConfig::None)).unwrap();
@@ -1835,5 +1874,54 @@ mod tests {
             });
         }
         assert!(!m.handlers.io_waiters.any());
+    }
+
+    /// A page a failed readahead left in the cache (not up to date, PG_error, unlocked: the
+    /// worker drops such pages, but not one somebody held locked at that moment) is read again
+    /// by the next reader, as Linux's `filemap_update_page` and `filemap_fault` do: `read_at`
+    /// returns the file's bytes, not EIO, and a fault on it resolves instead of finding it
+    /// again and again.
+    #[test]
+    fn a_page_left_by_a_failed_readahead_is_read_again_by_its_next_reader() {
+        let (_dir, path, data) = four_page_file();
+        let mm = Mm::new(MmConfig::new(16 << 20).swap(SwapConfig::None)).unwrap();
+        let cf = mm.open(&path).unwrap();
+        let r = mm
+            .map_file(&path, 0, 4 * PAGE_SIZE, MapKind::Shared)
+            .unwrap();
+        r.set_access_pattern(crate::AccessPattern::Random);
+        let m = mm.inner();
+        let errors = m.vm.get(Item::FileReadError);
+        for page in [1usize, 2] {
+            let f = find_or_create_page(m, &cf.mapping, PgOff::new(page as u64))
+                .unwrap()
+                .unwrap();
+            let p = &m.node.pages[f];
+            p.set(pg::ERROR);
+            p.unlock();
+            put_page(&m.node, f);
+        }
+        let mut b = vec![0u8; PAGE_SIZE + 100];
+        assert_eq!(cf.read_at(PAGE_SIZE as u64 - 50, &mut b).unwrap(), b.len());
+        assert!(b[..] == data[PAGE_SIZE - 50..2 * PAGE_SIZE + 50], "read_at");
+        let want = u64::from_ne_bytes(data[2 * PAGE_SIZE + 8..][..8].try_into().unwrap());
+        assert_eq!(
+            r.read_u64(2 * PAGE_SIZE + 8),
+            want,
+            "a load through the mapping"
+        );
+        assert_eq!(
+            m.vm.get(Item::FileReadError),
+            errors,
+            "the reads again succeeded"
+        );
+        for page in [1u64, 2] {
+            let f = find_get_page(m, &cf.mapping, PgOff::new(page))
+                .unwrap()
+                .unwrap();
+            let p = &m.node.pages[f];
+            assert!(p.test(pg::UPTODATE) && !p.test(pg::ERROR), "page {page}");
+            put_page(&m.node, f);
+        }
     }
 }

@@ -1700,10 +1700,21 @@ fn filemap_fault(
             return Err(Fault::Retry);
         }
     }
-    if p.owner() != Owner::Cache(a.id, index) || !p.test(pg::UPTODATE) {
+    if p.owner() != Owner::Cache(a.id, index) {
         p.unlock();
         filemap::put_page(&m.node, f);
         return Err(Fault::Retry);
+    }
+    if !p.test(pg::UPTODATE) {
+        // Its readahead failed (the worker drops such pages, but not one locked here
+        // meanwhile): read it again here, as `filemap_fault`'s page_not_uptodate does, or the
+        // fault would find it again and again.
+        if let Err(e) = filemap::filemap_read_folio(m, a, f, index) {
+            p.unlock();
+            filemap::put_page(&m.node, f);
+            log::warn!("fault on page {index} of {}: {e}; retrying", a.name());
+            return Err(Fault::Retry);
+        }
     }
     if p.test_clear(pg::READAHEAD) {
         m.vm.inc(Item::FileRaHit);
