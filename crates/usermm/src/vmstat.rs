@@ -119,6 +119,7 @@ items! {
     FileRaAsync = "file_ra_async",
     FileRaRandom = "file_ra_random",
     FileReadError = "file_read_error",
+    FileReadPoison = "file_read_poison",
     FileWriteError = "file_write_error",
     FileReadHole = "file_read_hole",
     FileWriteNoread = "file_write_noread",

@@ -1088,6 +1088,94 @@ fn beyond_eof_is_sigbus_until_the_file_grows() {
     assert_eq!(std::fs::read(&path).unwrap()[3 * 4096], 9);
 }
 
+/// A mapped page whose reads fail: one failed read (the readahead's) is retried by the fault
+/// and the access gets the file's data; reads that keep failing make the access raise SIGBUS
+/// (in a child) or, for a kernel-mode access, fail with EFAULT, within a bounded time, never
+/// a fault that waits for ever nor zeros. The page stays poisoned in that region, without more
+/// I/O, until it is discarded (MADV_DONTNEED); `read_at` reads it again meanwhile.
+#[test]
+fn a_mapped_page_whose_reads_fail_raises_sigbus_and_never_hangs() {
+    const NAME: &str = "a_mapped_page_whose_reads_fail_raises_sigbus_and_never_hangs";
+    const PAGES: usize = 64;
+    let d = tmpdir();
+    let path = d.path().join("failing");
+    let word = |p: usize| 0x5eed_0000_0000_0000u64 | p as u64;
+    let mut body = vec![0u8; PAGES * 4096];
+    for p in 0..PAGES {
+        body[p * 4096..p * 4096 + 8].copy_from_slice(&word(p).to_ne_bytes());
+    }
+    std::fs::write(&path, &body).unwrap();
+    if common::is_child(NAME) {
+        // Errors logged to stderr, which the parent reads.
+        let _ = env_logger::try_init();
+        // Served by the handler threads, or on the faulting thread (fault_path=sigbus).
+        let mut settings = Settings::default();
+        if std::env::var("FAULT_PATH_SIGBUS").is_ok() {
+            settings = settings.with(Switch::FaultPath, usermm::Behaviour::New);
+        }
+        let m = mm(4 * MIB, settings);
+        let f = m.open(&path).unwrap();
+        let r = f.map(0, PAGES * 4096, MapKind::Shared).unwrap();
+        d.close().unwrap();
+        f.inject_read_errors(u32::MAX);
+        eprintln!("reads fail now; touching page 9");
+        let v = r.read_u64(9 * 4096);
+        unreachable!("read {v:#x} from a page whose reads fail: no SIGBUS");
+    }
+    let log = ("RUST_LOG", "error");
+    for env in [&[log][..], &[log, ("FAULT_PATH_SIGBUS", "1")][..]] {
+        let err = common::expect_child_sigbus_env(NAME, "reads fail now; touching page 9", env);
+        assert!(err.contains("raises SIGBUS"), "the error is logged: {err}");
+    }
+
+    let m = full_mode_mm();
+    let f = m.open(&path).unwrap();
+    let r = std::sync::Arc::new(f.map(0, PAGES * 4096, MapKind::Shared).unwrap());
+    // A kernel-mode read of page `p` on another thread, failed if it takes 20 s.
+    let kernel_read = |p: usize| {
+        let at = r.as_ptr() as usize + p * 4096;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(usermm_sys::kernel_read_u64(at)));
+        rx.recv_timeout(std::time::Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("a read of page {p} never returned\n{}", m.vmstat()))
+    };
+    let before = m.vmstat();
+    // One failure: the readahead's read fails, the fault reads the page again.
+    f.inject_read_errors(1);
+    assert_eq!(
+        kernel_read(5).unwrap(),
+        word(5),
+        "page 5 after one failed read"
+    );
+    let d1 = m.vmstat().delta(&before);
+    assert_eq!(d1.val("file_read_error"), 1, "{d1}");
+    assert_eq!(d1.val("file_read_poison"), 0, "{d1}");
+    // Reads keep failing: EFAULT, counted once; again without I/O (the marker).
+    f.inject_read_errors(u32::MAX);
+    for _ in 0..2 {
+        let e = kernel_read(40).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EFAULT), "{e}");
+    }
+    f.inject_read_errors(0);
+    let d2 = m.vmstat().delta(&before);
+    assert_eq!(d2.val("file_read_poison"), 1, "{d2}");
+    assert!(d2.val("file_read_error") >= 3, "{d2}");
+    // The file's other pages and its buffered reads are unharmed.
+    assert_eq!(kernel_read(41).unwrap(), word(41));
+    let mut b = [0u8; 8];
+    assert_eq!(f.read_at(40 * 4096, &mut b).unwrap(), 8);
+    assert_eq!(
+        u64::from_ne_bytes(b),
+        word(40),
+        "read_at of the poisoned page"
+    );
+    assert!(kernel_read(40).is_err(), "still poisoned in the region");
+    // Discarded, the page is read again.
+    r.discard(40 * 4096, 4096).unwrap();
+    assert_eq!(kernel_read(40).unwrap(), word(40), "after MADV_DONTNEED");
+    assert_eq!(r.read_u64(5 * 4096), word(5));
+}
+
 /// A manager whose userfaultfd also serves kernel-mode accesses (EFAULT instead of SIGBUS).
 fn full_mode_mm() -> Mm {
     let mut cfg = MmConfig::new(4 * MIB).swap(SwapConfig::None);

@@ -488,7 +488,7 @@ fn mismatch(
 ///   healthy run and the stress and livelock tests assert it;
 /// * `fault_refault_tripwire`, `handler_panic`, `fault_stuck`: the fault path's own alarms
 ///   (also in `Mm::health`, which is checked as well).
-const MUST_STAY_ZERO: [&str; 14] = [
+const MUST_STAY_ZERO: [&str; 15] = [
     "mm_warn",
     "pool_slot_lost",
     "pgunmap_zapped",
@@ -501,6 +501,7 @@ const MUST_STAY_ZERO: [&str; 14] = [
     "zswap_writeback_error",
     "oom_poison",
     "file_read_error",
+    "file_read_poison",
     "file_write_error",
     "redis_missing_keys",
 ];

@@ -439,6 +439,16 @@ impl CachedFile {
         self.mapping.name()
     }
 
+    /// Test builds only: the next `n` reads of this file's pages from its disk fail with EIO,
+    /// as a failing device's would (`u32::MAX`: every read, until set to 0 again).
+    #[cfg(any(test, feature = "testing"))]
+    #[doc(hidden)]
+    pub fn inject_read_errors(&self, n: u32) {
+        self.mapping
+            .inject_read_errors
+            .store(n, crate::sync::Ordering::SeqCst);
+    }
+
     /// Whether the file is accessed with O_DIRECT (false: buffered with fadvise, or memory).
     pub fn is_direct(&self) -> bool {
         matches!(self.mapping.host, Host::File { direct: true, .. })

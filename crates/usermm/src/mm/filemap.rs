@@ -1019,6 +1019,17 @@ fn read_into_slots(
         return fill_frames(m, frames, &present, 0, n, None);
     };
     let file = &*file;
+    if mapping.inject_read_errors.load(Ordering::Relaxed) > 0
+        && mapping
+            .inject_read_errors
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |k| {
+                Some(if k == u32::MAX { k } else { k - 1 }).filter(|_| k > 0)
+            })
+            .is_ok()
+    {
+        // A test's failing device (`CachedFile::inject_read_errors`).
+        return Err(io::Error::from_raw_os_error(libc::EIO));
+    }
     let direct = matches!(mapping.host, Host::File { direct: true, .. });
     let data = data_pages(mapping, file, start, n);
     if direct && m.cfg.settings.is_new(Switch::PoolFill) && present.iter().any(|&p| !p) {

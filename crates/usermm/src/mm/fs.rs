@@ -170,6 +170,9 @@ pub struct AddressSpace {
     /// The last extent of file data `SEEK_DATA`/`SEEK_HOLE` found, `[start, end)` in bytes
     /// (empty: none): a read inside it needs no lseek (filemap.rs `data_pages`).
     pub(crate) data_extent: Mutex<(u64, u64)>,
+    /// Test builds: reads of this file from its disk still to fail with EIO
+    /// (`CachedFile::inject_read_errors`); 0 otherwise, one relaxed load per read.
+    pub(crate) inject_read_errors: AtomicU32,
 }
 
 /// `struct address_space_operations`: the entry points where a disk file, an in-memory file and
@@ -234,6 +237,7 @@ impl AddressSpace {
             eof_lock: Mutex::new(()),
             shadows: Shadows::default(),
             data_extent: Mutex::new((0, 0)),
+            inject_read_errors: AtomicU32::new(0),
             a_ops,
         }
     }

@@ -1575,8 +1575,9 @@ const READ_IO_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
 /// than they find pages there is read at random; its faults stop reading around.
 const MMAP_LOTSAMISS: u32 = 100;
 
-/// A page-cache lookup for a fault that failed (an in-memory file's page could not be read
-/// back from swap): counted (`file_read_error`) and logged; the fault is retried.
+/// A page-cache lookup for a fault that failed (no frame or pool slot obtainable now):
+/// counted (`file_read_error`) and logged; the fault is retried. (Mapped files are disk files:
+/// their reads fail inside `filemap_fault`, which raises SIGBUS for them.)
 fn filemap_fault_error(m: &MmInner, fm: &FileMap, index: PgOff, e: crate::Error) -> Fault {
     m.vm.inc(Item::FileReadError);
     log::warn!(
@@ -1614,12 +1615,14 @@ fn filemap_fault(
     m: &MmInner,
     r: &RegionInner,
     fm: &FileMap,
+    idx: PgOff,
     index: PgOff,
 ) -> std::result::Result<Pfn, Fault> {
     let a = &fm.mapping;
     let window = super::readahead::ra_pages(m.cfg.read_ahead_kb, m.node.nr_frames())
         .clamp(1, 512)
         .next_power_of_two();
+    let mut locked = false;
     let f = match filemap::find_get_page(m, a, index) {
         Ok(Some(f)) => {
             // do_async_mmap_readahead: a hit makes the region look less random.
@@ -1675,7 +1678,23 @@ fn filemap_fault(
             m.vm.inc(Item::Pgmajfault);
             match filemap::find_get_page(m, a, index) {
                 Ok(Some(f)) => f,
-                Ok(None) => return Err(Fault::Retry),
+                Ok(None) => {
+                    // The window's read failed (its pages were dropped) or found no frame:
+                    // this page alone, read below (`page_not_uptodate`: one more try).
+                    match filemap::pagecache_get_page(
+                        m,
+                        a,
+                        index,
+                        filemap::Fgp::LOCK | filemap::Fgp::CREAT,
+                    ) {
+                        Ok(Some(f)) => {
+                            locked = true;
+                            f
+                        }
+                        // No frame now either (memory is short): retried, as before.
+                        Ok(None) | Err(_) => return Err(Fault::Retry),
+                    }
+                }
                 Err(e) => return Err(filemap_fault_error(m, fm, index, e)),
             }
         }
@@ -1688,7 +1707,7 @@ fn filemap_fault(
     // locked while up to date, is deferred.
     // On a handler thread the fault is parked instead, and served by whoever completes the
     // read (handler.rs `IoWaiters`).
-    if !p.trylock() {
+    if !locked && !p.trylock() {
         let under_io = !p.test(pg::UPTODATE);
         if under_io && super::page_state::park_on_io(f) {
             filemap::put_page(&m.node, f);
@@ -1707,13 +1726,15 @@ fn filemap_fault(
     }
     if !p.test(pg::UPTODATE) {
         // Its readahead failed (the worker drops such pages, but not one locked here
-        // meanwhile): read it again here, as `filemap_fault`'s page_not_uptodate does, or the
-        // fault would find it again and again.
+        // meanwhile), or it is new (above): read it here, as `filemap_fault`'s
+        // page_not_uptodate does. A page whose read fails again is not handed out: the
+        // access raises SIGBUS (VM_FAULT_SIGBUS), never waits for ever nor sees zeros.
         if let Err(e) = filemap::filemap_read_folio(m, a, f, index) {
-            p.unlock();
             filemap::put_page(&m.node, f);
-            log::warn!("fault on page {index} of {}: {e}; retrying", a.name());
-            return Err(Fault::Retry);
+            if !filemap::remove_page(m, a, f, index, false) {
+                p.unlock();
+            }
+            return Err(file_read_sigbus(m, r, fm, idx, index, &e));
         }
     }
     if p.test_clear(pg::READAHEAD) {
@@ -1742,27 +1763,53 @@ fn mmap_miss_sub(fm: &FileMap, n: u32) {
     }
 }
 
+/// A file page that could not be read (its readahead's read and the fault's own both failed):
+/// the access raises SIGBUS, as Linux's `filemap_fault` answers `VM_FAULT_SIGBUS`; logged with
+/// the file, page and error, counted (`file_read_poison`). The entry keeps the marker, so later
+/// accesses through this region raise SIGBUS too without I/O, until MADV_DONTNEED of the page
+/// (or an unmap) lets the next access read again; other regions and `read_at` read again.
+fn file_read_sigbus(
+    m: &MmInner,
+    r: &RegionInner,
+    fm: &FileMap,
+    idx: PgOff,
+    index: PgOff,
+    e: &std::io::Error,
+) -> Fault {
+    // Counted before the toucher is woken: whoever sees its SIGBUS/EFAULT sees the count.
+    m.vm.inc(Item::FileReadPoison);
+    log::error!(
+        "page {index} of {} could not be read ({e}): the access at {:#x} raises SIGBUS",
+        fm.mapping.name(),
+        r.page_addr(idx)
+    );
+    poison_file_page(m, r, idx, "after a read error");
+    Fault::Done
+}
+
+/// Marks page `idx` of file region `r` poisoned (its entry, if empty, and the view's pte) and
+/// wakes its thread, whose access then raises SIGBUS. The entry records it, so a later growth
+/// of the file or a discard clears the marker; the thread is woken only once it is stored.
+fn poison_file_page(m: &MmInner, r: &RegionInner, idx: PgOff, why: &str) {
+    let mut g = r.pt.lock(idx);
+    if g.get() == Pte::None {
+        g.set(Pte::Poison);
+    }
+    if let Err(e) = m.mm.uffd.poison(r.page_addr(idx), PAGE_SIZE, true) {
+        if !e.is_exists() {
+            log::error!("UFFDIO_POISON {why} at {:#x}: {e}", r.page_addr(idx));
+        }
+    }
+    drop(g);
+    wake(m, r, idx);
+}
+
 /// An access beyond the end of the file: SIGBUS, as Linux raises it.
 fn beyond_eof(m: &MmInner, r: &RegionInner, fm: &FileMap, idx: PgOff) -> bool {
     let size = fm.mapping.size.load(Ordering::Acquire);
     if fm.linear_page_index(idx).byte_offset() >= size.div_ceil(PAGE_SIZE as u64) * PAGE_SIZE as u64
     {
-        // The entry records it, so a later growth of the file clears the marker; the thread
-        // is woken only once the entry is stored.
-        let mut g = r.pt.lock(idx);
-        if g.get() == Pte::None {
-            g.set(Pte::Poison);
-        }
-        if let Err(e) = m.mm.uffd.poison(r.page_addr(idx), PAGE_SIZE, true) {
-            if !e.is_exists() {
-                log::error!(
-                    "UFFDIO_POISON beyond end of file at {:#x}: {e}",
-                    r.page_addr(idx)
-                );
-            }
-        }
-        drop(g);
-        wake(m, r, idx);
+        poison_file_page(m, r, idx, "beyond end of file");
         return true;
     }
     false
@@ -1893,7 +1940,7 @@ fn do_file_map_fault(
     if beyond_eof(m, r, fm, idx) {
         return Some(Fault::Done);
     }
-    let f = match filemap_fault(m, r, fm, index) {
+    let f = match filemap_fault(m, r, fm, idx, index) {
         Ok(f) => f,
         Err(fault) => return Some(fault),
     };
@@ -2128,7 +2175,7 @@ fn do_cow_fault(m: &MmInner, r: &Arc<RegionInner>, fm: &FileMap, idx: PgOff) -> 
         return Some(Fault::Done);
     }
     let index = fm.linear_page_index(idx);
-    let f = match filemap_fault(m, r, fm, index) {
+    let f = match filemap_fault(m, r, fm, idx, index) {
         Ok(f) => f,
         Err(fault) => return Some(fault),
     };

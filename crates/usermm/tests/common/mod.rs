@@ -126,9 +126,10 @@ pub fn run_child_env(name: &str, limit: std::time::Duration, env: &[(&str, &str)
     let exe = std::env::current_exe().expect("current_exe");
     let mut child = Command::new(exe)
         .args([name, "--exact", "--nocapture", "--test-threads=1"])
-        .envs(env.iter().copied())
         .env(CHILD_ENV, name)
         .env("RUST_LOG", "off")
+        // After RUST_LOG: a caller may turn the child's log on.
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
