@@ -103,6 +103,31 @@ fn bytes(seed: u8, off: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// Where `got` first differs from `want` (same length): the page, the bytes of it that differ,
+/// and whether what was read there is zeros (a page read from a hole or past an old end) or
+/// other data (a stale page).
+fn first_difference(got: &[u8], want: &[u8]) -> String {
+    let Some(i) = got.iter().zip(want).position(|(a, b)| a != b) else {
+        return "no difference".into();
+    };
+    let pg = i / 4096;
+    let range = pg * 4096..(pg * 4096 + 4096).min(got.len());
+    let differ = range.clone().filter(|&k| got[k] != want[k]).count();
+    let zeros = got[range.clone()].iter().all(|&x| x == 0);
+    let pages = (0..got.len().div_ceil(4096))
+        .filter(|p| {
+            let r = p * 4096..(p * 4096 + 4096).min(got.len());
+            got[r.clone()] != want[r]
+        })
+        .count();
+    format!(
+        "first at byte {i} (page {pg}): {differ} of its {} bytes differ, read {}; {pages} \
+         page(s) differ in all",
+        range.len(),
+        if zeros { "as zeros" } else { "as other data" }
+    )
+}
+
 /// A 1 MiB manager with 4 MiB of RAM swap, its faults served by handler threads or, with
 /// `sigbus`, on the faulting threads (`fault_path=sigbus`); writeback through io_uring or, with
 /// `sync_io`, one pwritev per run (`file_io=sync`, the synchronous fallback); clean file pages
@@ -130,7 +155,11 @@ fn small_mm(sigbus: bool, sync_io: bool, copy_clean: bool) -> Mm {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    // USERMM_PT_CASES overrides the number of cases (e.g. for a long soak run).
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("USERMM_PT_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(64),
+        ..ProptestConfig::default()
+    })]
     #[test]
     fn page_cache_matches_a_shadow(
         ops in proptest::collection::vec(op(), 1..250),
@@ -335,7 +364,13 @@ proptest! {
             let mut b = vec![0u8; shadow[f].len()];
             let n = files[f].read_at(0, &mut b).unwrap();
             prop_assert_eq!(n, shadow[f].len());
-            prop_assert!(b == shadow[f], "file {} read back through the cache", f);
+            prop_assert!(
+                b == shadow[f],
+                "file {} read back through the cache: {}\n{}",
+                f,
+                first_difference(&b, &shadow[f]),
+                mm.vmstat()
+            );
         }
         for f in &files {
             f.sync().unwrap();
@@ -475,7 +510,11 @@ fn word_of(t: usize, a: &Access) -> usize {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    // USERMM_PT_CASES overrides the number of cases.
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("USERMM_PT_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(24),
+        ..ProptestConfig::default()
+    })]
     /// Concurrent mapped readers and writers across two shared regions of one file twice the
     /// budget: every load sees the thread's last store to that word (or the file's original
     /// word), whichever region it goes through; after both regions are flushed the file on disk
