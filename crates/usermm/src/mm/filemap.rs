@@ -1022,8 +1022,10 @@ fn read_into_slots(
     if mapping.inject_read_errors.load(Ordering::Relaxed) > 0
         && mapping
             .inject_read_errors
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |k| {
-                Some(if k == u32::MAX { k } else { k - 1 }).filter(|_| k > 0)
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |k| match k {
+                0 => None,
+                u32::MAX => Some(k),
+                _ => Some(k - 1),
             })
             .is_ok()
     {
@@ -1359,10 +1361,11 @@ fn record_read_hashes(m: &MmInner, mapping: &AddressSpace, frames: &[Pfn], data:
     }
 }
 
-/// `filemap_read_folio`: reads page `f` (locked, in the cache at `index`, not up to date: a
-/// readahead's read of it failed, or was cut short by a close) again, synchronously, and marks
-/// it up to date. On failure the page keeps PG_error, is counted (`file_read_error`) and
-/// stays locked for the caller to drop or retry.
+/// `filemap_read_folio`: reads page `f` (locked, in the cache at `index`, not up to date: new,
+/// or a readahead's read of it failed or was cut short by a close), synchronously, and marks
+/// it up to date. On failure it is counted (`file_read_error`), gets PG_error, and the caller's
+/// reference is dropped with the page: removed from the cache, or unlocked where somebody else
+/// still holds it (whose next reader reads it again).
 pub(crate) fn filemap_read_folio(
     m: &MmInner,
     mapping: &AddressSpace,
@@ -1379,6 +1382,10 @@ pub(crate) fn filemap_read_folio(
         Err(e) => {
             p.set(pg::ERROR);
             m.vm.inc(Item::FileReadError);
+            put_page(&m.node, f);
+            if !remove_page(m, mapping, f, index, false) {
+                p.unlock();
+            }
             Err(e)
         }
     }
@@ -1615,10 +1622,6 @@ pub fn file_read(
                     Some(f) => {
                         if !m.node.pages[f].test(pg::UPTODATE) {
                             if let Err(e) = filemap_read_folio(m, mapping, f, index) {
-                                put_page(&m.node, f);
-                                if !remove_page(m, mapping, f, index, false) {
-                                    m.node.pages[f].unlock();
-                                }
                                 return Err(Error::io(format!("reading {}", mapping.name()), e));
                             }
                         }
@@ -1650,10 +1653,6 @@ pub fn file_read(
             // Its readahead failed: read it again here; only this read's failure is the
             // caller's error (`filemap_update_page`).
             if let Err(e) = filemap_read_folio(m, mapping, f, index) {
-                put_page(&m.node, f);
-                if !remove_page(m, mapping, f, index, false) {
-                    p.unlock();
-                }
                 return Err(Error::io(
                     format!("reading page {index} of {}", mapping.name()),
                     e,
@@ -1701,12 +1700,7 @@ pub fn file_write(m: &MmInner, mapping: &Arc<AddressSpace>, pos: u64, buf: &[u8]
                     "zeroing a new page-cache page",
                 );
                 m.vm.inc(Item::FileReadHole);
-            } else if let Err(e) = read_into(m, mapping, index, &[f]) {
-                m.vm.inc(Item::FileReadError);
-                put_page(&m.node, f);
-                if !remove_page(m, mapping, f, index, false) {
-                    p.unlock();
-                }
+            } else if let Err(e) = filemap_read_folio(m, mapping, f, index) {
                 return Err(Error::io(
                     format!("reading {} before a partial write", mapping.name()),
                     e,

@@ -1730,10 +1730,6 @@ fn filemap_fault(
         // page_not_uptodate does. A page whose read fails again is not handed out: the
         // access raises SIGBUS (VM_FAULT_SIGBUS), never waits for ever nor sees zeros.
         if let Err(e) = filemap::filemap_read_folio(m, a, f, index) {
-            filemap::put_page(&m.node, f);
-            if !filemap::remove_page(m, a, f, index, false) {
-                p.unlock();
-            }
             return Err(file_read_sigbus(m, r, fm, idx, index, &e));
         }
     }
