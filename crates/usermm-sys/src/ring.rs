@@ -243,6 +243,229 @@ fn submit_all(
     true
 }
 
+/// The tag-less slot table entry of a read in flight: the file (kept open until its read
+/// completes) and the caller's tag.
+type InFlight = Option<(std::sync::Arc<File>, u64)>;
+
+/// One asynchronous page read's end ([`AsyncPageReads::reap`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageReadDone {
+    /// The buffer slot the page was read into: read it through [`AsyncPageReads::buffer`] at
+    /// [`AsyncPageReads::slot_offset`], then give it back with [`AsyncPageReads::release`].
+    pub slot: usize,
+    /// The tag given with the read.
+    pub tag: u64,
+    /// Bytes read (`PAGE_SIZE`: the whole page; fewer: the end of the file), or the errno.
+    pub result: std::result::Result<usize, i32>,
+}
+
+/// Page reads a thread puts in flight and goes on, then reaps when they end: one thread's
+/// ring (not `Send`: the ring is set up for a single issuer whose completions it runs itself,
+/// `IORING_SETUP_DEFER_TASKRUN`, so a completion never interrupts another thread nor waits for
+/// one; the ring's descriptor polls readable when a completion is there to reap). Each read
+/// goes into one of the reader's own page slots, which the caller copies out after the read
+/// ended and releases; nothing else names that memory, so the kernel's writes into it never
+/// race a reader.
+pub struct AsyncPageReads {
+    ring: IoUring,
+    /// Per slot: what is in flight there (the slot taken until released).
+    used: Vec<InFlight>,
+    free: Vec<usize>,
+    /// Reads the kernel has or may have taken and not completed (their slots' memory and
+    /// files must outlive them).
+    in_flight: usize,
+    /// Entries queued that the kernel did not take yet (submitted again by the next call).
+    queued: bool,
+    buf: Mapping,
+    /// Signalled by the kernel when a completion is there to run (a poll of the ring's own
+    /// descriptor is not woken by deferred task work).
+    efd: std::os::fd::OwnedFd,
+    /// Not Send nor Sync: the ring's single issuer is the thread that made it.
+    _thread: std::marker::PhantomData<*const ()>,
+}
+
+impl std::fmt::Debug for AsyncPageReads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsyncPageReads")
+            .field("in_flight", &self.in_flight)
+            .field("slots", &self.used.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl AsyncPageReads {
+    /// A ring and `slots` page slots (at most that many reads in flight) for this thread;
+    /// fails where io_uring (with deferred task work, Linux 6.1) is unavailable.
+    pub fn new(slots: usize) -> std::io::Result<Self> {
+        if !available() {
+            return Err(std::io::Error::from_raw_os_error(libc::ENOSYS));
+        }
+        let slots = slots.clamp(1, 1024);
+        let ring = IoUring::builder()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .setup_taskrun_flag()
+            .build(u32::try_from(slots).unwrap_or(1024).next_power_of_two())?;
+        let buf = Mapping::anon(slots * PAGE_SIZE, 0).map_err(std::io::Error::other)?;
+        // SAFETY: eventfd(2) with no memory arguments; a non-negative result is a new
+        // descriptor this process owns.
+        let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if raw < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `raw` was just returned by eventfd and is owned by nobody else.
+        let efd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
+        ring.submitter().register_eventfd(raw)?;
+        Ok(AsyncPageReads {
+            efd,
+            ring,
+            used: (0..slots).map(|_| None).collect(),
+            free: (0..slots).rev().collect(),
+            in_flight: 0,
+            queued: false,
+            buf,
+            _thread: std::marker::PhantomData,
+        })
+    }
+
+    /// The memory the reads go into (slot `k` at [`Self::slot_offset`]`(k)`).
+    pub fn buffer(&self) -> &Mapping {
+        &self.buf
+    }
+
+    /// Where slot `slot` is in [`Self::buffer`].
+    pub fn slot_offset(&self, slot: usize) -> usize {
+        slot * PAGE_SIZE
+    }
+
+    /// Reads in flight now.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// A descriptor that polls readable when [`Self::reap`] has completions to give.
+    pub fn fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.efd)
+    }
+
+    /// Whether a completion may be waiting to be reaped (checked without a system call).
+    pub fn ready(&mut self) -> bool {
+        self.in_flight > 0
+            && (self.ring.submission().taskrun() || !self.ring.completion().is_empty())
+    }
+
+    /// Puts a read of the page at `file_off` of `file` in flight, tagged `tag`, and returns
+    /// its slot at once; None (nothing in flight) when every slot is taken or the queue is
+    /// full: the caller reads synchronously.
+    pub fn submit(
+        &mut self,
+        file: &std::sync::Arc<File>,
+        file_off: u64,
+        tag: u64,
+    ) -> Option<usize> {
+        let slot = self.free.pop()?;
+        let entry = opcode::Read::new(
+            types::Fd(file.as_raw_fd()),
+            (self.buf.addr() + self.slot_offset(slot)) as *mut u8,
+            PAGE_SIZE as u32,
+        )
+        .offset(file_off)
+        .build()
+        .user_data(slot as u64);
+        // SAFETY: the entry names slot `slot` of `self.buf`, reserved for it (off the free
+        // list) until its completion is reaped and the slot released, and a file held open in
+        // `self.used` until then; Drop waits for every entry the kernel may have taken before
+        // the memory goes.
+        if unsafe { self.ring.submission().push(&entry) }.is_err() {
+            self.free.push(slot);
+            return None;
+        }
+        self.used[slot] = Some((file.clone(), tag));
+        self.in_flight += 1;
+        self.queued = true;
+        self.enter(0);
+        Some(slot)
+    }
+
+    /// Submits what is queued and runs the ring's completions, waiting for `want` of them.
+    fn enter(&mut self, want: usize) {
+        loop {
+            match self.ring.submit_and_wait(want) {
+                Ok(_) => {
+                    self.queued = !self.ring.submission().is_empty();
+                    return;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EBUSY)) => {
+                    // Short of resources, or the completion queue is full: reaping frees it.
+                    return;
+                }
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Appends every ended read to `out`; with `wait`, waits for at least one first (if any
+    /// is in flight).
+    pub fn reap(&mut self, wait: bool, out: &mut Vec<PageReadDone>) {
+        if self.in_flight == 0 {
+            return;
+        }
+        let mut count = 0u64;
+        // SAFETY: reads 8 bytes into `count` from the non-blocking eventfd this owns.
+        let _ = unsafe {
+            libc::read(
+                std::os::fd::AsRawFd::as_raw_fd(&self.efd),
+                (&mut count as *mut u64).cast(),
+                8,
+            )
+        };
+        if wait || self.queued || count > 0 || self.ring.submission().taskrun() {
+            let want = usize::from(wait && self.ring.completion().is_empty());
+            self.enter(want);
+        }
+        let ended: Vec<(usize, i32)> = self
+            .ring
+            .completion()
+            .map(|c| (c.user_data() as usize, c.result()))
+            .collect();
+        for (slot, r) in ended {
+            // The slot stays off the free list until the caller has copied it out.
+            let Some((_file, tag)) = self.used.get_mut(slot).and_then(Option::take) else {
+                continue;
+            };
+            self.in_flight -= 1;
+            out.push(PageReadDone {
+                slot,
+                tag,
+                result: usize::try_from(r).map_err(|_| -r),
+            });
+        }
+    }
+
+    /// Gives back slot `slot` of a reaped read (its page copied out).
+    pub fn release(&mut self, slot: usize) {
+        if slot < self.used.len() && self.used[slot].is_none() && !self.free.contains(&slot) {
+            self.free.push(slot);
+        }
+    }
+}
+
+impl Drop for AsyncPageReads {
+    fn drop(&mut self) {
+        // Every read the kernel took completes before its memory goes.
+        let mut out = Vec::new();
+        while self.in_flight > 0 {
+            let before = self.in_flight;
+            self.reap(true, &mut out);
+            if self.in_flight == before {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            out.clear();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -319,6 +542,78 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.to_string(), s.to_string());
         f.flush().unwrap();
+    }
+
+    #[test]
+    fn async_page_reads_end_with_each_page_and_the_end_of_the_file() {
+        let Ok(mut r) = AsyncPageReads::new(16) else {
+            eprintln!("io_uring unavailable here: nothing to test");
+            return;
+        };
+        let mut f = tempfile_in_tmp();
+        // 200 pages, each filled with its number, and 100 bytes of a last one.
+        for p in 0..200u32 {
+            f.write_all(&vec![(p % 251) as u8 + 1; PAGE_SIZE]).unwrap();
+        }
+        f.write_all(&[7u8; 100]).unwrap();
+        let f = std::sync::Arc::new(f);
+        let mut got = std::collections::BTreeMap::new();
+        let mut out = Vec::new();
+        let mut collect = |r: &mut AsyncPageReads, out: &mut Vec<PageReadDone>| {
+            for d in out.drain(..) {
+                let mut page = vec![0u8; PAGE_SIZE];
+                r.buffer()
+                    .read_bytes(r.slot_offset(d.slot), &mut page)
+                    .unwrap();
+                r.release(d.slot);
+                assert!(got.insert(d.tag, (d.result, page)).is_none(), "tag twice");
+            }
+        };
+        // More reads than slots: a full reader refuses (None) until reaping frees a slot.
+        let mut refused = 0;
+        for p in (0..=200u64).rev() {
+            while r.submit(&f, p * PAGE_SIZE as u64, p).is_none() {
+                refused += 1;
+                assert_eq!(r.in_flight(), 16, "refused with a slot free");
+                r.reap(true, &mut out);
+                collect(&mut r, &mut out);
+            }
+        }
+        assert!(refused > 0);
+        // The descriptor polls readable once a completion is there.
+        let mut pfd = libc::pollfd {
+            fd: r.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd on the stack.
+        assert_eq!(unsafe { libc::poll(&mut pfd, 1, 5000) }, 1);
+        while r.in_flight() > 0 {
+            r.reap(true, &mut out);
+            collect(&mut r, &mut out);
+        }
+        assert_eq!(got.len(), 201);
+        for (&p, (res, page)) in &got {
+            if p == 200 {
+                assert_eq!(*res, Ok(100), "the last page ends the file");
+                assert!(page[..100].iter().all(|&b| b == 7));
+            } else {
+                assert_eq!(*res, Ok(PAGE_SIZE), "page {p}");
+                let want = (p % 251) as u8 + 1;
+                assert!(page.iter().all(|&b| b == want), "page {p}'s contents");
+            }
+        }
+        // A read past the end of a file completes with nothing read (the caller reads it the
+        // synchronous way, which zero-fills); without waiting, reap gives it once it ended.
+        let slot = r.submit(&f, 1 << 40, 9).unwrap();
+        assert!(r.in_flight() == 1);
+        let t = std::time::Instant::now();
+        while out.is_empty() {
+            assert!(t.elapsed().as_secs() < 5, "the read never ended");
+            r.reap(false, &mut out);
+        }
+        assert_eq!((out[0].slot, out[0].tag, out[0].result), (slot, 9, Ok(0)));
+        r.release(slot);
     }
 
     fn tempfile_in_tmp() -> File {

@@ -634,6 +634,35 @@ impl Uffd {
         }
     }
 
+    /// Waits up to `timeout_ms` for the userfaultfd or any of `extra` (up to three more
+    /// descriptors; a negative one is ignored) to be readable; whether the userfaultfd is.
+    pub fn poll_with(&self, extra: &[RawFd], timeout_ms: i32) -> Result<bool> {
+        let mut fds = [libc::pollfd {
+            fd: -1,
+            events: libc::POLLIN,
+            revents: 0,
+        }; 4];
+        fds[0].fd = self.fd.as_raw_fd();
+        for (p, &fd) in fds[1..].iter_mut().zip(extra) {
+            p.fd = fd;
+        }
+        let n = 1 + extra.len().min(3);
+        // SAFETY: fds is a valid array of at least `n` pollfd structs on our stack.
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), n as libc::nfds_t, timeout_ms) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                return Ok(false);
+            }
+            return Err(SysError::os(
+                Syscall::UffdPoll,
+                format!("on descriptor {}", self.fd.as_raw_fd()),
+                e,
+            ));
+        }
+        Ok(fds[0].revents != 0)
+    }
+
     /// Waits until a message is readable or `timeout_ms` passes (-1: forever). Also returns when
     /// `extra` (an eventfd) becomes readable. Returns (uffd_ready, extra_ready).
     pub fn poll(&self, extra: Option<RawFd>, timeout_ms: i32) -> Result<(bool, bool)> {

@@ -211,7 +211,7 @@ pub const SWITCHES: &[SwitchInfo] = &[
         seed: "issue 15",
         old: "sync",
         new: "io_uring",
-        what: "how writeback sends a batch's runs of file pages: one pwritev per run in turn, or all in flight at once through io_uring",
+        what: "file I/O: writeback's runs one pwritev per run in turn and a random fault's page read in place, or the runs all in flight at once and the fault's read in flight while its handler serves others, through io_uring",
         default: Behaviour::New,
     },
     SwitchInfo {

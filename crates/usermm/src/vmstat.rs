@@ -124,6 +124,7 @@ items! {
     FileReadHole = "file_read_hole",
     FileWriteNoread = "file_write_noread",
     FileIoUring = "file_io_uring",
+    FileReadAsync = "file_read_async",
     FileReadDirect = "file_read_direct",
     FileWriteRuns = "file_write_runs",
     FileMapMoved = "file_map_moved",

@@ -428,6 +428,114 @@ fn truncation_takes_a_private_regions_pages_past_the_end() {
     assert!(bad.is_empty(), "{bad:?}");
 }
 
+/// Random faults read their pages asynchronously (mpage.rs: the handler puts each read in
+/// flight and parks the fault until it ends) and, with `file_io=sync`, synchronously; both
+/// give the same bytes: four threads read and write random pages of a shared mapping of a file
+/// 8x the budget whose last page is partial (the async read comes back short there and is done
+/// again the synchronous way: the file's bytes, then zeros), and a second region of the file
+/// reads the same pages meanwhile.
+#[test]
+fn random_faults_read_asynchronously_and_synchronously_alike() {
+    use std::os::unix::fs::FileExt;
+    use usermm::AccessPattern;
+    const PAGES: u64 = 2048;
+    let d = tmpdir();
+    let path = d.path().join("random-async");
+    // PAGES pattern pages and 100 bytes of one more.
+    let write_file = || {
+        write_pattern_file(&path, PAGES);
+        let mut tail = [0u8; 100];
+        pattern(PAGES * 4096, &mut tail);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .write_all_at(&tail, PAGES * 4096)
+            .unwrap();
+    };
+    write_file();
+    let len = ((PAGES + 1) * 4096) as usize;
+    for io in ["io_uring", "sync"] {
+        let m = mm(2 * MIB, Settings::parse(&format!("file_io={io}")).unwrap());
+        let a = m.map_file(&path, 0, len, MapKind::Shared).unwrap();
+        let b = m.map_file(&path, 0, len, MapKind::Shared).unwrap();
+        a.set_access_pattern(AccessPattern::Random);
+        b.set_access_pattern(AccessPattern::Random);
+        let v0 = m.vmstat();
+        // Thread t writes only pages p with p % 4 == t (word 1 of the page: its own mark), and
+        // reads every page: word 0 is the file's, word 1 the file's or a writer's mark.
+        let mark = |p: u64| 0xa5a5_0000_0000_0000 | p;
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let (a, b) = (&a, &b);
+                s.spawn(move || {
+                    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (t + 1);
+                    for k in 0..600u64 {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let p = x % PAGES;
+                        let r = if k % 3 == 0 { b } else { a };
+                        let at = (p * 4096) as usize;
+                        assert_eq!(r.read_u64(at), pattern_word(p * 4096), "{io}: page {p}");
+                        let w1 = r.read_u64(at + 8);
+                        assert!(
+                            w1 == pattern_word(p * 4096 + 8) || w1 == mark(p),
+                            "{io}: page {p} word 1 is {w1:#x}"
+                        );
+                        if p % 4 == t && k % 5 == 0 {
+                            a.write_u64(at + 8, mark(p));
+                            assert_eq!(b.read_u64(at + 8), mark(p), "{io}: page {p}");
+                        }
+                    }
+                    // The partial last page: the file's 100 bytes, then zeros.
+                    let last = (PAGES * 4096) as usize;
+                    let mut want = [0u8; 8];
+                    pattern(PAGES * 4096 + 96, &mut want[..4]);
+                    assert_eq!(a.read_u64(last), pattern_word(PAGES * 4096), "{io}");
+                    assert_eq!(a.read_u64(last + 96), u64::from_ne_bytes(want), "{io}");
+                    assert_eq!(b.read_u64(last + 104), 0, "{io}: past the end of the file");
+                });
+            }
+        });
+        let v = m.vmstat().delta(&v0);
+        assert_eq!(
+            v.val("file_ra"),
+            0,
+            "{io}: a random region read around: {v}"
+        );
+        assert_eq!(v.val("file_read_poison"), 0, "{io}: {v}");
+        assert_eq!(v.val("file_read_error"), 0, "{io}: {v}");
+        if io == "sync" {
+            assert_eq!(v.val("file_read_async"), 0, "{io}: {v}");
+        } else {
+            assert!(
+                v.val("file_read_async") * 2 > v.val("pgmajfault"),
+                "{io}: most random misses read asynchronously: {v}"
+            );
+            assert!(v.val("fault_io_parked") > 0, "{io}: {v}");
+        }
+        drop((a, b));
+        m.sync().unwrap();
+        drop(m);
+        // Every mark reached the file, nothing else changed.
+        let f = std::fs::File::open(&path).unwrap();
+        let mut page = vec![0u8; 4096];
+        for p in 0..PAGES {
+            f.read_exact_at(&mut page, p * 4096).unwrap();
+            let w1 = u64::from_ne_bytes(page[8..16].try_into().unwrap());
+            let mut want = vec![0u8; 4096];
+            pattern(p * 4096, &mut want);
+            if w1 == mark(p) {
+                want[8..16].copy_from_slice(&w1.to_ne_bytes());
+            }
+            assert!(page == want, "{io}: page {p} on disk");
+        }
+        // The file as it was, for the next round.
+        write_file();
+    }
+}
+
 /// Writeback through io_uring (every run of a batch in flight at once) and through the
 /// synchronous fallback (`file_io=sync`) write the same bytes: 3000 words stored at random
 /// pages through a shared mapping 2x the budget and by `write_at`, flushed by reclaim, the

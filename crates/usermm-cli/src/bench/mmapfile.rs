@@ -586,6 +586,8 @@ const SHOWN: &[&str] = &[
     "file_map_stored_unseen",
     "file_map_read_hashed",
     "file_read_direct",
+    "file_read_async",
+    "handler_standby_wake",
     "handler_spin_hit",
     "handler_wakeup",
     "allocstall",

@@ -195,7 +195,12 @@ pub fn pagecache_get_page(
 }
 
 /// `add_to_page_cache_lru`: inserts locked frame `f` at `index`; false if the index is taken.
-fn add_to_page_cache_lru(m: &MmInner, mapping: &AddressSpace, f: Pfn, index: PgOff) -> bool {
+pub(super) fn add_to_page_cache_lru(
+    m: &MmInner,
+    mapping: &AddressSpace,
+    f: Pfn,
+    index: PgOff,
+) -> bool {
     // A frame's new page has no read hash until its read records one.
     pool::take_read_hash(m, f);
     {
@@ -871,7 +876,7 @@ fn lseek_failed(e: impl std::fmt::Display, n: usize) -> Vec<bool> {
 /// the eight system calls of a miss in `bench mmap-file --pattern randread`). A hole punched
 /// into that extent since is then read from the device, which returns its zeros: slower, never
 /// wrong. Truncation forgets the extent.
-fn data_pages(mapping: &AddressSpace, file: &File, start: PgOff, n: usize) -> Vec<bool> {
+pub(super) fn data_pages(mapping: &AddressSpace, file: &File, start: PgOff, n: usize) -> Vec<bool> {
     let ps = PAGE_SIZE as u64;
     let (lo, hi) = (start.byte_offset(), (start + n as u64).byte_offset());
     {
@@ -911,7 +916,7 @@ fn data_pages(mapping: &AddressSpace, file: &File, start: PgOff, n: usize) -> Ve
 /// at `src_off` (page `k0` first), or zeros when `src` is None. A slot that still holds a
 /// recycled page (`present`) is overwritten in place; runs of consecutive empty slots are filled
 /// with one UFFDIO_COPY each (from the zero source for zeros).
-fn fill_frames(
+pub(super) fn fill_frames(
     m: &MmInner,
     frames: &[Pfn],
     present: &[bool],
@@ -981,7 +986,12 @@ fn fill_frames(
 /// common case under reclaim) and the file is O_DIRECT, the device reads straight into the
 /// slots (`file_read_direct`); otherwise the data goes from the bounce buffer into the slots
 /// with one UFFDIO_COPY per run of empty slots (a recycled page is overwritten in place).
-fn read_into(m: &MmInner, mapping: &AddressSpace, start: PgOff, frames: &[Pfn]) -> io::Result<()> {
+pub(super) fn read_into(
+    m: &MmInner,
+    mapping: &AddressSpace,
+    start: PgOff,
+    frames: &[Pfn],
+) -> io::Result<()> {
     let res = {
         // A file on disk: a handler waiting here hands its reading to a standby reader.
         let _io = super::handler::blocking_io(m, mapping.file().is_some());
@@ -1330,7 +1340,12 @@ pub fn do_page_cache_readahead(
 /// hash. In a mapped sequential read the two hashes on the fault path were 8-9% of all samples.
 /// A hole gets the zero page's hash without hashing (a sequential writer's new pages are all
 /// holes). Only for a file some region maps: a page only ever read with `read_at` is not hashed.
-fn record_read_hashes(m: &MmInner, mapping: &AddressSpace, frames: &[Pfn], data: &[bool]) {
+pub(super) fn record_read_hashes(
+    m: &MmInner,
+    mapping: &AddressSpace,
+    frames: &[Pfn],
+    data: &[bool],
+) {
     if !m.cfg.settings.is_new(crate::settings::Switch::CleanMap) || mapping.i_mmap.lock().is_empty()
     {
         return;
@@ -1388,6 +1403,39 @@ pub(crate) fn filemap_read_folio(
             }
             Err(e)
         }
+    }
+}
+
+/// `folio_end_read`: page `f` (locked, read or not) is marked up to date, or left not up to
+/// date with PG_error for its next reader to read again (a fault reads it once more itself
+/// and raises SIGBUS if that fails too: memory.rs `filemap_fault`); unlocked; the faults
+/// parked on it served.
+pub(super) fn folio_end_read(
+    m: &MmInner,
+    mapping: &AddressSpace,
+    f: Pfn,
+    index: PgOff,
+    res: io::Result<()>,
+) {
+    let p = &m.node.pages[f];
+    match res {
+        Ok(()) => p.set(pg::UPTODATE),
+        Err(e) => {
+            if mapping.is_file() && mapping.file().is_none() {
+                log::debug!("read of page {index} of {}: {e}", mapping.name());
+            } else {
+                log::error!("read of page {index} of {}: {e}", mapping.name());
+                m.vm.inc(Item::FileReadError);
+            }
+            p.set(pg::ERROR);
+        }
+    }
+    p.unlock();
+    // Flags stored, then parked faults looked for; a parker does the reverse (handler.rs
+    // `park_all`).
+    crate::sync::fence(Ordering::SeqCst);
+    if m.handlers.io_waiters.any() {
+        super::handler::serve_io_waiters(m);
     }
 }
 

@@ -193,6 +193,7 @@ fn serve_parked(m: &MmInner, older_than: Option<Duration>) {
         return;
     }
     let was = set_may_park(true);
+    let was_replaying = super::page_state::set_replaying(true);
     let mut again = Vec::new();
     for p in taken {
         match catch_retry(m, p.addr, p.flags) {
@@ -206,6 +207,7 @@ fn serve_parked(m: &MmInner, older_than: Option<Duration>) {
             )),
         }
     }
+    super::page_state::set_replaying(was_replaying);
     set_may_park(was);
     if !again.is_empty() {
         park_all(m, again);
@@ -772,6 +774,7 @@ fn handler_run(m: &Arc<MmInner>, slot: usize, standby: bool) {
     use std::panic::{catch_unwind, AssertUnwindSafe};
     IS_HANDLER.with(|h| h.set(true));
     set_may_park(true);
+    super::mpage::enable_on_this_thread();
     let mut held = Held {
         msgs: [Msg::default(); 32],
         n: 0,
@@ -842,7 +845,13 @@ fn handler_loop(m: &MmInner, slot: usize, held: &mut Held, standby: bool) {
     };
     loop {
         if m.handlers.shutdown.load(Ordering::Acquire) {
+            // This thread's page reads in flight end (their faults served) before it goes.
+            super::mpage::drain(m);
             return;
+        }
+        // Page reads this thread put in flight (mpage.rs) that ended: their faults served.
+        if super::mpage::ready() && super::mpage::reap(m, false) > 0 {
+            last_work = Instant::now();
         }
         inject::maybe_pause();
         let batch = read_batch(m, held.msgs.len());
@@ -897,7 +906,7 @@ fn handler_loop(m: &MmInner, slot: usize, held: &mut Held, standby: bool) {
         if standby {
             // Nothing to read: linger a little (waking a standby reader costs a cross-CPU
             // wakeup), then back to standby; the base handlers spin and sleep.
-            if last_work.elapsed() >= STANDBY_LINGER {
+            if last_work.elapsed() >= STANDBY_LINGER && super::mpage::in_flight() == 0 {
                 return;
             }
             poll_uffd(m, 1);
@@ -943,6 +952,7 @@ fn handler_loop(m: &MmInner, slot: usize, held: &mut Held, standby: bool) {
                         held.next = 1;
                         break;
                     }
+                    _ if super::mpage::ready() => break,
                     _ => std::hint::spin_loop(),
                 }
             }
@@ -978,12 +988,15 @@ fn read_batch(m: &MmInner, max: usize) -> usize {
     }
 }
 
-/// Waits up to `ms` milliseconds for the userfaultfd to have messages (or for shutdown).
+/// Waits up to `ms` milliseconds for the userfaultfd to have messages (or for shutdown, or
+/// for the end of a page read this thread put in flight: mpage.rs).
 fn poll_uffd(m: &MmInner, ms: i32) {
-    m.vm.warn_on(
-        m.mm.uffd.poll(Some(m.handlers.shutdown_efd.raw_fd()), ms),
-        "poll of the userfaultfd",
-    );
+    let efd = m.handlers.shutdown_efd.raw_fd();
+    let res = match super::mpage::poll_fd() {
+        Some(ring) => m.mm.uffd.poll_with(&[efd, ring], ms).map(|_| ()),
+        None => m.mm.uffd.poll(Some(efd), ms).map(|_| ()),
+    };
+    m.vm.warn_on(res, "poll of the userfaultfd");
 }
 
 /// A deferred fault served again (behind the same panic guard, without the tripwire: the thread

@@ -1625,8 +1625,11 @@ fn filemap_fault(
     let mut locked = false;
     let f = match filemap::find_get_page(m, a, index) {
         Ok(Some(f)) => {
-            // do_async_mmap_readahead: a hit makes the region look less random.
-            mmap_miss_sub(fm, 1);
+            // do_async_mmap_readahead: a hit makes the region look less random (not a parked
+            // fault served again: it counted as the miss it was).
+            if !super::page_state::replaying() {
+                mmap_miss_sub(fm, 1);
+            }
             f
         }
         Ok(None) => {
@@ -1666,7 +1669,11 @@ fn filemap_fault(
                 index.round_down(ra)
             };
             fm.ra_next.store((start + ra).raw(), Ordering::Relaxed);
-            filemap::do_page_cache_readahead(m, a, start, ra, None);
+            // A single page goes asynchronously where it can (mpage.rs): the fault is parked
+            // on it below and this thread serves the next one meanwhile.
+            if ra > 1 || !super::mpage::read_page_async(m, a, index) {
+                filemap::do_page_cache_readahead(m, a, start, ra, None);
+            }
             if sequential && ra > 1 {
                 // The next windows, each with its marker on its first page.
                 for k in 1..=ra_ahead(m, ra) {

@@ -14,7 +14,7 @@
 //! `fault_path=sigbus`, `arch/x86/mm/fault.c`), `region` (the region types, `vm_area_struct`),
 //! `mmap` (creating and tearing down regions, `mm/mmap.c`), `madvise` (discard, `mm/madvise.c`),
 //! `filemap` (the page cache, `mm/filemap.c`), `file` (cached files and file regions),
-//! `readahead` (`mm/readahead.c`), `page_writeback` (dirty throttling and flushers), `pool`
+//! `readahead` (`mm/readahead.c`), `mpage` (asynchronous single-page reads for random faults, `fs/mpage.c`), `page_writeback` (dirty throttling and flushers), `pool`
 //! (the frame pool: slots, recycling, bounce buffers, runs), `rmap` (unmapping a page from where
 //! it is mapped, `mm/rmap.c`), `truncate` (`mm/truncate.c`), `shmem` (in-memory files to swap,
 //! `mm/shmem.c`), `errseq` (writeback errors, `lib/errseq.c`), `memcontrol` (one budget shared
@@ -63,6 +63,8 @@ pub mod memory;
 pub(crate) mod mmap;
 #[cfg(not(loom))]
 pub(crate) mod mmzone;
+#[cfg(not(loom))]
+pub(crate) mod mpage;
 #[cfg(not(loom))]
 pub(crate) mod page_alloc;
 #[cfg(not(loom))]

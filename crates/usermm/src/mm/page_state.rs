@@ -57,6 +57,28 @@ pub(crate) fn set_may_park(may: bool) -> bool {
     MAY_PARK.with(|p| p.replace(may))
 }
 
+/// Whether a fault served on this thread may be parked on read I/O ([`set_may_park`]).
+pub(crate) fn may_park() -> bool {
+    MAY_PARK.with(std::cell::Cell::get)
+}
+
+thread_local! {
+    /// This thread is serving faults parked on read I/O again (handler.rs `serve_parked`).
+    static REPLAYING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks this thread as serving parked faults again (`true`) or not; returns the previous
+/// value. A parked fault was counted when it first ran (its miss, `pgmajfault`); served again,
+/// the page it finds is not a new cache hit.
+pub(crate) fn set_replaying(on: bool) -> bool {
+    REPLAYING.with(|p| p.replace(on))
+}
+
+/// Whether this thread is serving parked faults again ([`set_replaying`]).
+pub(crate) fn replaying() -> bool {
+    REPLAYING.with(std::cell::Cell::get)
+}
+
 /// Largest minor-fault fault-around run over readahead pages.
 pub const RA_AROUND: u64 = 32;
 
